@@ -1,0 +1,1 @@
+//! Integration tests for pktrace (root, lab namespaces): see `tests/`.

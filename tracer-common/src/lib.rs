@@ -1,0 +1,268 @@
+//! Types shared by pktrace's eBPF programs and its collector.
+//!
+//! Everything here is `#[repr(C)]`, `Copy`, free of `bool` and implicit padding, and its layout
+//! is pinned at compile time: the kernel writes these bytes into the ring buffer and the
+//! collector reads them back. The packet parser ([`parse`]) is shared too, so the exact code the
+//! kernel runs is unit-tested and fuzzed on the host.
+#![no_std]
+
+pub mod parse;
+
+use core::mem::size_of;
+
+/// Bytes of a packet copied into the parser's window (from L2 in tc, from L3 at netfilter).
+pub const PKT_WINDOW: usize = 256;
+
+/// Address family of a [`Tuple`].
+pub const FAMILY_IPV4: u8 = 4;
+/// Address family of a [`Tuple`].
+pub const FAMILY_IPV6: u8 = 6;
+
+/// IP protocol numbers the parser understands.
+pub const PROTO_ICMP: u8 = 1;
+/// TCP.
+pub const PROTO_TCP: u8 = 6;
+/// UDP.
+pub const PROTO_UDP: u8 = 17;
+/// ICMPv6.
+pub const PROTO_ICMPV6: u8 = 58;
+
+/// A packet's addresses, ports and protocol as seen at one point.
+///
+/// IPv4 addresses sit in the first four bytes of `saddr`/`daddr` (network order), the rest is
+/// zero. Ports are in host order. For ICMP echo both ports hold the echo identifier (as
+/// conntrack does); for other ICMP messages both are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tuple {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub family: u8,
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(size_of::<Tuple>() == 40);
+
+impl Tuple {
+    /// The same flow seen from the other end.
+    #[must_use]
+    pub const fn reversed(&self) -> Self {
+        Self {
+            saddr: self.daddr,
+            daddr: self.saddr,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+            family: self.family,
+            _pad: [0; 2],
+        }
+    }
+
+    /// True when this is a real packet tuple (the parser found an IP header).
+    #[must_use]
+    pub const fn is_set(&self) -> bool {
+        self.family != 0
+    }
+}
+
+/// Fields of a packet that NAT does not change, used to recognise the same packet at every
+/// hook: IP id (IPv4) plus TCP seq/ack/flags/window, ICMP type/code/sequence and leading
+/// payload, or UDP length and leading payload bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint {
+    pub ip_id: u32,
+    pub a: u32,
+    pub b: u32,
+    pub c: u32,
+}
+const _: () = assert!(size_of::<Fingerprint>() == 16);
+
+/// Kinds of [`Event`].
+pub mod kind {
+    /// tc ingress of an attached interface.
+    pub const TC_INGRESS: u8 = 1;
+    /// tc egress of an attached interface.
+    pub const TC_EGRESS: u8 = 2;
+    /// A NAT step: `orig` is the packet before it, `tuple` after.
+    pub const NAT: u8 = 3;
+}
+
+/// Netfilter hook numbers (`enum nf_inet_hooks`, include/uapi/linux/netfilter.h, v6.1).
+pub mod hook {
+    pub const PRE_ROUTING: u8 = 0;
+    pub const LOCAL_IN: u8 = 1;
+    pub const FORWARD: u8 = 2;
+    pub const LOCAL_OUT: u8 = 3;
+    pub const POST_ROUTING: u8 = 4;
+}
+
+/// Bits of [`Event::flags`].
+pub mod flag {
+    /// IPv4 fragment (first or later); later fragments carry no ports.
+    pub const FRAGMENT: u8 = 1;
+    /// The L4 header did not fit in the captured bytes; ports and fingerprint are partial.
+    pub const TRUNCATED: u8 = 2;
+    /// NAT event whose latency covers the whole nat hook (rule traversal and rewrite).
+    pub const NAT_HOOK_TIMED: u8 = 4;
+    /// NAT event whose latency was not measured.
+    pub const NAT_UNTIMED: u8 = 8;
+}
+
+/// Conntrack `ctinfo` values (`enum ip_conntrack_info`, include/uapi/linux/netfilter/
+/// nf_conntrack_common.h, v6.1); values `>= CT_IS_REPLY` belong to the reply direction.
+pub mod ct {
+    pub const ESTABLISHED: u8 = 0;
+    pub const RELATED: u8 = 1;
+    pub const NEW: u8 = 2;
+    pub const IS_REPLY: u8 = 3;
+    /// No conntrack entry attached to the packet.
+    pub const NONE: u8 = 0xff;
+}
+
+/// One observation of one packet, as the kernel writes it into the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// One of [`kind`].
+    pub kind: u8,
+    /// NAT events: the netfilter hook ([`hook`]); tc events: 0.
+    pub hook: u8,
+    /// NAT events: conntrack `ctinfo` ([`ct`]); tc events: [`ct::NONE`].
+    pub ct_info: u8,
+    /// Bits of [`flag`].
+    pub flags: u8,
+    /// Interface index (in the namespace the program is attached in), 0 when unknown.
+    pub ifindex: u32,
+    /// `bpf_ktime_get_ns()` when the event was taken (NAT: after the step).
+    pub ktime_ns: u64,
+    /// Kernel `struct sk_buff` address, 0 when the hook cannot see it.
+    pub skb: u64,
+    /// Network namespace cookie, 0 when unknown.
+    pub netns: u64,
+    /// Packet length in bytes (tc: from L2, NAT: from L3).
+    pub len: u32,
+    /// `skb->mark` when the event was taken.
+    pub mark: u32,
+    /// NAT events: nanoseconds spent in the NAT step, 0 when not measured.
+    pub nat_ns: u64,
+    pub fp: Fingerprint,
+    /// The packet as seen at this point (NAT: after the step).
+    pub tuple: Tuple,
+    /// NAT events: the packet before the step; zero otherwise.
+    pub orig: Tuple,
+}
+const _: () = assert!(size_of::<Event>() == 144);
+
+/// Indexes into the per-CPU `COUNTERS` array.
+pub mod counter {
+    /// Packets the tc programs looked at.
+    pub const SEEN: u32 = 0;
+    /// Packets that matched the filter (tracked address or flow).
+    pub const MATCHED: u32 = 1;
+    /// Events written to the ring buffer.
+    pub const EMITTED: u32 = 2;
+    /// Events lost because the ring buffer was full.
+    pub const RINGBUF_FULL: u32 = 3;
+    /// Packets the parser could not read (not IP, truncated before L3, load failure).
+    pub const UNPARSED: u32 = 4;
+    /// NAT hook invocations seen.
+    pub const NAT_SEEN: u32 = 5;
+    /// Flows added to the tracked table after a NAT rewrite.
+    pub const FLOWS_ADDED: u32 = 6;
+    /// Pending NAT brackets not found at the closing hook (table evicted or lost).
+    pub const NAT_UNPAIRED: u32 = 7;
+    /// Number of counters.
+    pub const COUNT: u32 = 8;
+}
+
+/// Filter modes (the `FILTER_MODE` global).
+pub mod filter {
+    /// Only packets of tracked addresses and flows.
+    pub const TRACKED: u32 = 0;
+    /// Every IP packet on the attached hooks.
+    pub const ALL: u32 = 1;
+}
+
+/// Key of the `TRACKED_ADDRS` map: an address of a traced pod.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AddrKey {
+    pub addr: [u8; 16],
+    pub family: u8,
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<AddrKey>() == 20);
+
+/// Value of `NAT_PENDING`: the packet as it entered a nat hook.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingNat {
+    pub before: Tuple,
+    pub ktime_ns: u64,
+    pub tracked: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<PendingNat>() == 56);
+
+/// Key of `NAT_PENDING`: which packet in which hook.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingKey {
+    pub skb: u64,
+    pub hook: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<PendingKey>() == 16);
+
+/// Kernel structure offsets the NAT programs need, read from the running kernel's BTF at load
+/// time (the `OFFSETS` global). A zero offset for a field that cannot be at zero means unknown.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `struct bpf_nf_ctx`, `skb` member.
+    pub nf_ctx_skb: u32,
+    /// `struct sk_buff`: `len`, `data`, `_nfct`, `mark`, `dev`.
+    pub skb_len: u32,
+    pub skb_data: u32,
+    pub skb_nfct: u32,
+    pub skb_mark: u32,
+    pub skb_dev: u32,
+    /// `struct net_device`, `ifindex`.
+    pub dev_ifindex: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<KernelOffsets>() == 32);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are `repr(C)`, `Copy`, made only of integers and byte arrays, and
+    // have no implicit padding (sizes are asserted above).
+    unsafe impl aya::Pod for super::Event {}
+    unsafe impl aya::Pod for super::Tuple {}
+    unsafe impl aya::Pod for super::AddrKey {}
+    unsafe impl aya::Pod for super::PendingNat {}
+    unsafe impl aya::Pod for super::PendingKey {}
+    unsafe impl aya::Pod for super::KernelOffsets {}
+}
+
+impl Event {
+    /// Reads an event from ring-buffer bytes; `None` when the record is too short.
+    #[must_use]
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: `Event` is `repr(C)` plain data, valid for every bit pattern, and the length
+        // was checked; `read_unaligned` copes with any alignment of the record.
+        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
+
+    /// True for events of the reply direction of a conntrack entry.
+    #[must_use]
+    pub const fn is_reply(&self) -> bool {
+        self.ct_info != ct::NONE && self.ct_info >= ct::IS_REPLY
+    }
+}

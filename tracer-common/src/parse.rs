@@ -1,0 +1,249 @@
+//! Packet parsing shared by the kernel programs and the host.
+//!
+//! The kernel copies up to [`PKT_WINDOW`] bytes of a packet into a scratch buffer and calls
+//! these functions on it; the host's tests and fuzz targets call the very same code. Every read
+//! goes through [`byte`], which masks the index into the window, so the verifier sees a bounded
+//! access and the host can never read out of bounds; `cap` (how many bytes are real) bounds
+//! what the parser believes.
+
+use crate::{
+    FAMILY_IPV4, FAMILY_IPV6, Fingerprint, PKT_WINDOW, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP,
+    PROTO_UDP, Tuple, flag,
+};
+
+/// The parser's input: a fixed window of packet bytes.
+pub type Window = [u8; PKT_WINDOW];
+
+const _: () = assert!(PKT_WINDOW.is_power_of_two());
+
+/// What the parser read from one packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub tuple: Tuple,
+    pub fp: Fingerprint,
+    /// Bits of [`flag`].
+    pub flags: u8,
+}
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+const ETH_HLEN: usize = 14;
+const VLAN_HLEN: usize = 4;
+const MAX_VLAN_TAGS: usize = 2;
+const IPV6_HLEN: usize = 40;
+const MAX_IPV6_EXT: usize = 6;
+
+#[inline(always)]
+fn byte(w: &Window, i: usize) -> u8 {
+    w[i & (PKT_WINDOW - 1)]
+}
+
+#[inline(always)]
+fn be16(w: &Window, i: usize) -> u16 {
+    u16::from_be_bytes([byte(w, i), byte(w, i + 1)])
+}
+
+#[inline(always)]
+fn be32(w: &Window, i: usize) -> u32 {
+    u32::from_be_bytes([byte(w, i), byte(w, i + 1), byte(w, i + 2), byte(w, i + 3)])
+}
+
+#[inline(always)]
+fn copy4(w: &Window, i: usize) -> [u8; 4] {
+    [byte(w, i), byte(w, i + 1), byte(w, i + 2), byte(w, i + 3)]
+}
+
+/// Reads up to four bytes at `i` as a big-endian word, zero past `cap`.
+#[inline(always)]
+fn be32_partial(w: &Window, i: usize, cap: usize) -> u32 {
+    let mut v = 0u32;
+    let mut k = 0;
+    while k < 4 {
+        v <<= 8;
+        if i + k < cap {
+            v |= u32::from(byte(w, i + k));
+        }
+        k += 1;
+    }
+    v
+}
+
+/// Parses a frame that starts with an Ethernet header (tc programs), with up to two VLAN tags.
+#[inline(always)]
+#[must_use]
+pub fn parse_ethernet(w: &Window, cap: usize) -> Option<Parsed> {
+    if cap < ETH_HLEN {
+        return None;
+    }
+    let mut ethertype = be16(w, 12);
+    let mut off = ETH_HLEN;
+    let mut tags = 0;
+    while tags < MAX_VLAN_TAGS {
+        if ethertype != ETH_P_8021Q && ethertype != ETH_P_8021AD {
+            break;
+        }
+        if cap < off + VLAN_HLEN {
+            return None;
+        }
+        ethertype = be16(w, off + 2);
+        off += VLAN_HLEN;
+        tags += 1;
+    }
+    match ethertype {
+        ETH_P_IP => parse_ipv4(w, off, cap),
+        ETH_P_IPV6 => parse_ipv6(w, off, cap),
+        _ => None,
+    }
+}
+
+/// Parses a packet that starts with its IP header (netfilter hooks).
+#[inline(always)]
+#[must_use]
+pub fn parse_l3(w: &Window, cap: usize) -> Option<Parsed> {
+    if cap == 0 {
+        return None;
+    }
+    match byte(w, 0) >> 4 {
+        4 => parse_ipv4(w, 0, cap),
+        6 => parse_ipv6(w, 0, cap),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn parse_ipv4(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
+    if cap < off + 20 || byte(w, off) >> 4 != 4 {
+        return None;
+    }
+    let ihl = usize::from(byte(w, off) & 0x0f) * 4;
+    if ihl < 20 {
+        return None;
+    }
+    let mut p = Parsed::default();
+    p.tuple.family = FAMILY_IPV4;
+    p.tuple.proto = byte(w, off + 9);
+    let s = copy4(w, off + 12);
+    let d = copy4(w, off + 16);
+    p.tuple.saddr[..4].copy_from_slice(&s);
+    p.tuple.daddr[..4].copy_from_slice(&d);
+    p.fp.ip_id = u32::from(be16(w, off + 4));
+    let frag = be16(w, off + 6);
+    let frag_offset = frag & 0x1fff;
+    let more_fragments = frag & 0x2000 != 0;
+    if frag_offset != 0 || more_fragments {
+        p.flags |= flag::FRAGMENT;
+    }
+    if frag_offset != 0 {
+        // A later fragment: no L4 header. The offset tells fragments of one datagram apart.
+        p.fp.a = u32::from(frag_offset);
+        return Some(p);
+    }
+    let total = usize::from(be16(w, off + 2));
+    let l4_end = if total >= ihl { off + total } else { cap };
+    parse_l4(w, off + ihl, cap.min(l4_end), &mut p);
+    Some(p)
+}
+
+#[inline(always)]
+fn parse_ipv6(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
+    if cap < off + IPV6_HLEN || byte(w, off) >> 4 != 6 {
+        return None;
+    }
+    let mut p = Parsed::default();
+    p.tuple.family = FAMILY_IPV6;
+    p.fp.ip_id = be32(w, off) & 0x000f_ffff;
+    let mut i = 0;
+    while i < 16 {
+        p.tuple.saddr[i] = byte(w, off + 8 + i);
+        p.tuple.daddr[i] = byte(w, off + 24 + i);
+        i += 1;
+    }
+    let payload = usize::from(be16(w, off + 4));
+    let end = cap.min(off + IPV6_HLEN + payload);
+    let mut next = byte(w, off + 6);
+    let mut l4 = off + IPV6_HLEN;
+    let mut n = 0;
+    while n < MAX_IPV6_EXT {
+        let len = match next {
+            // Hop-by-hop, routing, destination options: (hdr_ext_len + 1) * 8.
+            0 | 43 | 60 => (usize::from(byte(w, l4 + 1)) + 1) * 8,
+            // Fragment header: fixed 8 bytes; later fragments carry no L4 header.
+            44 => {
+                if end < l4 + 8 {
+                    p.flags |= flag::TRUNCATED;
+                    p.tuple.proto = next;
+                    return Some(p);
+                }
+                p.flags |= flag::FRAGMENT;
+                p.fp.a = be32(w, l4 + 4);
+                if be16(w, l4 + 2) & 0xfff8 != 0 {
+                    p.tuple.proto = byte(w, l4);
+                    return Some(p);
+                }
+                8
+            }
+            // Authentication header: (payload len + 2) * 4.
+            51 => (usize::from(byte(w, l4 + 1)) + 2) * 4,
+            _ => break,
+        };
+        if end < l4 + 2 {
+            p.flags |= flag::TRUNCATED;
+            p.tuple.proto = next;
+            return Some(p);
+        }
+        next = byte(w, l4);
+        l4 += len;
+        n += 1;
+    }
+    p.tuple.proto = next;
+    parse_l4(w, l4, end, &mut p);
+    Some(p)
+}
+
+/// Reads ports and the NAT-invariant fingerprint of the L4 header at `off`; `end` is where
+/// the packet's captured bytes end.
+#[inline(always)]
+fn parse_l4(w: &Window, off: usize, end: usize, p: &mut Parsed) {
+    let need = match p.tuple.proto {
+        PROTO_TCP => 20,
+        PROTO_UDP | PROTO_ICMP | PROTO_ICMPV6 => 8,
+        _ => return,
+    };
+    if end < off + need {
+        p.flags |= flag::TRUNCATED;
+        return;
+    }
+    match p.tuple.proto {
+        PROTO_TCP => {
+            p.tuple.sport = be16(w, off);
+            p.tuple.dport = be16(w, off + 2);
+            p.fp.a = be32(w, off + 4);
+            p.fp.b = be32(w, off + 8);
+            p.fp.c = u32::from(byte(w, off + 13)) | (u32::from(be16(w, off + 14)) << 16);
+        }
+        PROTO_UDP => {
+            p.tuple.sport = be16(w, off);
+            p.tuple.dport = be16(w, off + 2);
+            p.fp.a = u32::from(be16(w, off + 4));
+            p.fp.b = be32_partial(w, off + 8, end);
+            p.fp.c = be32_partial(w, off + 12, end);
+        }
+        _ => {
+            let ty = byte(w, off);
+            let is_echo = match p.tuple.proto {
+                PROTO_ICMP => ty == 8 || ty == 0,
+                _ => ty == 128 || ty == 129,
+            };
+            if is_echo {
+                let id = be16(w, off + 4);
+                p.tuple.sport = id;
+                p.tuple.dport = id;
+            }
+            p.fp.a = (u32::from(ty) << 8) | u32::from(byte(w, off + 1));
+            p.fp.b = u32::from(be16(w, off + 6));
+            p.fp.c = be32_partial(w, off + 8, end);
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! What the collector rebuilds: a packet's [`Journey`] through the node as a list of [`Step`]s.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple};
+
+/// Where in the node a step was observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Point {
+    /// tc ingress of an interface.
+    Ingress,
+    /// tc egress of an interface.
+    Egress,
+    /// Destination NAT (or, with `reply`, the reverse translation of a reply to a DNATed flow).
+    Dnat,
+    /// Source NAT (or, with `reply`, the reverse translation of a reply to a SNATed flow).
+    Snat,
+}
+
+impl Point {
+    /// The name used in the JSON lines contract.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ingress => "ingress",
+            Self::Egress => "egress",
+            Self::Dnat => "dnat",
+            Self::Snat => "snat",
+        }
+    }
+
+    /// True for the NAT points.
+    #[must_use]
+    pub const fn is_nat(self) -> bool {
+        matches!(self, Self::Dnat | Self::Snat)
+    }
+}
+
+/// Which iptables rule did a NAT step, when [`crate::explain`] could tell.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// Chain (and rule) that did it, e.g. `KUBE-SEP-6HBOEI5FVFTJNRJ3`.
+    pub rule: String,
+    /// Kubernetes service `namespace/name` from kube-proxy's comment, when there is one.
+    pub service: Option<String>,
+    /// One line for people: why this rule applied.
+    pub why: Option<String>,
+}
+
+/// One observation of the packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub point: Point,
+    /// Interface name (tc steps), `None` for NAT steps.
+    pub iface: Option<String>,
+    /// The packet as seen after this point.
+    pub tuple: Tuple,
+    /// NAT steps: the packet before the step.
+    pub orig: Option<Tuple>,
+    /// NAT steps: true when this is the reverse translation of a reply packet.
+    pub reply: bool,
+    /// NAT steps: time spent in the NAT step, `None` when the hook cannot measure it.
+    pub latency_ns: Option<u64>,
+    /// Kernel monotonic time of the observation.
+    pub ktime_ns: u64,
+    /// NAT steps: which rule did it.
+    pub attribution: Option<Attribution>,
+}
+
+/// How a journey ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The packet left the node (egress on a pod veth or the uplink).
+    Left,
+    /// No more events came for it before the time-out: delivered locally, dropped, or its
+    /// last events were lost.
+    TimedOut,
+    /// The collector stopped (exit) while the journey was open.
+    Flushed,
+}
+
+/// One packet's pass through the node, steps in time order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Journey {
+    pub steps: Vec<Step>,
+    pub ending: Ending,
+}
+
+impl Journey {
+    /// Protocol name for output: `tcp`, `udp`, `icmp`, `icmpv6` or the number.
+    #[must_use]
+    pub fn proto(&self) -> String {
+        self.steps.first().map_or_else(String::new, |s| proto_name(s.tuple.proto))
+    }
+
+    /// Nanoseconds between the first and the last step.
+    #[must_use]
+    pub fn transit_ns(&self) -> u64 {
+        match (self.steps.first(), self.steps.last()) {
+            (Some(a), Some(b)) => b.ktime_ns.saturating_sub(a.ktime_ns),
+            _ => 0,
+        }
+    }
+}
+
+/// Protocol name for output.
+#[must_use]
+pub fn proto_name(proto: u8) -> String {
+    match proto {
+        PROTO_TCP => "tcp".into(),
+        PROTO_UDP => "udp".into(),
+        PROTO_ICMP => "icmp".into(),
+        PROTO_ICMPV6 => "icmpv6".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Source address of a tuple.
+#[must_use]
+pub fn src_ip(t: &Tuple) -> IpAddr {
+    ip(t.family, &t.saddr)
+}
+
+/// Destination address of a tuple.
+#[must_use]
+pub fn dst_ip(t: &Tuple) -> IpAddr {
+    ip(t.family, &t.daddr)
+}
+
+fn ip(family: u8, a: &[u8; 16]) -> IpAddr {
+    match family {
+        FAMILY_IPV6 => IpAddr::V6(Ipv6Addr::from(*a)),
+        _ => IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
+    }
+}
+
+/// An endpoint as the JSON contract writes it: `ip:port`, `[ip]:port` for IPv6, and the bare
+/// address for ICMP (and any protocol without ports).
+#[must_use]
+pub fn endpoint(t: &Tuple, source: bool) -> String {
+    let (addr, port) = if source { (src_ip(t), t.sport) } else { (dst_ip(t), t.dport) };
+    match t.proto {
+        PROTO_TCP | PROTO_UDP => SocketAddr::new(addr, port).to_string(),
+        _ => addr.to_string(),
+    }
+}
+
+/// Builds a tuple from addresses and ports (tests, resolution, rule evaluation).
+#[must_use]
+pub fn tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Tuple {
+    let mut t = Tuple { proto, ..Tuple::default() };
+    for (addr, out) in [(src.ip(), &mut t.saddr), (dst.ip(), &mut t.daddr)] {
+        match addr {
+            IpAddr::V4(a) => {
+                out[..4].copy_from_slice(&a.octets());
+                t.family = FAMILY_IPV4;
+            }
+            IpAddr::V6(a) => {
+                *out = a.octets();
+                t.family = FAMILY_IPV6;
+            }
+        }
+    }
+    t.sport = src.port();
+    t.dport = dst.port();
+    t
+}
