@@ -196,26 +196,17 @@ pub struct AddrKey {
 }
 const _: () = assert!(size_of::<AddrKey>() == 20);
 
-/// Value of `NAT_PENDING`: the packet as it entered a nat hook.
+/// A packet as it entered a nat hook (per-CPU, one slot per hook), until the hook's exit
+/// program pairs it with the packet as it left.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PendingNat {
-    pub before: Tuple,
+    /// Kernel `struct sk_buff` address, to check the exit sees the same packet.
+    pub skb: u64,
     pub ktime_ns: u64,
-    pub tracked: u32,
-    pub _pad: u32,
+    pub before: Tuple,
 }
 const _: () = assert!(size_of::<PendingNat>() == 56);
-
-/// Key of `NAT_PENDING`: which packet in which hook.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PendingKey {
-    pub skb: u64,
-    pub hook: u32,
-    pub _pad: u32,
-}
-const _: () = assert!(size_of::<PendingKey>() == 16);
 
 /// Kernel structure offsets the NAT programs need, read from the running kernel's BTF at load
 /// time (the `OFFSETS` global). A zero offset for a field that cannot be at zero means unknown.
@@ -232,7 +223,8 @@ pub struct KernelOffsets {
     pub skb_dev: u32,
     /// `struct net_device`, `ifindex`.
     pub dev_ifindex: u32,
-    pub _pad: u32,
+    /// `struct sk_buff`, `data_len` (bytes in paged fragments: `len - data_len` is linear).
+    pub skb_data_len: u32,
 }
 const _: () = assert!(size_of::<KernelOffsets>() == 32);
 
@@ -244,7 +236,6 @@ mod pod {
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::PendingNat {}
-    unsafe impl aya::Pod for super::PendingKey {}
     unsafe impl aya::Pod for super::KernelOffsets {}
 }
 

@@ -70,12 +70,12 @@ fn be32_partial(w: &Window, i: usize, cap: usize) -> u32 {
     v
 }
 
-/// Parses a frame that starts with an Ethernet header (tc programs), with up to two VLAN tags.
+/// Parses a frame that starts with an Ethernet header (tc programs), with up to two VLAN tags,
+/// into `out`; false when it is not an IP packet the parser can read.
 #[inline(always)]
-#[must_use]
-pub fn parse_ethernet(w: &Window, cap: usize) -> Option<Parsed> {
+pub fn parse_ethernet(w: &Window, cap: usize, out: &mut Parsed) -> bool {
     if cap < ETH_HLEN {
-        return None;
+        return false;
     }
     let mut ethertype = be16(w, 12);
     let mut off = ETH_HLEN;
@@ -85,43 +85,70 @@ pub fn parse_ethernet(w: &Window, cap: usize) -> Option<Parsed> {
             break;
         }
         if cap < off + VLAN_HLEN {
-            return None;
+            return false;
         }
         ethertype = be16(w, off + 2);
         off += VLAN_HLEN;
         tags += 1;
     }
     match ethertype {
-        ETH_P_IP => parse_ipv4(w, off, cap),
-        ETH_P_IPV6 => parse_ipv6(w, off, cap),
-        _ => None,
+        ETH_P_IP => parse_ipv4(w, off, cap, out),
+        ETH_P_IPV6 => parse_ipv6(w, off, cap, out),
+        _ => false,
     }
 }
 
-/// Parses a packet that starts with its IP header (netfilter hooks).
+/// Parses a packet that starts with its IP header (netfilter hooks) into `out`; false when it
+/// is not an IP packet the parser can read.
 #[inline(always)]
-#[must_use]
-pub fn parse_l3(w: &Window, cap: usize) -> Option<Parsed> {
+pub fn parse_l3(w: &Window, cap: usize, out: &mut Parsed) -> bool {
     if cap == 0 {
-        return None;
+        return false;
     }
     match byte(w, 0) >> 4 {
-        4 => parse_ipv4(w, 0, cap),
-        6 => parse_ipv6(w, 0, cap),
-        _ => None,
+        4 => parse_ipv4(w, 0, cap, out),
+        6 => parse_ipv6(w, 0, cap, out),
+        _ => false,
     }
 }
 
+impl Parsed {
+    /// Host convenience: parses an Ethernet frame held in a slice.
+    #[must_use]
+    pub fn from_ethernet(frame: &[u8]) -> Option<Self> {
+        let (w, cap) = window_of(frame);
+        let mut p = Self::default();
+        parse_ethernet(&w, cap, &mut p).then_some(p)
+    }
+
+    /// Host convenience: parses a packet that starts with its IP header.
+    #[must_use]
+    pub fn from_l3(packet: &[u8]) -> Option<Self> {
+        let (w, cap) = window_of(packet);
+        let mut p = Self::default();
+        parse_l3(&w, cap, &mut p).then_some(p)
+    }
+}
+
+/// Copies the first bytes of `bytes` into a window, as the kernel programs do.
+#[must_use]
+pub fn window_of(bytes: &[u8]) -> (Window, usize) {
+    let mut w = [0u8; PKT_WINDOW];
+    let cap = bytes.len().min(PKT_WINDOW);
+    w[..cap].copy_from_slice(&bytes[..cap]);
+    (w, cap)
+}
+
 #[inline(always)]
-fn parse_ipv4(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
+fn parse_ipv4(w: &Window, off: usize, cap: usize, p: &mut Parsed) -> bool {
     if cap < off + 20 || byte(w, off) >> 4 != 4 {
-        return None;
+        return false;
     }
     let ihl = usize::from(byte(w, off) & 0x0f) * 4;
     if ihl < 20 {
-        return None;
+        return false;
     }
-    let mut p = Parsed::default();
+    *p = Parsed::default();
     p.tuple.family = FAMILY_IPV4;
     p.tuple.proto = byte(w, off + 9);
     let s = copy4(w, off + 12);
@@ -138,20 +165,20 @@ fn parse_ipv4(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
     if frag_offset != 0 {
         // A later fragment: no L4 header. The offset tells fragments of one datagram apart.
         p.fp.a = u32::from(frag_offset);
-        return Some(p);
+        return true;
     }
     let total = usize::from(be16(w, off + 2));
     let l4_end = if total >= ihl { off + total } else { cap };
-    parse_l4(w, off + ihl, cap.min(l4_end), &mut p);
-    Some(p)
+    parse_l4(w, off + ihl, cap.min(l4_end), p);
+    true
 }
 
 #[inline(always)]
-fn parse_ipv6(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
+fn parse_ipv6(w: &Window, off: usize, cap: usize, p: &mut Parsed) -> bool {
     if cap < off + IPV6_HLEN || byte(w, off) >> 4 != 6 {
-        return None;
+        return false;
     }
-    let mut p = Parsed::default();
+    *p = Parsed::default();
     p.tuple.family = FAMILY_IPV6;
     p.fp.ip_id = be32(w, off) & 0x000f_ffff;
     let mut i = 0;
@@ -174,13 +201,13 @@ fn parse_ipv6(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
                 if end < l4 + 8 {
                     p.flags |= flag::TRUNCATED;
                     p.tuple.proto = next;
-                    return Some(p);
+                    return true;
                 }
                 p.flags |= flag::FRAGMENT;
                 p.fp.a = be32(w, l4 + 4);
                 if be16(w, l4 + 2) & 0xfff8 != 0 {
                     p.tuple.proto = byte(w, l4);
-                    return Some(p);
+                    return true;
                 }
                 8
             }
@@ -191,15 +218,15 @@ fn parse_ipv6(w: &Window, off: usize, cap: usize) -> Option<Parsed> {
         if end < l4 + 2 {
             p.flags |= flag::TRUNCATED;
             p.tuple.proto = next;
-            return Some(p);
+            return true;
         }
         next = byte(w, l4);
         l4 += len;
         n += 1;
     }
     p.tuple.proto = next;
-    parse_l4(w, l4, end, &mut p);
-    Some(p)
+    parse_l4(w, l4, end, p);
+    true
 }
 
 /// Reads ports and the NAT-invariant fingerprint of the L4 header at `off`; `end` is where

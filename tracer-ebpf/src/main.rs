@@ -1,4 +1,29 @@
+//! pktrace's kernel programs.
+//!
+//! - `tc_ingress` / `tc_egress`: tc classifiers (tcx or clsact) on every chosen interface. They
+//!   copy the packet's first bytes, parse them with the shared parser, and emit one event per
+//!   packet of a tracked pod address or flow. They never change a packet's fate.
+//! - `nf_*`: BPF netfilter programs bracketing the NAT hooks (`*_enter` just before the nat
+//!   table's priority, `*_exit` just after). The pair sees the packet before and after NAT and
+//!   times the whole step (rule traversal and rewrite). They keep following a flow after NAT
+//!   rewrote it by adding the translated tuples to `TRACKED_FLOWS`.
+//!
+//! Everything else (joining, attribution, output) happens in user space.
 #![no_std]
 #![no_main]
+
+mod emit;
+mod nat;
+mod tc;
+
+#[cfg(not(test))]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! { loop {} }
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any program that could reach a panic, so this is never called.
+    loop {}
+}
+
+/// GPL-compatible licence: the NAT programs use `bpf_probe_read_kernel`, a GPL-only helper.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

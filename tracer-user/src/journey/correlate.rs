@@ -1,1 +1,271 @@
-//! TODO
+//! Joins kernel events into journeys.
+//!
+//! tc programs cannot see the kernel's skb address, so events are joined by a fingerprint that
+//! NAT does not change (IP id plus TCP seq/ack/flags, ICMP sequence or UDP length and leading
+//! payload, see `tracer_common::parse`), constrained by the NAT mapping: an event joins an open
+//! journey with the same fingerprint only when the packet it saw is the packet that journey
+//! currently holds (a tc event's tuple, or a NAT event's tuple *before* the rewrite). Two flows
+//! never share a tuple, so concurrency cannot merge journeys; an ingress on an edge interface
+//! (pod veth or uplink) always starts a new journey and an egress on one ends it, so
+//! retransmits and reused skbs cannot either.
+
+use std::collections::{HashMap, VecDeque};
+
+use tracer_common::{Event, Fingerprint, Tuple, hook, kind};
+
+use super::model::{Ending, Journey, Point, Step};
+
+/// What an attached interface is to the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostIf {
+    pub name: String,
+    /// True for interfaces where packets enter or leave the node (pod veths, the uplink);
+    /// false for internal ones such as the CNI bridge.
+    pub edge: bool,
+}
+
+/// Limits of the join table.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A journey with no event for this long is closed as timed out.
+    pub idle_timeout_ns: u64,
+    /// Most journeys kept open at once; past it the oldest are closed early.
+    pub max_open: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { idle_timeout_ns: 1_000_000_000, max_open: 65_536 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct JoinKey {
+    fp: Fingerprint,
+    proto: u8,
+}
+
+#[derive(Debug)]
+struct Open {
+    id: u64,
+    /// The packet as the journey's last step left it.
+    current: Tuple,
+    last_ktime: u64,
+    steps: Vec<Step>,
+}
+
+/// The join table.
+#[derive(Debug)]
+pub struct Correlator {
+    ifaces: HashMap<u32, HostIf>,
+    open: HashMap<JoinKey, Vec<Open>>,
+    /// Open journeys in creation order, for eviction: (id, key).
+    order: VecDeque<(u64, JoinKey)>,
+    open_count: usize,
+    next_id: u64,
+    limits: Limits,
+    evicted: u64,
+}
+
+impl Correlator {
+    #[must_use]
+    pub fn new(ifaces: HashMap<u32, HostIf>, limits: Limits) -> Self {
+        Self {
+            ifaces,
+            open: HashMap::new(),
+            order: VecDeque::new(),
+            open_count: 0,
+            next_id: 0,
+            limits,
+            evicted: 0,
+        }
+    }
+
+    /// Adds or replaces what is known of an interface.
+    pub fn set_iface(&mut self, ifindex: u32, iface: HostIf) {
+        self.ifaces.insert(ifindex, iface);
+    }
+
+    /// Journeys closed early because the table was full.
+    #[must_use]
+    pub const fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Journeys currently open.
+    #[must_use]
+    pub const fn open_count(&self) -> usize {
+        self.open_count
+    }
+
+    /// Takes one event; returns the journeys it completed (and any it evicted).
+    pub fn push(&mut self, ev: &Event, done: &mut Vec<Journey>) {
+        let key = JoinKey { fp: ev.fp, proto: ev.tuple.proto };
+        match ev.kind {
+            kind::TC_INGRESS | kind::TC_EGRESS => self.push_tc(ev, key, done),
+            kind::NAT => self.push_nat(ev, key, done),
+            _ => {}
+        }
+    }
+
+    fn push_tc(&mut self, ev: &Event, key: JoinKey, done: &mut Vec<Journey>) {
+        let ingress = ev.kind == kind::TC_INGRESS;
+        let iface = self.iface(ev.ifindex);
+        let step = Step {
+            point: if ingress { Point::Ingress } else { Point::Egress },
+            iface: Some(iface.name.clone()),
+            tuple: ev.tuple,
+            orig: None,
+            reply: false,
+            latency_ns: None,
+            ktime_ns: ev.ktime_ns,
+            attribution: None,
+        };
+        let entering = ingress && iface.edge;
+        let leaving = !ingress && iface.edge;
+        let found = if entering { None } else { self.find(key, &ev.tuple) };
+        match found {
+            Some(idx) => {
+                let open = self.append(key, idx, step, ev.tuple);
+                if leaving {
+                    let open = self.remove(key, open);
+                    done.push(finish(open, Ending::Left));
+                }
+            }
+            None if leaving => done.push(Journey { steps: vec![step], ending: Ending::Left }),
+            None => self.start(key, step, ev.tuple, done),
+        }
+    }
+
+    fn push_nat(&mut self, ev: &Event, key: JoinKey, done: &mut Vec<Journey>) {
+        let step = nat_step(ev);
+        match self.find(key, &ev.orig) {
+            Some(idx) => {
+                self.append(key, idx, step, ev.tuple);
+            }
+            None => self.start(key, step, ev.tuple, done),
+        }
+    }
+
+    fn iface(&self, ifindex: u32) -> HostIf {
+        self.ifaces.get(&ifindex).cloned().unwrap_or_else(|| HostIf {
+            name: format!("if{ifindex}"),
+            edge: true,
+        })
+    }
+
+    /// The open journey with this key whose packet currently is `tuple` (the newest first).
+    fn find(&self, key: JoinKey, tuple: &Tuple) -> Option<usize> {
+        self.open.get(&key)?.iter().rposition(|o| o.current == *tuple)
+    }
+
+    /// Appends a step in time order; returns the journey's id.
+    fn append(&mut self, key: JoinKey, idx: usize, step: Step, now: Tuple) -> u64 {
+        let Some(open) = self.open.get_mut(&key).and_then(|v| v.get_mut(idx)) else {
+            return u64::MAX;
+        };
+        open.current = now;
+        open.last_ktime = open.last_ktime.max(step.ktime_ns);
+        let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
+        open.steps.insert(at, step);
+        open.id
+    }
+
+    fn start(&mut self, key: JoinKey, step: Step, now: Tuple, done: &mut Vec<Journey>) {
+        if self.open_count >= self.limits.max_open {
+            self.evict_oldest(done);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let open = Open { id, current: now, last_ktime: step.ktime_ns, steps: vec![step] };
+        self.open.entry(key).or_default().push(open);
+        self.order.push_back((id, key));
+        self.open_count += 1;
+    }
+
+    fn remove(&mut self, key: JoinKey, id: u64) -> Option<Open> {
+        let list = self.open.get_mut(&key)?;
+        let pos = list.iter().position(|o| o.id == id)?;
+        let open = list.remove(pos);
+        if list.is_empty() {
+            self.open.remove(&key);
+        }
+        self.open_count -= 1;
+        Some(open)
+    }
+
+    fn evict_oldest(&mut self, done: &mut Vec<Journey>) {
+        while let Some((id, key)) = self.order.pop_front() {
+            if let Some(open) = self.remove(key, id) {
+                self.evicted += 1;
+                done.push(finish(Some(open), Ending::TimedOut));
+                return;
+            }
+        }
+    }
+
+    /// Closes journeys idle since before `now_ktime - idle_timeout`.
+    pub fn expire(&mut self, now_ktime: u64, done: &mut Vec<Journey>) {
+        let deadline = now_ktime.saturating_sub(self.limits.idle_timeout_ns);
+        let mut closed = 0;
+        self.open.retain(|_, list| {
+            list.retain_mut(|o| {
+                if o.last_ktime >= deadline {
+                    return true;
+                }
+                done.push(finish(Some(std::mem::replace(o, empty_open())), Ending::TimedOut));
+                closed += 1;
+                false
+            });
+            !list.is_empty()
+        });
+        self.open_count -= closed;
+        // Journeys that left normally stay in `order` until here; drop them.
+        if closed > 0 || self.order.len() > 2 * self.open_count + 1024 {
+            let open = &self.open;
+            self.order
+                .retain(|(id, key)| open.get(key).is_some_and(|l| l.iter().any(|o| o.id == *id)));
+        }
+    }
+
+    /// Closes every open journey (on exit).
+    pub fn flush(&mut self, done: &mut Vec<Journey>) {
+        let mut all: Vec<Open> = self.open.drain().flat_map(|(_, v)| v).collect();
+        all.sort_by_key(|o| o.id);
+        done.extend(all.into_iter().map(|o| finish(Some(o), Ending::Flushed)));
+        self.order.clear();
+        self.open_count = 0;
+    }
+}
+
+fn empty_open() -> Open {
+    Open { id: u64::MAX, current: Tuple::default(), last_ktime: 0, steps: Vec::new() }
+}
+
+fn finish(open: Option<Open>, ending: Ending) -> Journey {
+    Journey { steps: open.map(|o| o.steps).unwrap_or_default(), ending }
+}
+
+/// Turns a NAT event into a step. The hook tells the manipulation (the kernel's
+/// `HOOK2MANIP`: destination in PRE_ROUTING and LOCAL_OUT, source in POST_ROUTING and
+/// LOCAL_IN, net/netfilter/nf_nat_core.c, v6.1); the conntrack direction tells whether it is a
+/// rule's translation or the reverse translation of a reply.
+fn nat_step(ev: &Event) -> Step {
+    let manip_dst = matches!(ev.hook, hook::PRE_ROUTING | hook::LOCAL_OUT);
+    let reply = ev.is_reply();
+    let point = if manip_dst != reply { Point::Dnat } else { Point::Snat };
+    let timed = ev.flags & tracer_common::flag::NAT_UNTIMED == 0;
+    Step {
+        point,
+        iface: None,
+        tuple: ev.tuple,
+        orig: Some(ev.orig),
+        reply,
+        latency_ns: timed.then_some(ev.nat_ns),
+        ktime_ns: ev.ktime_ns,
+        attribution: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! Maps, globals, the filter and the ring-buffer writer shared by all programs.
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use tracer_common::{
+    AddrKey, Event, KernelOffsets, Tuple, counter, filter,
+    parse::{Parsed, Window},
+};
+
+/// Default ring-buffer size; user space may override it (`EVENTS` max entries).
+const RING_BYTES: u32 = 8 << 20;
+
+/// Events for user space.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
+
+/// Per-CPU counters, indexed by [`counter`].
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Addresses of the traced pods, seeded by user space.
+#[map]
+pub static TRACKED_ADDRS: HashMap<AddrKey, u32> = HashMap::with_max_entries(256, 0);
+
+/// Flows followed after NAT rewrote them (both directions), added by the NAT programs.
+#[map]
+pub static TRACKED_FLOWS: LruHashMap<Tuple, u32> = LruHashMap::with_max_entries(65536, 0);
+
+/// Per-CPU scratch space: a packet's first bytes and what the parser read from them (the BPF
+/// stack is too small for both).
+#[repr(C)]
+pub struct Scratch {
+    pub window: Window,
+    pub parsed: Parsed,
+}
+
+/// One [`Scratch`] per program family (0: tc, 1: netfilter), per CPU.
+#[map]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(2, 0);
+
+/// [`filter`] mode, set by user space at load time.
+#[unsafe(no_mangle)]
+static FILTER_MODE: u32 = filter::TRACKED;
+
+/// Wake the reader once this many bytes wait in the ring buffer; below it the reader drains on
+/// a timer (a wakeup per event costs microseconds per packet).
+#[unsafe(no_mangle)]
+static WAKE_BYTES: u64 = 1 << 20;
+
+/// Kernel structure offsets from the running kernel's BTF, set by user space at load time.
+#[unsafe(no_mangle)]
+static OFFSETS: KernelOffsets = KernelOffsets {
+    nf_ctx_skb: 0,
+    skb_len: 0,
+    skb_data: 0,
+    skb_nfct: 0,
+    skb_mark: 0,
+    skb_dev: 0,
+    dev_ifindex: 0,
+    skb_data_len: 0,
+};
+
+/// Reads a global set at load time (volatile, so the compiler cannot fold the default).
+#[inline(always)]
+pub fn offsets() -> KernelOffsets {
+    // SAFETY: a plain read of a static the loader patched before verification.
+    unsafe { core::ptr::read_volatile(&OFFSETS) }
+}
+
+#[inline(always)]
+fn filter_mode() -> u32 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&FILTER_MODE) }
+}
+
+/// Adds one to a per-CPU counter.
+#[inline(always)]
+pub fn count(index: u32) {
+    if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
+        unsafe { *c += 1 };
+    }
+}
+
+/// The per-CPU scratch space `slot` (0: tc, 1: netfilter).
+#[inline(always)]
+pub fn scratch(slot: u32) -> Option<&'static mut Scratch> {
+    // SAFETY: per-CPU value, used only until the program returns.
+    SCRATCH.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
+}
+
+#[inline(always)]
+fn addr_tracked(family: u8, addr: &[u8; 16]) -> bool {
+    let key = AddrKey { addr: *addr, family, _pad: [0; 3] };
+    // SAFETY: the value is only tested for presence.
+    unsafe { TRACKED_ADDRS.get(&key).is_some() }
+}
+
+/// True when the packet's address of a traced pod, or its flow, is tracked.
+#[inline(always)]
+pub fn is_tracked(t: &Tuple) -> bool {
+    if filter_mode() == filter::ALL {
+        return true;
+    }
+    if addr_tracked(t.family, &t.saddr) || addr_tracked(t.family, &t.daddr) {
+        return true;
+    }
+    // SAFETY: as above.
+    unsafe { TRACKED_FLOWS.get(t).is_some() }
+}
+
+/// True when one of the tuple's addresses belongs to a traced pod.
+#[inline(always)]
+pub fn has_tracked_addr(t: &Tuple) -> bool {
+    addr_tracked(t.family, &t.saddr) || addr_tracked(t.family, &t.daddr)
+}
+
+/// Follows a flow in both directions.
+#[inline(always)]
+pub fn track_flow(t: &Tuple) {
+    let rev = t.reversed();
+    if TRACKED_FLOWS.insert(t, &1, 0).is_ok() && TRACKED_FLOWS.insert(&rev, &1, 0).is_ok() {
+        count(counter::FLOWS_ADDED);
+    }
+}
+
+/// Reserves an event in the ring buffer, zeroes it, lets `fill` write it in place (no copy on
+/// the small BPF stack) and submits it; a full buffer is counted as a loss.
+#[inline(always)]
+pub fn emit(fill: impl FnOnce(&mut Event)) {
+    match EVENTS.reserve::<Event>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            // SAFETY: the reservation is `size_of::<Event>()` bytes, 8-byte aligned; zeroing
+            // makes it a valid `Event` and leaks no stale ring-buffer bytes.
+            let ev = unsafe {
+                core::ptr::write_bytes(ev, 0, 1);
+                &mut *ev
+            };
+            fill(ev);
+            // SAFETY: a plain read of a static the loader patched before verification.
+            let wake = unsafe { core::ptr::read_volatile(&WAKE_BYTES) };
+            let flags = if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= wake {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            entry.submit(u64::from(flags));
+            count(counter::EMITTED);
+        }
+        None => count(counter::RINGBUF_FULL),
+    }
+}

@@ -1,0 +1,163 @@
+//! BPF netfilter programs bracketing the NAT hooks.
+//!
+//! The nat table runs at `NF_IP_PRI_NAT_DST` (-100) in PRE_ROUTING and LOCAL_OUT and at
+//! `NF_IP_PRI_NAT_SRC` (100) in POST_ROUTING and LOCAL_IN (include/uapi/linux/netfilter_ipv4.h,
+//! v6.1). User space attaches each `*_enter` program one priority before and each `*_exit` one
+//! after, so the pair sees the packet before and after NAT and times the whole step.
+//!
+//! aya-obj only parses the section names it knows, so these programs sit in the `classifier`
+//! section; user space loads them itself as `BPF_PROG_TYPE_NETFILTER`.
+//!
+//! # Minimum kernel version
+//! 6.4 (BPF_PROG_TYPE_NETFILTER and netfilter links).
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, generated::bpf_probe_read_kernel as read_raw},
+    macros::map,
+    maps::PerCpuArray,
+};
+use tracer_common::{
+    Event, KernelOffsets, PKT_WINDOW, PendingNat, counter, ct, flag, hook, kind, parse,
+};
+
+use crate::emit::{count, emit, has_tracked_addr, is_tracked, offsets, scratch, track_flow};
+
+/// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
+const NF_ACCEPT: i32 = 1;
+/// `NFCT_INFOMASK`: the low bits of `skb->_nfct` hold `ctinfo`.
+const NFCT_INFOMASK: u64 = 7;
+
+/// Packets in flight through a nat hook, one slot per hook number.
+#[map]
+static NAT_PENDING: PerCpuArray<PendingNat> = PerCpuArray::with_max_entries(5, 0);
+
+macro_rules! bracket {
+    ($enter:ident, $exit:ident, $hook:expr) => {
+        #[doc = concat!("Before the nat table in hook ", stringify!($hook), ".")]
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = "classifier")]
+        pub extern "C" fn $enter(ctx: *mut c_void) -> i32 {
+            if enter(ctx, $hook).is_err() {
+                count(counter::UNPARSED);
+            }
+            NF_ACCEPT
+        }
+
+        #[doc = concat!("After the nat table in hook ", stringify!($hook), ".")]
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = "classifier")]
+        pub extern "C" fn $exit(ctx: *mut c_void) -> i32 {
+            if exit(ctx, $hook).is_err() {
+                count(counter::UNPARSED);
+            }
+            NF_ACCEPT
+        }
+    };
+}
+
+bracket!(nf_pre_enter, nf_pre_exit, hook::PRE_ROUTING);
+bracket!(nf_out_enter, nf_out_exit, hook::LOCAL_OUT);
+bracket!(nf_post_enter, nf_post_exit, hook::POST_ROUTING);
+bracket!(nf_in_enter, nf_in_exit, hook::LOCAL_IN);
+
+/// Reads a kernel value at `base + off`.
+#[inline(always)]
+fn read<T>(base: u64, off: u32) -> Result<T, ()> {
+    // SAFETY: bpf_probe_read_kernel copes with any address.
+    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.map_err(|_| ())
+}
+
+/// The `struct sk_buff *` of a netfilter program's context (`struct bpf_nf_ctx`).
+#[inline(always)]
+fn skb_of(ctx: *mut c_void, off: &KernelOffsets) -> Result<u64, ()> {
+    read::<u64>(ctx as u64, off.nf_ctx_skb)
+}
+
+/// Parses the packet's L3 and L4 headers from its linear data into the netfilter scratch.
+#[inline(always)]
+fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
+    let len: u32 = read(skb, off.skb_len)?;
+    let data_len: u32 = read(skb, off.skb_data_len)?;
+    let data: u64 = read(skb, off.skb_data)?;
+    let linear = len.saturating_sub(data_len);
+    let cap = if linear > PKT_WINDOW as u32 { PKT_WINDOW as u32 } else { linear };
+    if cap == 0 {
+        return Err(());
+    }
+    let scratch = scratch(1).ok_or(())?;
+    // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
+    let ret = unsafe { read_raw(scratch.window.as_mut_ptr().cast(), cap, data as *const c_void) };
+    if ret != 0 || !parse::parse_l3(&scratch.window, cap as usize, &mut scratch.parsed) {
+        return Err(());
+    }
+    Ok(&scratch.parsed)
+}
+
+#[inline(always)]
+fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
+    count(counter::NAT_SEEN);
+    let off = offsets();
+    let skb = skb_of(ctx, &off)?;
+    let parsed = parse_skb(skb, &off)?;
+    let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
+    // SAFETY: per-CPU slot of this hook; the exit program on this CPU reads it next.
+    unsafe {
+        (*slot).skb = skb;
+        (*slot).before = parsed.tuple;
+        (*slot).ktime_ns = bpf_ktime_get_ns();
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let off = offsets();
+    let skb = skb_of(ctx, &off)?;
+    let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
+    // SAFETY: per-CPU slot written by this hook's enter program on this CPU.
+    let pending: &mut PendingNat = unsafe { &mut *slot };
+    if pending.skb != skb {
+        count(counter::NAT_UNPAIRED);
+        return Ok(());
+    }
+    // Cleared so that a later packet cannot pair with a stale entry.
+    pending.skb = 0;
+    let after = parse_skb(skb, &off)?;
+    let before = &pending.before;
+    if after.tuple == *before || !(is_tracked(before) || is_tracked(&after.tuple)) {
+        return Ok(());
+    }
+    // Keep following the flow under its new addresses, in both directions.
+    if !has_tracked_addr(&after.tuple) {
+        track_flow(&after.tuple);
+    }
+    if !has_tracked_addr(before) {
+        track_flow(before);
+    }
+    let nfct: u64 = if off.skb_nfct == 0 { 0 } else { read(skb, off.skb_nfct).unwrap_or(0) };
+    let ct_info = if nfct == 0 { ct::NONE } else { (nfct & NFCT_INFOMASK) as u8 };
+    let dev: u64 = if off.skb_dev == 0 { 0 } else { read(skb, off.skb_dev).unwrap_or(0) };
+    let ifindex: u32 = if dev == 0 { 0 } else { read(dev, off.dev_ifindex).unwrap_or(0) };
+    let len: u32 = read(skb, off.skb_len).unwrap_or(0);
+    let mark: u32 = read(skb, off.skb_mark).unwrap_or(0);
+    emit(|ev: &mut Event| {
+        ev.kind = kind::NAT;
+        ev.hook = hook_num;
+        ev.ct_info = ct_info;
+        ev.flags = after.flags | flag::NAT_HOOK_TIMED;
+        ev.ifindex = ifindex;
+        ev.ktime_ns = now;
+        ev.skb = skb;
+        ev.len = len;
+        ev.mark = mark;
+        ev.nat_ns = now.saturating_sub(pending.ktime_ns);
+        ev.fp = after.fp;
+        ev.tuple = after.tuple;
+        ev.orig = *before;
+    });
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! tc classifiers: one event per tracked packet at ingress and egress of each interface.
+//!
+//! # Minimum kernel version
+//! 5.8 with clsact (ring buffer); tcx links need 6.6.
+
+use aya_ebpf::{
+    bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
+};
+use tracer_common::{Event, PKT_WINDOW, counter, ct, kind, parse};
+
+use crate::emit::{count, emit, is_tracked, scratch};
+
+/// Smallest frame worth parsing (an Ethernet header).
+const MIN_FRAME: u32 = 14;
+
+/// tc ingress. Returns `TC_ACT_UNSPEC` (tcx: next) whatever happens.
+#[classifier]
+pub fn tc_ingress(ctx: TcContext) -> i32 {
+    if try_tc(&ctx, kind::TC_INGRESS).is_err() {
+        count(counter::UNPARSED);
+    }
+    TC_ACT_UNSPEC
+}
+
+/// tc egress. Returns `TC_ACT_UNSPEC` (tcx: next) whatever happens.
+#[classifier]
+pub fn tc_egress(ctx: TcContext) -> i32 {
+    if try_tc(&ctx, kind::TC_EGRESS).is_err() {
+        count(counter::UNPARSED);
+    }
+    TC_ACT_UNSPEC
+}
+
+#[inline(always)]
+fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
+    count(counter::SEEN);
+    let len = ctx.len();
+    if len < MIN_FRAME {
+        return Err(());
+    }
+    let cap = if len > PKT_WINDOW as u32 { PKT_WINDOW as u32 } else { len };
+    let scratch = scratch(0).ok_or(())?;
+    // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_skb_load_bytes(
+            ctx.skb.skb.cast(),
+            0,
+            scratch.window.as_mut_ptr().cast(),
+            cap,
+        )
+    };
+    if ret != 0 {
+        return Err(());
+    }
+    if !parse::parse_ethernet(&scratch.window, cap as usize, &mut scratch.parsed) {
+        return Err(());
+    }
+    let parsed = &scratch.parsed;
+    if !is_tracked(&parsed.tuple) {
+        return Ok(());
+    }
+    count(counter::MATCHED);
+    // SAFETY: reading fields of the program's own context.
+    let (ifindex, mark) = unsafe { ((*ctx.skb.skb).ifindex, (*ctx.skb.skb).mark) };
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(|ev: &mut Event| {
+        ev.kind = event_kind;
+        ev.ct_info = ct::NONE;
+        ev.flags = parsed.flags;
+        ev.ifindex = ifindex;
+        ev.ktime_ns = now;
+        ev.len = len;
+        ev.mark = mark;
+        ev.fp = parsed.fp;
+        ev.tuple = parsed.tuple;
+    });
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! Correlator tests: the lab's paths, concurrency, retransmits, ordering and limits.
+
+use std::net::SocketAddr;
+
+use tracer_common::{Event, Fingerprint, PROTO_TCP, PROTO_UDP, Tuple, ct, hook, kind};
+
+use super::*;
+use crate::journey::model::tuple;
+
+const AZV_CLIENT: u32 = 10;
+const AZV_BACKEND: u32 = 11;
+const AZURE0: u32 = 2;
+const ETH0: u32 = 3;
+
+fn ifaces() -> HashMap<u32, HostIf> {
+    [
+        (AZV_CLIENT, "azv47c3ee9d512", true),
+        (AZV_BACKEND, "azva4124965a9b", true),
+        (AZURE0, "azure0", false),
+        (ETH0, "eth0", true),
+    ]
+    .into_iter()
+    .map(|(i, n, edge)| (i, HostIf { name: n.into(), edge }))
+    .collect()
+}
+
+fn t(proto: u8, src: &str, dst: &str) -> Tuple {
+    tuple(proto, src.parse::<SocketAddr>().unwrap(), dst.parse::<SocketAddr>().unwrap())
+}
+
+fn fp(n: u32) -> Fingerprint {
+    Fingerprint { ip_id: n, a: n * 7, b: 0, c: 2 }
+}
+
+fn tc(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> Event {
+    Event { kind: k, ct_info: ct::NONE, ifindex, ktime_ns: at, fp, tuple, ..Event::default() }
+}
+
+fn nat(h: u8, ct_info: u8, orig: Tuple, after: Tuple, fp: Fingerprint, at: u64) -> Event {
+    Event {
+        kind: kind::NAT,
+        hook: h,
+        ct_info,
+        ktime_ns: at,
+        nat_ns: 2000,
+        fp,
+        tuple: after,
+        orig,
+        ..Event::default()
+    }
+}
+
+/// The events of one pod → ClusterIP → backend packet, at time `base`.
+fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Event> {
+    let pre = t(PROTO_TCP, &format!("10.13.76.46:{sport}"), "10.0.159.58:80");
+    let post = t(PROTO_TCP, &format!("10.13.76.46:{sport}"), "10.13.76.26:80");
+    vec![
+        tc(kind::TC_INGRESS, AZV_CLIENT, pre, f, base),
+        tc(kind::TC_INGRESS, AZURE0, pre, f, base + 100),
+        nat(hook::PRE_ROUTING, ct::NEW, pre, post, f, base + 3000),
+        tc(kind::TC_EGRESS, AZURE0, post, f, base + 5000),
+        tc(kind::TC_EGRESS, AZV_BACKEND, post, f, base + 5100),
+    ]
+}
+
+fn run(c: &mut Correlator, events: &[Event]) -> Vec<Journey> {
+    let mut done = Vec::new();
+    for e in events {
+        c.push(e, &mut done);
+    }
+    done
+}
+
+fn points(j: &Journey) -> Vec<(Point, Option<&str>, bool)> {
+    j.steps.iter().map(|s| (s.point, s.iface.as_deref(), s.reply)).collect()
+}
+
+#[test]
+fn clusterip_packet_is_one_journey_with_dnat() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let done = run(&mut c, &clusterip_packet(41234, fp(1), 1_000));
+    assert_eq!(done.len(), 1);
+    let j = &done[0];
+    assert_eq!(j.ending, Ending::Left);
+    assert_eq!(
+        points(j),
+        [
+            (Point::Ingress, Some("azv47c3ee9d512"), false),
+            (Point::Ingress, Some("azure0"), false),
+            (Point::Dnat, None, false),
+            (Point::Egress, Some("azure0"), false),
+            (Point::Egress, Some("azva4124965a9b"), false),
+        ]
+    );
+    assert_eq!(j.steps[2].latency_ns, Some(2000));
+    assert_eq!(j.transit_ns(), 5100);
+    assert_eq!(c.open_count(), 0);
+}
+
+#[test]
+fn reply_of_masquerade_is_snat_reply_and_reply_of_dnat_is_dnat_reply() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    // Reply from the internet host to the node's address, un-SNATed in PRE_ROUTING.
+    let f = fp(9);
+    let wire = t(PROTO_TCP, "203.0.113.80:80", "10.13.76.4:41000");
+    let pod = t(PROTO_TCP, "203.0.113.80:80", "10.13.76.46:41000");
+    let done = run(
+        &mut c,
+        &[
+            tc(kind::TC_INGRESS, ETH0, wire, f, 10),
+            tc(kind::TC_INGRESS, AZURE0, wire, f, 20),
+            nat(hook::PRE_ROUTING, ct::IS_REPLY, wire, pod, f, 30),
+            tc(kind::TC_EGRESS, AZURE0, pod, f, 40),
+            tc(kind::TC_EGRESS, AZV_CLIENT, pod, f, 50),
+        ],
+    );
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].steps[2].point, Point::Snat);
+    assert!(done[0].steps[2].reply);
+
+    // Reply from a backend, un-DNATed (source back to the VIP) in POST_ROUTING.
+    let f = fp(10);
+    let back = t(PROTO_TCP, "10.13.76.26:80", "10.13.76.46:41234");
+    let vip = t(PROTO_TCP, "10.0.159.58:80", "10.13.76.46:41234");
+    let done = run(
+        &mut c,
+        &[
+            tc(kind::TC_INGRESS, AZV_BACKEND, back, f, 100),
+            tc(kind::TC_INGRESS, AZURE0, back, f, 110),
+            nat(hook::POST_ROUTING, ct::IS_REPLY, back, vip, f, 130),
+            tc(kind::TC_EGRESS, AZURE0, vip, f, 140),
+            tc(kind::TC_EGRESS, AZV_CLIENT, vip, f, 150),
+        ],
+    );
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].steps[2].point, done[0].steps[2].reply), (Point::Dnat, true));
+}
+
+#[test]
+fn masquerade_in_post_routing_is_snat() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let f = fp(3);
+    let pod = t(PROTO_UDP, "10.13.76.46:5000", "203.0.113.80:53");
+    let node = t(PROTO_UDP, "10.13.76.4:5000", "203.0.113.80:53");
+    let done = run(
+        &mut c,
+        &[
+            tc(kind::TC_INGRESS, AZV_CLIENT, pod, f, 1),
+            tc(kind::TC_INGRESS, AZURE0, pod, f, 2),
+            nat(hook::POST_ROUTING, ct::NEW, pod, node, f, 3),
+            tc(kind::TC_EGRESS, AZURE0, node, f, 4),
+            tc(kind::TC_EGRESS, ETH0, node, f, 5),
+        ],
+    );
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].steps[2].point, done[0].steps[2].reply), (Point::Snat, false));
+    assert_eq!(done[0].steps[4].tuple, node);
+}
+
+#[test]
+fn fifty_interleaved_flows_are_neither_merged_nor_split() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    // Same fingerprint on purpose (worst case): only the tuples tell the flows apart.
+    let per_flow: Vec<Vec<Event>> =
+        (0..50).map(|i| clusterip_packet(40_000 + i, fp(77), 1_000 + u64::from(i))).collect();
+    let mut interleaved = Vec::new();
+    for step in 0..5 {
+        for flow in &per_flow {
+            interleaved.push(flow[step]);
+        }
+    }
+    let done = run(&mut c, &interleaved);
+    assert_eq!(done.len(), 50);
+    for j in &done {
+        assert_eq!(j.steps.len(), 5, "{j:?}");
+        let sport = j.steps[0].tuple.sport;
+        assert!(j.steps.iter().all(|s| s.tuple.sport == sport));
+        assert_eq!(j.ending, Ending::Left);
+    }
+}
+
+#[test]
+fn a_retransmit_starts_a_new_journey() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let mut events = clusterip_packet(41234, fp(5), 0);
+    // The first copy's last event is lost; the retransmit is identical.
+    events.pop();
+    events.extend(clusterip_packet(41234, fp(5), 1_000_000));
+    let mut done = run(&mut c, &events);
+    assert_eq!(done.len(), 1, "only the retransmit left the node");
+    assert_eq!(done[0].steps[0].ktime_ns, 1_000_000);
+    c.expire(5_000_000_000, &mut done);
+    assert_eq!(done.len(), 2);
+    assert_eq!(done[1].ending, Ending::TimedOut);
+    assert_eq!(done[1].steps.len(), 4);
+    assert_eq!(c.open_count(), 0);
+}
+
+#[test]
+fn out_of_order_events_are_sorted_by_time() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let mut events = clusterip_packet(1, fp(6), 100);
+    events.swap(0, 1); // azure0 ingress arrives before the veth's: two journeys at worst
+    let mut done = run(&mut c, &events);
+    c.flush(&mut done);
+    let total: usize = done.iter().map(|j| j.steps.len()).sum();
+    assert_eq!(total, 5, "no event dropped");
+    for j in &done {
+        assert!(j.steps.windows(2).all(|w| w[0].ktime_ns <= w[1].ktime_ns));
+    }
+}
+
+#[test]
+fn the_table_is_bounded() {
+    let limits = Limits { idle_timeout_ns: u64::MAX, max_open: 8 };
+    let mut c = Correlator::new(ifaces(), limits);
+    let mut done = Vec::new();
+    for i in 0..100u16 {
+        let ev = &clusterip_packet(i, fp(u32::from(i)), u64::from(i))[0];
+        c.push(ev, &mut done);
+    }
+    assert_eq!(c.open_count(), 8);
+    assert_eq!(c.evicted(), 92);
+    assert_eq!(done.len(), 92);
+    assert!(done.iter().all(|j| j.ending == Ending::TimedOut));
+}
+
+#[test]
+fn unknown_interfaces_are_named_and_treated_as_edges() {
+    let mut c = Correlator::new(HashMap::new(), Limits::default());
+    let pkt = t(PROTO_TCP, "10.13.76.46:1000", "10.13.1.4:80");
+    let done = run(
+        &mut c,
+        &[tc(kind::TC_INGRESS, 42, pkt, fp(1), 1), tc(kind::TC_EGRESS, 43, pkt, fp(1), 2)],
+    );
+    assert_eq!(done.len(), 1);
+    assert_eq!(points(&done[0]), [(Point::Ingress, Some("if42"), false), (Point::Egress, Some("if43"), false)]);
+}
