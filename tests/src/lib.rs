@@ -1,1 +1,52 @@
-//! Integration tests for pktrace (root, lab namespaces): see `tests/`.
+//! Integration tests for pktrace (root, lab namespaces): see `tests/`. Run them with
+//! `cargo xtask integration-test`, which builds the binaries and sets `PKTRACE_BIN` and
+//! `PKTRACE_XTASK_BIN`.
+
+pub mod trace;
+
+use std::{env, path::PathBuf};
+
+/// Holds the lab up for a test: `new` brings it up (panicking with the reason if it cannot),
+/// dropping it takes the lab down again.
+#[must_use = "the lab goes down when the guard is dropped"]
+pub struct LabGuard(());
+
+impl LabGuard {
+    /// Brings the lab up (`xtask::lab::up`).
+    ///
+    /// # Panics
+    /// If the lab cannot be brought up (not root, tools missing, a step failed).
+    pub fn new() -> Self {
+        if let Err(err) = xtask::lab::up() {
+            panic!("bringing the lab up failed: {err:#}");
+        }
+        Self(())
+    }
+}
+
+impl Default for LabGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        if let Err(err) = xtask::lab::down() {
+            // Never panic in drop (it may run while unwinding from a failed test).
+            eprintln!("taking the lab down failed: {err:#}");
+        }
+    }
+}
+
+/// The pktrace binary under test, from `PKTRACE_BIN`.
+///
+/// # Panics
+/// If `PKTRACE_BIN` is not set: run the tests via `cargo xtask integration-test`.
+#[must_use]
+pub fn pktrace_bin() -> PathBuf {
+    match env::var_os("PKTRACE_BIN") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => panic!("PKTRACE_BIN is not set: run via `cargo xtask integration-test`"),
+    }
+}

@@ -1,0 +1,123 @@
+//! Running external commands: checked status, captured output, and errors that show the
+//! command line and its stderr.
+
+use std::{
+    env,
+    ffi::OsStr,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// The command line of `cmd`, for messages.
+#[must_use]
+pub fn describe(cmd: &Command) -> String {
+    let mut line = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&arg.to_string_lossy());
+    }
+    line
+}
+
+/// Runs `cmd` with inherited stdio; fails unless it exits 0.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("starting `{}`", describe(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed ({status})", describe(cmd));
+    }
+    Ok(())
+}
+
+/// Runs `cmd` capturing its output, whatever its exit status.
+pub fn capture(cmd: &mut Command) -> Result<Output> {
+    cmd.stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting `{}`", describe(cmd)))
+}
+
+/// Runs `cmd` quietly and returns its stdout; on failure the error holds its stderr.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out = capture(cmd)?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed ({}): {}",
+            describe(cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `cmd` quietly with `input` on its stdin and returns its stdout (like [`output`]).
+pub fn output_with_input(cmd: &mut Command, input: &str) -> Result<String> {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting `{}`", describe(cmd)))?;
+    let written = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed ({}): {}",
+            describe(cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    written
+        .transpose()
+        .with_context(|| format!("writing to `{}`", describe(cmd)))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Builds `program args…`.
+pub fn command<I, S>(program: impl AsRef<OsStr>, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    cmd
+}
+
+/// Where `program` is on `PATH`, if anywhere.
+#[must_use]
+pub fn find_program(program: &str) -> Option<PathBuf> {
+    let path = env::var_os("PATH").unwrap_or_default();
+    env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Whether this process runs as root (effective uid 0).
+#[must_use]
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Fails with a message telling the user to run as root, naming `what` needs it.
+pub fn require_root(what: &str) -> Result<()> {
+    if !is_root() {
+        bail!("{what} needs root: run it as root (e.g. `sudo -E cargo xtask …`)");
+    }
+    Ok(())
+}

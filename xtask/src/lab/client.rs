@@ -1,0 +1,74 @@
+//! The lab's client (`xtask lab client`): one TCP connection or one UDP datagram to a lab
+//! server, returning the server's reply line (`client=<ip>:<port>`, the address it saw).
+
+use std::{
+    fmt::Display,
+    io::Read as _,
+    net::{SocketAddr, TcpStream, UdpSocket},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::netns::in_ns;
+use crate::{cmd::output, xtask_exe};
+
+/// Default time-out of a lab client request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most reply bytes read.
+const MAX_REPLY: u64 = 4096;
+
+/// Connects to `addr` from the current namespace and returns the server's first line.
+pub fn tcp(addr: SocketAddr, timeout: Duration) -> Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    let mut reply = String::new();
+    (&mut stream)
+        .take(MAX_REPLY)
+        .read_to_string(&mut reply)
+        .with_context(|| format!("reading the reply of {addr}"))?;
+    first_line(&reply, addr)
+}
+
+/// Sends one datagram to `addr` from the current namespace and returns the reply's first line.
+pub fn udp(addr: SocketAddr, timeout: Duration) -> Result<String> {
+    let socket = UdpSocket::bind(("0.0.0.0", 0)).context("binding a UDP socket")?;
+    socket
+        .connect(addr)
+        .with_context(|| format!("connecting to {addr}"))?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket
+        .send(b"pktrace-lab\n")
+        .with_context(|| format!("sending to {addr}"))?;
+    let mut buf = [0u8; 2048];
+    let len = socket
+        .recv(&mut buf)
+        .with_context(|| format!("no reply from {addr} (udp)"))?;
+    first_line(&String::from_utf8_lossy(&buf[..len]), addr)
+}
+
+fn first_line(reply: &str, addr: SocketAddr) -> Result<String> {
+    match reply.lines().next() {
+        Some(line) if !line.is_empty() => Ok(line.to_owned()),
+        _ => bail!("{addr} closed without a reply"),
+    }
+}
+
+/// Runs `xtask lab client --tcp addr` inside namespace `from_ns` and returns the reply line
+/// (`client=<ip>:<port>`).
+pub fn client_tcp(from_ns: &str, addr: impl Display) -> Result<String> {
+    client_in(from_ns, "--tcp", &addr.to_string())
+}
+
+/// Runs `xtask lab client --udp addr` inside namespace `from_ns` and returns the reply line.
+pub fn client_udp(from_ns: &str, addr: impl Display) -> Result<String> {
+    client_in(from_ns, "--udp", &addr.to_string())
+}
+
+fn client_in(ns: &str, proto: &str, addr: &str) -> Result<String> {
+    let exe = xtask_exe()?;
+    let out = output(&mut in_ns(ns, exe, ["lab", "client", proto, addr]))
+        .with_context(|| format!("{proto} request to {addr} from {ns}"))?;
+    Ok(out.trim().to_owned())
+}

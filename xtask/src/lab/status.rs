@@ -1,0 +1,119 @@
+//! What the lab looks like now: namespaces, pods, state file and server liveness.
+
+use std::{fmt, path::Path};
+
+use anyhow::Result;
+
+use super::{
+    netns, servers,
+    topology::{PODS, Pod, STATE_FILE, Server, namespaces},
+};
+
+/// A server of the lab and whether it runs.
+#[derive(Debug, Clone)]
+pub struct ServerState {
+    /// Its namespace.
+    pub netns: String,
+    /// What it serves.
+    pub server: Server,
+    /// Its recorded pid.
+    pub pid: Option<i32>,
+    /// Whether that pid is alive in the namespace.
+    pub alive: bool,
+}
+
+/// A snapshot of the lab.
+#[derive(Debug, Clone)]
+pub struct LabStatus {
+    /// Every namespace of the lab and whether it exists.
+    pub namespaces: Vec<(String, bool)>,
+    /// The lab's pods.
+    pub pods: Vec<Pod>,
+    /// The state file, if written.
+    pub state_file: Option<&'static str>,
+    /// The servers.
+    pub servers: Vec<ServerState>,
+    /// All namespaces exist, the state file is there and every server runs.
+    pub up: bool,
+}
+
+/// Looks at the lab (needs root to see the servers' namespaces).
+pub fn status() -> Result<LabStatus> {
+    let namespaces: Vec<(String, bool)> = namespaces()
+        .into_iter()
+        .map(|ns| {
+            let e = netns::exists(&ns);
+            (ns, e)
+        })
+        .collect();
+    let state_file = Path::new(STATE_FILE).exists().then_some(STATE_FILE);
+    let servers: Vec<ServerState> = super::topology::servers()
+        .into_iter()
+        .map(|(ns, server)| ServerState {
+            pid: servers::recorded_pid(&ns),
+            alive: netns::exists(&ns) && servers::is_running(&ns),
+            netns: ns,
+            server,
+        })
+        .collect();
+    let up = namespaces.iter().all(|(_, e)| *e)
+        && state_file.is_some()
+        && servers.iter().all(|s| s.alive);
+    Ok(LabStatus {
+        namespaces,
+        pods: PODS.to_vec(),
+        state_file,
+        servers,
+        up,
+    })
+}
+
+impl fmt::Display for LabStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let any = self.namespaces.iter().any(|(_, e)| *e);
+        let state = if self.up {
+            "up"
+        } else if any {
+            "partial (run `cargo xtask lab up`)"
+        } else {
+            "down"
+        };
+        writeln!(f, "lab: {state}")?;
+        writeln!(f, "namespaces:")?;
+        for (ns, exists) in &self.namespaces {
+            writeln!(
+                f,
+                "  {ns:<36} {}",
+                if *exists { "present" } else { "missing" }
+            )?;
+        }
+        writeln!(f, "pods:")?;
+        for pod in &self.pods {
+            let name = pod.full_name();
+            writeln!(
+                f,
+                "  {name:<44} {:<13} {:<15} netns {}",
+                pod.ip,
+                pod.host_if,
+                pod.netns()
+            )?;
+        }
+        writeln!(
+            f,
+            "state file: {}",
+            self.state_file.unwrap_or("(not written)")
+        )?;
+        writeln!(f, "servers:")?;
+        for s in &self.servers {
+            let what = match s.server {
+                Server::Tcp(port) => format!("tcp/{port}"),
+                Server::Udp(port) => format!("udp/{port}"),
+                Server::None => "-".to_owned(),
+            };
+            let pid = s.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
+            let alive = if s.alive { "alive" } else { "not running" };
+            writeln!(f, "  {:<36} {what:<7} pid {pid:<8} {alive}", s.netns)?;
+        }
+        Ok(())
+    }
+}

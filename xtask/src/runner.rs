@@ -1,0 +1,117 @@
+//! The test tiers: `cargo xtask test` runs setup, the plain `cargo test` tier and the
+//! integration tier in order, stopping at the first failure; `cargo xtask integration-test`
+//! runs the root-only tests against the lab.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    PKTRACE_BIN_ENV, XTASK_BIN_ENV,
+    cmd::{require_root, run},
+    setup, target_dir, workspace_root,
+};
+
+/// Builds pktrace and xtask, then runs the `tests` crate (one test at a time) with
+/// `PKTRACE_BIN` and `PKTRACE_XTASK_BIN` set; `extra` goes to the test harness.
+pub fn integration_test(extra: &[String]) -> Result<()> {
+    require_root("`cargo xtask integration-test` (it builds network namespaces and loads eBPF)")?;
+    cargo(&["build", "--release", "-p", "tracer-user"]).context("building pktrace")?;
+    cargo(&["build", "-p", "xtask"]).context("building xtask")?;
+    let pktrace = target_dir().join("release/pktrace");
+    let xtask = target_dir().join("debug/xtask");
+    for bin in [&pktrace, &xtask] {
+        if !bin.exists() {
+            bail!("{} is missing after the build", bin.display());
+        }
+    }
+    let mut test = cargo_command(&["test", "--release", "-p", "tests", "--", "--test-threads=1"]);
+    test.args(extra)
+        .env(PKTRACE_BIN_ENV, &pktrace)
+        .env(XTASK_BIN_ENV, &xtask);
+    run(&mut test).context("integration tests failed")
+}
+
+/// One tier of `cargo xtask test`.
+struct Tier {
+    name: &'static str,
+    run: fn() -> Result<()>,
+}
+
+/// Every tier, in order.
+const TIERS: [Tier; 3] = [
+    Tier {
+        name: "setup",
+        run: setup,
+    },
+    Tier {
+        name: "unit (cargo test)",
+        run: unit,
+    },
+    Tier {
+        name: "integration (root, lab)",
+        run: || integration_test(&[]),
+    },
+    // The vm-test tier (kprobe and fentry paths in qemu) goes here, after integration.
+];
+
+/// Runs every tier, stopping at the first failure; prints one final line per tier.
+pub fn test_all() -> Result<()> {
+    let mut results: Vec<(&str, String)> = Vec::new();
+    let mut failure = None;
+    for tier in &TIERS {
+        if failure.is_some() {
+            results.push((tier.name, "skipped (an earlier tier failed)".into()));
+            continue;
+        }
+        eprintln!("==> tier {}", tier.name);
+        let start = Instant::now();
+        match (tier.run)() {
+            Ok(()) => results.push((tier.name, format!("ok ({})", secs(start.elapsed())))),
+            Err(err) => {
+                results.push((
+                    tier.name,
+                    format!("FAILED ({}): {err:#}", secs(start.elapsed())),
+                ));
+                failure = Some(tier.name);
+            }
+        }
+    }
+    for (name, result) in &results {
+        eprintln!("tier {name}: {result}");
+    }
+    match failure {
+        Some(name) => bail!("tier {name} failed"),
+        None => Ok(()),
+    }
+}
+
+fn unit() -> Result<()> {
+    // tracer-ebpf is a no_std BPF crate: tracer-user's build script builds it for the BPF
+    // target; it must never be built for the host.
+    cargo(&[
+        "test",
+        "--workspace",
+        "--exclude",
+        "tests",
+        "--exclude",
+        "tracer-ebpf",
+    ])
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    run(&mut cargo_command(args))
+}
+
+fn cargo_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(args).current_dir(workspace_root());
+    cmd
+}
+
+fn secs(elapsed: Duration) -> String {
+    format!("{:.1} s", elapsed.as_secs_f64())
+}

@@ -1,0 +1,58 @@
+//! Debian packages the lab and the tests use, installed with apt when missing.
+
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::cmd::{find_program, is_root, run};
+
+/// Packages `setup` makes sure are installed (`iputils-ping`: the integration tests' `ping`).
+pub const PACKAGES: [&str; 10] = [
+    "iptables",
+    "conntrack",
+    "ipset",
+    "tcpdump",
+    "bpftool",
+    "iperf3",
+    "iproute2",
+    "busybox-static",
+    "procps",
+    "iputils-ping",
+];
+
+/// Installs the packages of `PACKAGES` that are missing (one `apt-get update` first).
+pub fn ensure_packages() -> Result<()> {
+    if find_program("dpkg-query").is_none() {
+        bail!("dpkg-query not found: `cargo xtask setup` supports Debian and Ubuntu only");
+    }
+    let missing: Vec<&str> = PACKAGES.into_iter().filter(|p| !is_installed(p)).collect();
+    if missing.is_empty() {
+        eprintln!("setup: packages already installed: {}", PACKAGES.join(" "));
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "packages missing: {}; installing them needs root: run `cargo xtask setup` as root",
+            missing.join(" ")
+        );
+    }
+    eprintln!("setup: installing {}", missing.join(" "));
+    run(Command::new("apt-get").arg("update")).context("apt-get update")?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing))
+    .context("installing packages")?;
+    let still: Vec<&str> = missing.into_iter().filter(|p| !is_installed(p)).collect();
+    if !still.is_empty() {
+        bail!("apt-get did not install {}", still.join(" "));
+    }
+    Ok(())
+}
+
+fn is_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|out| out.status.success() && out.stdout == b"install ok installed")
+}
