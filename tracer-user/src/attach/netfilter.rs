@@ -1,1 +1,813 @@
-//! TODO
+//! BPF netfilter programs and links: NAT observation method 3 of DESIGN.md.
+//!
+//! aya 0.14 has no loader for `BPF_PROG_TYPE_NETFILTER`, so the `nf_*` programs of the kernel
+//! object (which sit in the `classifier` section, the one aya-obj accepts) are loaded here:
+//! the object is parsed again with aya-obj, its globals patched like aya's, its map references
+//! pointed at the maps aya created (so both loaders share one ring buffer, one flow table),
+//! its calls linked, and each program loaded with the raw `bpf(BPF_PROG_LOAD)` syscall
+//! ([`crate::sys`]). aya also lists these programs as `SchedClassifier`s; never load them
+//! through aya.
+//!
+//! A [`NetfilterLink`] hooks a program into netfilter in the network namespace of the
+//! **calling thread** at attach time (`current->nsproxy->net_ns`, `bpf_nf_link_attach`,
+//! net/netfilter/nf_bpf_link.c, v6.4). The link is a file descriptor: closing it (drop, exit,
+//! even SIGKILL) unregisters the hook, and while it is open it holds a reference on that
+//! namespace.
+//!
+//! # Minimum kernel version
+//! 6.4, built with `CONFIG_NETFILTER_BPF_LINK` (`BPF_PROG_TYPE_NETFILTER`,
+//! `BPF_LINK_TYPE_NETFILTER`: net/netfilter/nf_bpf_link.c, v6.4). The programs may only read
+//! their context (`struct bpf_nf_ctx`: `state` at 0, `skb` at 8, 8-byte loads), use the base
+//! helpers, and must return `NF_DROP` (0) or `NF_ACCEPT` (1).
+
+use std::{
+    collections::{HashMap, HashSet},
+    ffi::CStr,
+    io,
+    os::fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd},
+};
+
+use aya::maps::{Map, MapData};
+use aya_obj::{
+    Object, ParseError,
+    btf::{BtfError as ObjectBtfError, BtfRelocationError},
+    generated::{bpf_attach_type, bpf_insn, bpf_prog_type},
+    relocation::EbpfRelocationError,
+};
+use thiserror::Error;
+
+use crate::sys::{self, ProgBtf, ProgLoad};
+
+/// `NFPROTO_IPV4` (include/uapi/linux/netfilter.h, v6.4).
+pub const NFPROTO_IPV4: u32 = 2;
+/// `NFPROTO_IPV6` (include/uapi/linux/netfilter.h, v6.4).
+pub const NFPROTO_IPV6: u32 = 10;
+/// `NF_INET_LOCAL_OUT` (include/uapi/linux/netfilter.h, v6.4).
+const NF_INET_LOCAL_OUT: u32 = 3;
+/// Programs of the object whose names start with this are netfilter programs.
+pub const PROGRAM_PREFIX: &str = "nf_";
+
+/// Verifier log sizes tried, in turn, after a load without a log failed. Kernels from 6.4 keep
+/// the log's end when it overflows (`ENOSPC`), which is the part that says what failed.
+const LOG_SIZES: [usize; 2] = [1 << 20, 16 << 20];
+
+/// Failures to load or attach BPF netfilter programs.
+#[derive(Debug, Error)]
+pub enum AttachError {
+    /// The kernel object is not an eBPF ELF aya-obj can read.
+    #[error("parsing the eBPF object failed")]
+    Parse(#[source] ParseError),
+    /// A global does not exist in the object or has the wrong size.
+    #[error("setting the eBPF object's globals failed (names and sizes must match the object)")]
+    Globals(#[source] ParseError),
+    /// The object's BTF could not be fixed up for the kernel.
+    #[error("preparing the eBPF object's BTF failed")]
+    ObjectBtf(#[source] ObjectBtfError),
+    /// CO-RE relocations need the kernel's BTF, which could not be read.
+    #[error("reading /sys/kernel/btf/vmlinux for the object's CO-RE relocations failed")]
+    KernelBtf(#[source] ObjectBtfError),
+    /// CO-RE relocations could not be applied.
+    #[error("applying the eBPF object's CO-RE relocations failed")]
+    CoreRelocation(#[source] BtfRelocationError),
+    /// A map of the object is not among the maps aya created.
+    #[error(
+        "map {name} of the eBPF object is not in the aya `Ebpf`: load the same object with aya \
+         first, and load the netfilter programs before taking maps out with `Ebpf::take_map`"
+    )]
+    MissingMap { name: String },
+    /// Map or call relocation failed.
+    #[error("relocating the eBPF object's {what} failed")]
+    Relocation {
+        what: &'static str,
+        #[source]
+        source: EbpfRelocationError,
+    },
+    /// The object has no program named `nf_*`.
+    #[error("the eBPF object has no netfilter programs (functions named {PROGRAM_PREFIX}*)")]
+    NoPrograms,
+    /// A program's code is missing from the object.
+    #[error("program {program} has no code in the eBPF object")]
+    MissingFunction { program: String },
+    /// The verifier rejected a program; its log says why.
+    #[error("the kernel rejected netfilter program {program} ({errno}); verifier log:\n{log}")]
+    Verifier {
+        program: String,
+        errno: io::Error,
+        log: String,
+    },
+    /// Loading failed before verification (no log): privileges or an old kernel.
+    #[error("loading netfilter program {program} failed{hint}")]
+    Load {
+        program: String,
+        hint: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// Netfilter refuses hooks at `NF_IP_PRI_FIRST` and `NF_IP_PRI_LAST`.
+    #[error(
+        "netfilter priority {priority} is reserved (NF_IP_PRI_FIRST/NF_IP_PRI_LAST); use a \
+         priority strictly between them"
+    )]
+    ReservedPriority { priority: i32 },
+    /// The kernel refused the link.
+    #[error(
+        "attaching {program} to netfilter (pf {pf}, hook {hook}, priority {priority}) failed{hint}"
+    )]
+    Link {
+        program: String,
+        pf: u32,
+        hook: u32,
+        priority: i32,
+        hint: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A loaded BPF netfilter program (`BPF_PROG_TYPE_NETFILTER`); attach it with
+/// [`NetfilterProgram::attach`]. Dropping it unloads it once no link uses it.
+///
+/// # Minimum kernel version
+/// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (net/netfilter/nf_bpf_link.c, v6.4).
+#[derive(Debug)]
+pub struct NetfilterProgram {
+    fd: OwnedFd,
+    name: String,
+}
+
+/// A program hooked into netfilter in one network namespace; dropping it unhooks it.
+#[derive(Debug)]
+pub struct NetfilterLink {
+    fd: OwnedFd,
+    program: String,
+    hook: u32,
+    priority: i32,
+}
+
+impl NetfilterLink {
+    /// The attached program's name.
+    #[must_use]
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The netfilter hook number (`NF_INET_*`).
+    #[must_use]
+    pub const fn hook(&self) -> u32 {
+        self.hook
+    }
+
+    /// The priority within the hook.
+    #[must_use]
+    pub const fn priority(&self) -> i32 {
+        self.priority
+    }
+}
+
+impl AsFd for NetfilterLink {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsFd for NetfilterProgram {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl NetfilterProgram {
+    /// Loads raw instructions as a netfilter program (the object path is
+    /// [`load_netfilter_programs`]); `name` is truncated to 15 bytes in the kernel.
+    pub fn load(name: &str, insns: &[bpf_insn], license: &CStr) -> Result<Self, AttachError> {
+        Self::load_request(&ProgLoad {
+            prog_type: bpf_prog_type::BPF_PROG_TYPE_NETFILTER,
+            expected_attach_type: bpf_attach_type::BPF_NETFILTER,
+            name,
+            insns,
+            license,
+            btf: None,
+        })
+    }
+
+    /// Loads without a verifier log (fast); on failure loads again with one to explain why.
+    fn load_request(req: &ProgLoad<'_>) -> Result<Self, AttachError> {
+        let first = match sys::prog_load(req, &mut [], 0) {
+            Ok(fd) => {
+                return Ok(Self {
+                    fd,
+                    name: req.name.to_owned(),
+                });
+            }
+            Err(e) => e,
+        };
+        let mut log = Vec::new();
+        for size in LOG_SIZES {
+            log = vec![0u8; size];
+            match sys::prog_load(req, &mut log, 1) {
+                Ok(fd) => {
+                    return Ok(Self {
+                        fd,
+                        name: req.name.to_owned(),
+                    });
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
+                Err(_) => break,
+            }
+        }
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let log = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
+        let program = req.name.to_owned();
+        if log.is_empty() {
+            Err(AttachError::Load {
+                program,
+                hint: load_hint(&first),
+                source: first,
+            })
+        } else {
+            Err(AttachError::Verifier {
+                program,
+                errno: first,
+                log,
+            })
+        }
+    }
+
+    /// The program's name (its function name in the object).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Hooks the program into netfilter in the calling thread's network namespace: family `pf`
+    /// ([`NFPROTO_IPV4`] or [`NFPROTO_IPV6`]), hook `hook` (`NF_INET_*`, see
+    /// [`tracer_common::hook`]) at `priority` (lower runs first; the nat table sits at -100 in
+    /// PRE_ROUTING/LOCAL_OUT and 100 in POST_ROUTING/LOCAL_IN).
+    ///
+    /// # Minimum kernel version
+    /// 6.4 (`BPF_LINK_TYPE_NETFILTER`, net/netfilter/nf_bpf_link.c, v6.4).
+    pub fn attach(&self, pf: u32, hook: u32, priority: i32) -> Result<NetfilterLink, AttachError> {
+        if priority == i32::MIN || priority == i32::MAX {
+            return Err(AttachError::ReservedPriority { priority });
+        }
+        let fd = sys::link_create_netfilter(self.fd.as_fd(), pf, hook, priority, 0).map_err(
+            |source| AttachError::Link {
+                program: self.name.clone(),
+                pf,
+                hook,
+                priority,
+                hint: link_hint(&source),
+                source,
+            },
+        )?;
+        Ok(NetfilterLink {
+            fd,
+            program: self.name.clone(),
+            hook,
+            priority,
+        })
+    }
+}
+
+/// What a load failure without a verifier log usually means.
+fn load_hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => {
+            ": run as root or with CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON"
+        }
+        Some(libc::EINVAL) => {
+            ": no verifier log, so most likely this kernel has no BPF netfilter programs (needs \
+             Linux 6.4+ built with CONFIG_NETFILTER_BPF_LINK)"
+        }
+        _ => "",
+    }
+}
+
+/// What a link failure means (`bpf_nf_check_pf_and_hooks`, net/netfilter/nf_bpf_link.c, v6.4).
+fn link_hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => ": run as root or with CAP_BPF and CAP_NET_ADMIN",
+        Some(libc::EAFNOSUPPORT) => ": the family must be NFPROTO_IPV4 (2) or NFPROTO_IPV6 (10)",
+        Some(libc::EPROTO) => ": the hook number must be below NF_INET_NUMHOOKS (5)",
+        Some(libc::ERANGE) => ": priority reserved (NF_IP_PRI_FIRST/LAST)",
+        Some(libc::EINVAL | libc::EOPNOTSUPP) => {
+            ": this kernel has no BPF netfilter links (needs Linux 6.4+ built with \
+             CONFIG_NETFILTER_BPF_LINK)"
+        }
+        _ => "",
+    }
+}
+
+/// The map data behind any kind of aya map.
+fn map_data(map: &Map) -> &MapData {
+    match map {
+        Map::Array(d)
+        | Map::ArrayOfMaps(d)
+        | Map::BloomFilter(d)
+        | Map::CgroupArray(d)
+        | Map::CgroupStorage(d)
+        | Map::CgrpStorage(d)
+        | Map::CpuMap(d)
+        | Map::DevMap(d)
+        | Map::DevMapHash(d)
+        | Map::HashMap(d)
+        | Map::HashOfMaps(d)
+        | Map::InodeStorage(d)
+        | Map::LpmTrie(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::PerCpuCgroupStorage(d)
+        | Map::PerCpuHashMap(d)
+        | Map::PerCpuLruHashMap(d)
+        | Map::PerfEventArray(d)
+        | Map::ProgramArray(d)
+        | Map::Queue(d)
+        | Map::ReusePortSockArray(d)
+        | Map::RingBuf(d)
+        | Map::SockHash(d)
+        | Map::SockMap(d)
+        | Map::SkStorage(d)
+        | Map::Stack(d)
+        | Map::StackTraceMap(d)
+        | Map::Unsupported(d)
+        | Map::XskMap(d) => d,
+    }
+}
+
+/// Loads every `nf_*` program of the kernel object `bytes` as a BPF netfilter program, using
+/// the maps `ebpf` created from the same bytes.
+///
+/// `globals` must be what was given to `EbpfLoader::override_global` (name and the value's
+/// bytes, e.g. `KernelOffsets` through [`crate::btf::kernel_offsets_bytes`]): the values the
+/// programs see are in aya's `.rodata`/`.data` maps, and are patched here too so the object is
+/// prepared exactly as aya prepared it (sizes are checked, every name must exist). Call this
+/// before taking maps out of `ebpf` with `take_map`. The steps follow `EbpfLoader::load`
+/// (aya 0.14, src/bpf.rs): patch globals, fix up and load the object's BTF (for `func_info`
+/// and `line_info`; the programs load without it if the kernel refuses it), CO-RE relocations
+/// when there are any, map and call relocations, helper sanitising.
+///
+/// # Minimum kernel version
+/// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (net/netfilter/nf_bpf_link.c, v6.4).
+pub fn load_netfilter_programs(
+    bytes: &[u8],
+    globals: &[(&str, &[u8])],
+    ebpf: &aya::Ebpf,
+) -> Result<Vec<NetfilterProgram>, AttachError> {
+    let mut obj = Object::parse(bytes).map_err(AttachError::Parse)?;
+    let patches: HashMap<&str, (&[u8], bool)> =
+        globals.iter().map(|&(n, b)| (n, (b, true))).collect();
+    obj.patch_map_data(patches).map_err(AttachError::Globals)?;
+    let btf_fd = load_object_btf(&mut obj)?;
+    if obj.has_btf_relocations() {
+        let kernel = aya_obj::btf::Btf::from_sys_fs().map_err(AttachError::KernelBtf)?;
+        obj.relocate_btf(&kernel)
+            .map_err(AttachError::CoreRelocation)?;
+    }
+    relocate(&mut obj, ebpf)?;
+    let mut names: Vec<&String> = obj
+        .programs
+        .keys()
+        .filter(|n| n.starts_with(PROGRAM_PREFIX))
+        .collect();
+    if names.is_empty() {
+        return Err(AttachError::NoPrograms);
+    }
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| load_one(&obj, name, btf_fd.as_ref()))
+        .collect()
+}
+
+/// Fixes up the object's BTF for this kernel and loads it; `None` when the kernel has no BTF
+/// support or refuses it (aya proceeds the same way for programs that do not need BTF).
+fn load_object_btf(obj: &mut Object) -> Result<Option<OwnedFd>, AttachError> {
+    let Some(features) = aya::features().btf() else {
+        return Ok(None);
+    };
+    let Some(btf) = obj
+        .fixup_and_sanitize_btf(features)
+        .map_err(AttachError::ObjectBtf)?
+    else {
+        return Ok(None);
+    };
+    Ok(sys::btf_load(&btf.to_bytes()).ok())
+}
+
+/// Points the object's map references at aya's maps and links its function calls.
+fn relocate(obj: &mut Object, ebpf: &aya::Ebpf) -> Result<(), AttachError> {
+    let maps: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
+    let mut with_fds = Vec::with_capacity(maps.len());
+    for (name, map) in &maps {
+        let data = ebpf
+            .map(name)
+            .map(map_data)
+            .ok_or_else(|| AttachError::MissingMap { name: name.clone() })?;
+        with_fds.push((name.as_str(), data.fd().as_fd().as_raw_fd(), map));
+    }
+    let text_sections: HashSet<usize> = obj.functions.keys().map(|&(section, _)| section).collect();
+    obj.relocate_maps(with_fds.into_iter(), &text_sections)
+        .map_err(|source| AttachError::Relocation {
+            what: "map references",
+            source,
+        })?;
+    obj.relocate_calls(&text_sections)
+        .map_err(|source| AttachError::Relocation {
+            what: "function calls",
+            source,
+        })?;
+    obj.sanitize_functions(aya::features());
+    Ok(())
+}
+
+/// Loads one relocated program of the object.
+fn load_one(
+    obj: &Object,
+    name: &str,
+    btf_fd: Option<&OwnedFd>,
+) -> Result<NetfilterProgram, AttachError> {
+    let missing = || AttachError::MissingFunction {
+        program: name.to_owned(),
+    };
+    let program = obj.programs.get(name).ok_or_else(missing)?;
+    let function = obj
+        .functions
+        .get(&program.function_key())
+        .ok_or_else(missing)?;
+    let func_info = function.func_info.func_info_bytes();
+    let line_info = function.line_info.line_info_bytes();
+    let btf = btf_fd.map(|fd| ProgBtf {
+        fd: fd.as_fd(),
+        func_info: &func_info,
+        func_info_rec_size: u32::try_from(function.func_info_rec_size).unwrap_or(0),
+        line_info: &line_info,
+        line_info_rec_size: u32::try_from(function.line_info_rec_size).unwrap_or(0),
+    });
+    NetfilterProgram::load_request(&ProgLoad {
+        prog_type: bpf_prog_type::BPF_PROG_TYPE_NETFILTER,
+        expected_attach_type: bpf_attach_type::BPF_NETFILTER,
+        name,
+        insns: &function.instructions,
+        license: &program.license,
+        btf,
+    })
+}
+
+/// One eBPF instruction.
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
+    bpf_insn {
+        code,
+        _bitfield_align_1: [],
+        _bitfield_1: bpf_insn::new_bitfield_1(dst, src),
+        off,
+        imm,
+    }
+}
+
+/// Checks that this kernel loads netfilter programs and links them, without hooking anything:
+/// it loads `r0 = NF_ACCEPT; exit` and asks for a link at the reserved priority
+/// `NF_IP_PRI_FIRST`, which a kernel with netfilter links refuses with `ERANGE` after checking
+/// everything else (`bpf_nf_check_pf_and_hooks`, net/netfilter/nf_bpf_link.c, v6.4). So it is
+/// safe in any namespace, including the host's. The error says why links are unavailable.
+///
+/// # Minimum kernel version
+/// 6.4 with `CONFIG_NETFILTER_BPF_LINK`.
+pub fn probe_netfilter_links() -> Result<(), AttachError> {
+    const MOV64_IMM: u8 = 0xb7;
+    const EXIT: u8 = 0x95;
+    let prog = NetfilterProgram::load(
+        "pktrace_probe",
+        &[insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)],
+        c"GPL",
+    )?;
+    let (pf, hook, priority) = (NFPROTO_IPV4, NF_INET_LOCAL_OUT, i32::MIN);
+    match sys::link_create_netfilter(prog.fd.as_fd(), pf, hook, priority, 0) {
+        // Success would mean a kernel that allows the reserved priority; the link closes here.
+        Ok(_link) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => Ok(()),
+        Err(source) => Err(AttachError::Link {
+            program: prog.name,
+            pf,
+            hook,
+            priority,
+            hint: link_hint(&source),
+            source,
+        }),
+    }
+}
+
+/// True when [`probe_netfilter_links`] succeeds.
+#[must_use]
+pub fn netfilter_links_supported() -> bool {
+    probe_netfilter_links().is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fs, net::UdpSocket, os::fd::AsRawFd as _, thread, time::Duration};
+
+    use tracer_common::{KernelOffsets, hook};
+
+    use super::*;
+    use crate::btf::{Btf, kernel_offsets};
+
+    /// Why these tests cannot run here, if they cannot: they need root and Linux 6.4+.
+    fn skip_reason() -> Option<String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Some("needs root (CAP_BPF, CAP_NET_ADMIN) to load and attach".into());
+        }
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release
+            .trim()
+            .split(['.', '-'])
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (version < (6, 4))
+            .then(|| format!("kernel {} < 6.4 has no BPF netfilter links", release.trim()))
+    }
+
+    /// The calling thread's network namespace (inode of /proc/thread-self/ns/net).
+    fn netns() -> String {
+        fs::read_link("/proc/thread-self/ns/net")
+            .unwrap()
+            .display()
+            .to_string()
+    }
+
+    /// Runs `f` on a thread in a new, empty network namespace with `lo` up. Only that thread
+    /// moves (`unshare(CLONE_NEWNET)` replaces the calling task's nsproxy, kernel/nsproxy.c,
+    /// v6.1); the namespace goes away with the thread once no link holds it. Never touches the
+    /// host's namespace: it panics before `f` if the move did not happen.
+    fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+        thread::scope(|s| {
+            s.spawn(|| {
+                let before = netns();
+                // SAFETY: unshare has no memory-safety preconditions.
+                assert_eq!(
+                    unsafe { libc::unshare(libc::CLONE_NEWNET) },
+                    0,
+                    "{}",
+                    io::Error::last_os_error()
+                );
+                assert_ne!(
+                    netns(),
+                    before,
+                    "unshare(CLONE_NEWNET) did not move this thread"
+                );
+                set_lo_up();
+                f()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    fn set_lo_up() {
+        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+        // SAFETY: an all-zero ifreq is valid; the ioctls read and write only that struct.
+        unsafe {
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            ifr.ifr_name[..2].copy_from_slice(&[b'l'.cast_signed(), b'o'.cast_signed()]);
+            assert_eq!(
+                libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &raw mut ifr),
+                0
+            );
+            ifr.ifr_ifru.ifru_flags |= libc::c_short::try_from(libc::IFF_UP).unwrap();
+            assert_eq!(
+                libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &raw mut ifr),
+                0
+            );
+        }
+    }
+
+    /// Sends `n` UDP datagrams of `payload` bytes with socket mark `mark` over loopback and
+    /// waits until they arrived.
+    fn send_udp(n: usize, payload: usize, mark: u32) {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let len = libc::socklen_t::try_from(size_of::<u32>()).unwrap();
+        // SAFETY: SO_MARK reads a u32 from the pointer for `len` bytes.
+        let ret = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MARK,
+                std::ptr::from_ref(&mark).cast(),
+                len,
+            )
+        };
+        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
+        let mut buf = vec![0u8; payload + 1];
+        for _ in 0..n {
+            tx.send_to(&buf[..payload], rx.local_addr().unwrap())
+                .unwrap();
+            assert_eq!(rx.recv(&mut buf).unwrap(), payload);
+        }
+    }
+
+    /// `BPF_LD | BPF_IMM | BPF_DW` of a map fd: two instructions.
+    fn ld_map_fd(dst: u8, map: &OwnedFd) -> [bpf_insn; 2] {
+        [insn(0x18, dst, 1, 0, map.as_raw_fd()), insn(0, 0, 0, 0, 0)]
+    }
+
+    fn off(bytes: u32) -> i16 {
+        i16::try_from(bytes).unwrap()
+    }
+
+    /// A netfilter program that adds to the `[count, sum of skb->len, skb->mark,
+    /// skb->dev->ifindex]` u64s at index `slot` of array `map`, reading `skb` through the
+    /// offsets from BTF: the verifier checks those reads against the kernel's own types.
+    fn counter(map: &OwnedFd, slot: i32, o: &KernelOffsets) -> Vec<bpf_insn> {
+        let [ld0, ld1] = ld_map_fd(1, map);
+        vec![
+            insn(0xbf, 6, 1, 0, 0),                 // r6 = ctx
+            insn(0x79, 7, 6, off(o.nf_ctx_skb), 0), // r7 = ctx->skb
+            insn(0x62, 10, 0, -4, slot),            // *(u32 *)(r10 - 4) = slot
+            insn(0xbf, 2, 10, 0, 0),                // r2 = r10
+            insn(0x07, 2, 0, 0, -4),                // r2 += -4
+            ld0,
+            ld1,                                     // r1 = map
+            insn(0x85, 0, 0, 0, 1),                  // r0 = bpf_map_lookup_elem(r1, r2)
+            insn(0x15, 0, 0, 10, 0),                 // if r0 == 0 goto exit
+            insn(0xb7, 1, 0, 0, 1),                  // r1 = 1
+            insn(0xdb, 0, 1, 0, 0),                  // lock *(u64 *)(r0 + 0) += r1
+            insn(0x61, 1, 7, off(o.skb_len), 0),     // r1 = skb->len
+            insn(0xdb, 0, 1, 8, 0),                  // lock *(u64 *)(r0 + 8) += r1
+            insn(0x61, 1, 7, off(o.skb_mark), 0),    // r1 = skb->mark
+            insn(0x7b, 0, 1, 16, 0),                 // *(u64 *)(r0 + 16) = r1
+            insn(0x79, 1, 7, off(o.skb_dev), 0),     // r1 = skb->dev
+            insn(0x15, 1, 0, 2, 0),                  // if r1 == 0 goto exit
+            insn(0x61, 1, 1, off(o.dev_ifindex), 0), // r1 = dev->ifindex
+            insn(0x7b, 0, 1, 24, 0),                 // *(u64 *)(r0 + 24) = r1
+            insn(0xb7, 0, 0, 0, 1),                  // exit: r0 = NF_ACCEPT
+            insn(0x95, 0, 0, 0, 0),                  // return r0
+        ]
+    }
+
+    /// `[count, sum of len, mark, ifindex]` at `slot`.
+    fn counts(map: &OwnedFd, slot: u32) -> [u64; 4] {
+        let mut raw = [0u8; 32];
+        // SAFETY: the map's values are 32 bytes (`array_map_create(32, ..)` below).
+        unsafe { sys::array_map_lookup(map.as_fd(), slot, &mut raw) }.unwrap();
+        let mut out = [0; 4];
+        for (v, chunk) in out.iter_mut().zip(raw.chunks_exact(8)) {
+            *v = u64::from_ne_bytes(chunk.try_into().unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn links_count_packets_in_a_new_namespace_until_dropped() {
+        if let Some(why) = skip_reason() {
+            println!("skipped: {why}");
+            return;
+        }
+        let o = kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap();
+        let map = sys::array_map_create(32, 2).unwrap();
+        let out = NetfilterProgram::load("pkt_test_out", &counter(&map, 0, &o), c"GPL").unwrap();
+        let post = NetfilterProgram::load("pkt_test_post", &counter(&map, 1, &o), c"GPL").unwrap();
+        in_new_netns(|| {
+            probe_netfilter_links().unwrap();
+            let links = [
+                out.attach(NFPROTO_IPV4, u32::from(hook::LOCAL_OUT), -101)
+                    .unwrap(),
+                post.attach(NFPROTO_IPV4, u32::from(hook::POST_ROUTING), 99)
+                    .unwrap(),
+            ];
+            assert_eq!(
+                (links[0].program(), links[0].hook(), links[0].priority()),
+                ("pkt_test_out", 3, -101)
+            );
+            send_udp(5, 100, 0x4000);
+            // IPv4 20 + UDP 8 + payload 100 bytes; `lo` is ifindex 1 in a new namespace. At
+            // LOCAL_OUT skb->dev is not set yet (ip_output sets it just before POST_ROUTING,
+            // net/ipv4/ip_output.c, v6.1), so only POST_ROUTING checks dev->ifindex.
+            assert_eq!(counts(&map, 0)[..3], [5, 5 * 128, 0x4000]);
+            assert_eq!(counts(&map, 1), [5, 5 * 128, 0x4000, 1]);
+            drop(links);
+            send_udp(3, 10, 0);
+            assert_eq!(counts(&map, 0)[0], 5, "a dropped link still counted");
+            assert_eq!(counts(&map, 1)[0], 5, "a dropped link still counted");
+        });
+    }
+
+    #[test]
+    fn link_and_load_errors_say_why() {
+        if let Some(why) = skip_reason() {
+            println!("skipped: {why}");
+            return;
+        }
+        let accept = [insn(0xb7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)];
+        let prog = NetfilterProgram::load("pkt_test_err", &accept, c"GPL").unwrap();
+        in_new_netns(|| {
+            let err = prog.attach(NFPROTO_IPV4, 3, i32::MIN).unwrap_err();
+            assert!(matches!(err, AttachError::ReservedPriority { .. }), "{err}");
+            let err = prog.attach(99, 3, 1).unwrap_err();
+            assert!(err.to_string().contains("NFPROTO_IPV4"), "{err}");
+            let err = prog.attach(NFPROTO_IPV6, 7, 1).unwrap_err();
+            assert!(err.to_string().contains("NF_INET_NUMHOOKS"), "{err}");
+        });
+        // Netfilter programs must return NF_DROP or NF_ACCEPT; the log must say so.
+        let bad = [insn(0xb7, 0, 0, 0, 2), insn(0x95, 0, 0, 0, 0)];
+        match NetfilterProgram::load("pkt_test_bad", &bad, c"GPL") {
+            Err(AttachError::Verifier { program, log, .. }) => {
+                assert_eq!(program, "pkt_test_bad");
+                assert!(log.contains("R0"), "{log}");
+            }
+            other => panic!("expected a verifier error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reserved_priorities_are_refused_before_the_kernel() {
+        let fd = OwnedFd::from(fs::File::open("/dev/null").unwrap());
+        let prog = NetfilterProgram {
+            fd,
+            name: "none".into(),
+        };
+        for priority in [i32::MIN, i32::MAX] {
+            assert!(matches!(
+                prog.attach(NFPROTO_IPV4, 0, priority),
+                Err(AttachError::ReservedPriority { .. })
+            ));
+        }
+    }
+
+    /// The real kernel object, loaded the way pktrace does: maps by aya, `nf_*` programs here,
+    /// attached around the nat priorities in a new namespace; every packet must pass each
+    /// `*_enter` once and find its pending entry in each `*_exit`.
+    #[test]
+    fn the_kernel_object_loads_and_its_brackets_pair_up() {
+        let object = crate::attach::object();
+        if let Some(why) = skip_reason().or_else(|| {
+            object
+                .is_empty()
+                .then(|| "built with AYA_BUILD_SKIP=1".into())
+        }) {
+            println!("skipped: {why}");
+            return;
+        }
+        let offsets = crate::btf::kernel_offsets_bytes(
+            &kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap(),
+        );
+        let (mode, wake) = (
+            tracer_common::filter::ALL.to_ne_bytes(),
+            4096u64.to_ne_bytes(),
+        );
+        let globals: [(&str, &[u8]); 3] = [
+            ("FILTER_MODE", &mode),
+            ("WAKE_BYTES", &wake),
+            ("OFFSETS", &offsets),
+        ];
+        let mut loader = aya::EbpfLoader::new();
+        for (name, bytes) in globals {
+            loader.override_global(name, bytes, true);
+        }
+        let ebpf = loader.load(object).unwrap();
+        let programs = match load_netfilter_programs(object, &globals, &ebpf) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let names: Vec<&str> = programs.iter().map(NetfilterProgram::name).collect();
+        assert!(
+            names.len() >= 8 && names.iter().all(|n| n.starts_with(PROGRAM_PREFIX)),
+            "{names:?}"
+        );
+        let find = |name: &str| programs.iter().find(|p| p.name() == name).unwrap();
+        in_new_netns(|| {
+            let mut links = Vec::new();
+            for (prefix, hook, nat) in [
+                ("pre", 0, -100),
+                ("out", 3, -100),
+                ("post", 4, 100),
+                ("in", 1, 100),
+            ] {
+                links.push(
+                    find(&format!("nf_{prefix}_enter"))
+                        .attach(NFPROTO_IPV4, hook, nat - 1)
+                        .unwrap(),
+                );
+                links.push(
+                    find(&format!("nf_{prefix}_exit"))
+                        .attach(NFPROTO_IPV4, hook, nat + 1)
+                        .unwrap(),
+                );
+            }
+            send_udp(7, 64, 0);
+        });
+        let counters: aya::maps::PerCpuArray<_, u64> =
+            aya::maps::PerCpuArray::try_from(ebpf.map("COUNTERS").unwrap()).unwrap();
+        let total = |i: u32| counters.get(&i, 0).unwrap().iter().sum::<u64>();
+        let (seen, unpaired) = (
+            total(tracer_common::counter::NAT_SEEN),
+            total(tracer_common::counter::NAT_UNPAIRED),
+        );
+        assert_eq!(
+            (seen, unpaired),
+            (7 * 4, 0),
+            "NAT_SEEN, NAT_UNPAIRED after 7 packets through 4 hooks"
+        );
+    }
+}
