@@ -1,1 +1,272 @@
-//! TODO
+//! Command-line arguments (clap derive): the CLI contract of DESIGN.md, parsed but not yet
+//! checked. [`crate::config::Config`] turns them into settings.
+
+use std::{net::IpAddr, path::PathBuf, time::Duration};
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+use crate::config::{Format, NatHook};
+
+/// How long pktrace traces when neither `--follow`, `-c` nor `-d` is given.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+const AFTER_HELP: &str = "\
+How long it runs:
+  without --follow, -c or -d     traces for 10 s, prints the summary and exits
+  --follow                       streams until Ctrl-C or SIGTERM (or until -c/-d is reached)
+  -c N / -d DURATION             stops after N journeys / after DURATION, whichever comes first
+The summary is printed last in every case.
+
+Examples:
+  pktrace --pod ubuntu                         10 s of the pod's packets in namespace default
+  pktrace --pod web-0 -n shop -f -o json       stream JSON lines until Ctrl-C
+  pktrace --pod-ip 10.13.76.46 -c 20           the first 20 journeys of that address
+  pktrace --trace-all -d 2s                    every IP packet on the hooks, for 2 seconds
+
+Exit codes: 0 done, 1 runtime error, 2 usage error.";
+
+/// Trace a Kubernetes pod's packets hop by hop through the node: tc on the pod's veth, the
+/// bridge and the uplink, and every NAT step (kube-proxy DNAT, MASQUERADE) with the rule that
+/// did it.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "pktrace", version, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Pod to trace, resolved through the Azure CNI state file.
+    #[arg(long, value_name = "NAME", conflicts_with = "pod_ip")]
+    #[arg(required_unless_present_any = ["pod_ip", "trace_all"])]
+    pub pod: Option<String>,
+
+    /// Namespace of --pod.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub namespace: String,
+
+    /// Trace these addresses instead of a pod (repeat the flag or separate with commas).
+    #[arg(long = "pod-ip", value_name = "IP", num_args = 1.., value_delimiter = ',')]
+    #[arg(action = ArgAction::Append)]
+    pub pod_ip: Vec<IpAddr>,
+
+    /// Stream journeys until Ctrl-C or SIGTERM (or -c/-d); without it, and without -c/-d,
+    /// pktrace traces for 10 s and exits.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+
+    /// Stop after N journeys.
+    #[arg(short = 'c', long = "count", value_name = "N")]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+
+    /// Stop after DURATION: 500ms, 10s, 2m, 1h or a bare number of seconds.
+    #[arg(short = 'd', long = "duration", value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Output format: text for people, json for one JSON object per line.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+
+    /// Interfaces to attach tc programs to: comma-separated names and globs (`*`, `?`).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "eth0,azure0,azv*"
+    )]
+    pub interfaces: Vec<String>,
+
+    /// Azure CNI state file used to resolve --pod.
+    #[arg(long, value_name = "PATH", default_value = "/var/run/azure-vnet.json")]
+    pub state_file: PathBuf,
+
+    /// File to create once every hook is attached (for scripts and tests).
+    #[arg(long, value_name = "PATH")]
+    pub ready_file: Option<PathBuf>,
+
+    /// Colour the text output: auto (when stdout is a terminal and `NO_COLOR` is unset).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorWhen::Auto)]
+    pub color: ColorWhen,
+
+    /// More diagnostics on stderr (repeat for more).
+    #[arg(short = 'v', long, action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Emit every IP packet on the hooks, not only the pod's (benchmarks, debugging); then
+    /// --pod and --pod-ip are optional.
+    #[arg(long)]
+    pub trace_all: bool,
+
+    /// How to observe NAT: auto picks the best the kernel offers.
+    #[arg(long, value_enum, value_name = "HOOK", default_value_t = NatHook::Auto)]
+    pub nat_hook: NatHook,
+}
+
+/// When to colour the text output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    /// When stdout is a terminal and `NO_COLOR` is not set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds into a positive duration.
+///
+/// # Errors
+/// A message for clap (usage error, exit 2) when the text is not such a duration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let hint = "use e.g. 500ms, 10s, 2m, 1h or a number of seconds";
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration: {hint}"))?;
+    let ms_per_unit: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("unknown unit '{unit}' in '{text}': {hint}")),
+    };
+    let ms = n
+        .checked_mul(ms_per_unit)
+        .ok_or_else(|| format!("'{text}' is too long"))?;
+    if ms == 0 {
+        return Err(format!("'{text}' is zero: the duration must be positive"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, error::ErrorKind};
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("pktrace").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("500ms", Some(500)),
+            ("10s", Some(10_000)),
+            ("2m", Some(120_000)),
+            ("1h", Some(3_600_000)),
+            ("7", Some(7_000)),
+            (" 3s ", Some(3_000)),
+            ("0", None),
+            ("0ms", None),
+            ("", None),
+            ("s", None),
+            ("1.5s", None),
+            ("10d", None),
+            ("-1s", None),
+            ("99999999999999999999h", None),
+            ("18446744073709551615h", None),
+        ];
+        for (text, want) in cases {
+            let got = parse_duration(text).ok().map(|d| d.as_millis() as u64);
+            assert_eq!(got, *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn accepted_command_lines() {
+        let a = parse(&["--pod", "ubuntu"]).unwrap();
+        assert_eq!(a.pod.as_deref(), Some("ubuntu"));
+        assert_eq!(a.namespace, "default");
+        assert_eq!(a.interfaces, ["eth0", "azure0", "azv*"]);
+        assert_eq!(a.state_file, PathBuf::from("/var/run/azure-vnet.json"));
+        assert_eq!(
+            (a.output, a.color, a.nat_hook),
+            (Format::Text, ColorWhen::Auto, NatHook::Auto)
+        );
+        assert!(!a.follow && a.count.is_none() && a.duration.is_none() && a.ready_file.is_none());
+
+        let a = parse(&["--pod-ip", "10.0.0.1", "--pod-ip", "fd00::1,10.0.0.2", "-f"]).unwrap();
+        assert_eq!(a.pod_ip.len(), 3);
+        assert!(a.follow);
+
+        let a = parse(&[
+            "--pod", "web", "-n", "shop", "-c", "5", "-d", "2m", "-o", "json",
+        ])
+        .unwrap();
+        assert_eq!(
+            (a.namespace.as_str(), a.count, a.output),
+            ("shop", Some(5), Format::Json)
+        );
+        assert_eq!(a.duration, Some(Duration::from_secs(120)));
+
+        let a = parse(&[
+            "--trace-all",
+            "-vv",
+            "--nat-hook",
+            "kprobe",
+            "--color",
+            "never",
+        ])
+        .unwrap();
+        assert!(a.trace_all);
+        assert_eq!(
+            (a.verbose, a.nat_hook, a.color),
+            (2, NatHook::Kprobe, ColorWhen::Never)
+        );
+
+        let a = parse(&[
+            "--pod",
+            "x",
+            "--interfaces",
+            "eth0,cali*",
+            "--ready-file",
+            "/tmp/r",
+        ])
+        .unwrap();
+        assert_eq!(a.interfaces, ["eth0", "cali*"]);
+        assert_eq!(a.ready_file, Some(PathBuf::from("/tmp/r")));
+    }
+
+    #[test]
+    fn usage_errors() {
+        let cases: &[(&[&str], ErrorKind)] = &[
+            (&[], ErrorKind::MissingRequiredArgument),
+            (&["-n", "kube-system"], ErrorKind::MissingRequiredArgument),
+            (
+                &["--pod", "a", "--pod-ip", "10.0.0.1"],
+                ErrorKind::ArgumentConflict,
+            ),
+            (&["--pod-ip", "10.0.0.300"], ErrorKind::ValueValidation),
+            (&["--pod", "a", "-c", "0"], ErrorKind::ValueValidation),
+            (&["--pod", "a", "-d", "soon"], ErrorKind::ValueValidation),
+            (&["--pod", "a", "-o", "yaml"], ErrorKind::InvalidValue),
+            (
+                &["--pod", "a", "--nat-hook", "ebpf"],
+                ErrorKind::InvalidValue,
+            ),
+            (
+                &["--pod", "a", "--color", "sometimes"],
+                ErrorKind::InvalidValue,
+            ),
+            (&["--pod", "a", "--bogus"], ErrorKind::UnknownArgument),
+        ];
+        for (args, kind) in cases {
+            let err = parse(args).expect_err(&format!("{args:?} should fail"));
+            assert_eq!(err.kind(), *kind, "{args:?}: {err}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn help_documents_the_default_run_time() {
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("traces for 10 s"), "{help}");
+    }
+}

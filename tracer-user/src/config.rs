@@ -1,1 +1,389 @@
-//! TODO
+//! Checked settings made from the command line ([`crate::cli::Args`]): what to trace, when to
+//! stop, how to print, where to attach.
+
+use std::{net::IpAddr, path::PathBuf, time::Duration};
+
+use clap::ValueEnum;
+
+use crate::cli::{Args, ColorWhen, DEFAULT_DURATION};
+
+/// Longest interface name Linux accepts (`IFNAMSIZ` - 1).
+const IFNAME_MAX: usize = 15;
+
+/// Output format (`-o`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A block of lines per journey, for people.
+    Text,
+    /// One JSON object per line (the JSON lines contract).
+    Json,
+}
+
+/// How NAT steps are observed (`--nat-hook`); see DESIGN.md "NAT observation".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NatHook {
+    /// The best the running kernel offers.
+    Auto,
+    /// BPF netfilter links around the nat hooks (kernel ≥ 6.4).
+    Netfilter,
+    /// Conntrack events over netlink, joined in user space (no in-kernel timing).
+    Conntrack,
+    /// kprobe/kretprobe on `nf_nat_manip_pkt`.
+    Kprobe,
+    /// fentry/fexit on `nf_nat_manip_pkt` (kernel ≥ 5.5 with BTF).
+    Fentry,
+}
+
+/// Whose packets to trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A pod, resolved later through the CNI state file.
+    Pod { namespace: String, name: String },
+    /// These addresses (`--pod-ip`), without duplicates.
+    Ips(Vec<IpAddr>),
+    /// Every IP packet on the hooks (`--trace-all` without a pod).
+    All,
+}
+
+/// When to stop; `None` everywhere means until Ctrl-C/SIGTERM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Stop after this many journeys.
+    pub count: Option<u64>,
+    /// Stop after this long (10 s when neither `--follow`, `-c` nor `-d` was given).
+    pub duration: Option<Duration>,
+}
+
+/// Settings checked and ready to use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub target: Target,
+    pub limits: Limits,
+    /// `--follow` was given (streaming run).
+    pub follow: bool,
+    pub format: Format,
+    /// Whether to write ANSI colours (resolved from `--color`, the terminal and `NO_COLOR`).
+    pub color: bool,
+    /// Interface names and globs to attach to; see [`iface_matches`].
+    pub interfaces: Vec<String>,
+    pub state_file: PathBuf,
+    pub ready_file: Option<PathBuf>,
+    pub nat_hook: NatHook,
+    pub verbose: u8,
+    /// Emit every IP packet, not only the target's.
+    pub trace_all: bool,
+}
+
+/// A setting that clap accepted but pktrace cannot use (a usage error: exit 2).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `--pod ""` or `-n ""`.
+    #[error("the {what} is empty: give --pod NAME [-n NAMESPACE]")]
+    EmptyName { what: &'static str },
+    /// `--interfaces ""`.
+    #[error("--interfaces lists no interface: give names or globs, e.g. eth0,azure0,azv*")]
+    NoInterfaces,
+    /// An interface pattern Linux could never match.
+    #[error("--interfaces: '{pattern}' {reason}")]
+    BadInterface {
+        pattern: String,
+        reason: &'static str,
+    },
+}
+
+impl Config {
+    /// Checks the arguments; `is_tty` says whether stdout is a terminal (for `--color auto`),
+    /// and the `NO_COLOR` environment variable is honoured.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for settings that cannot work; all are usage errors.
+    pub fn from_args(args: Args, is_tty: bool) -> Result<Self, ConfigError> {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Self::build(args, is_tty, no_color)
+    }
+
+    fn build(args: Args, is_tty: bool, no_color: bool) -> Result<Self, ConfigError> {
+        let interfaces = check_interfaces(args.interfaces)?;
+        Ok(Self {
+            target: target(args.pod, &args.namespace, args.pod_ip)?,
+            limits: limits(args.follow, args.count, args.duration),
+            follow: args.follow,
+            format: args.output,
+            color: match args.color {
+                ColorWhen::Always => true,
+                ColorWhen::Never => false,
+                ColorWhen::Auto => is_tty && !no_color,
+            },
+            interfaces,
+            state_file: args.state_file,
+            ready_file: args.ready_file,
+            nat_hook: args.nat_hook,
+            verbose: args.verbose,
+            trace_all: args.trace_all,
+        })
+    }
+}
+
+fn target(pod: Option<String>, namespace: &str, ips: Vec<IpAddr>) -> Result<Target, ConfigError> {
+    if let Some(name) = pod {
+        let name = name.trim().to_owned();
+        let namespace = namespace.trim().to_owned();
+        if name.is_empty() {
+            return Err(ConfigError::EmptyName { what: "pod name" });
+        }
+        if namespace.is_empty() {
+            return Err(ConfigError::EmptyName { what: "namespace" });
+        }
+        return Ok(Target::Pod { namespace, name });
+    }
+    let mut unique: Vec<IpAddr> = Vec::with_capacity(ips.len());
+    for ip in ips {
+        if !unique.contains(&ip) {
+            unique.push(ip);
+        }
+    }
+    Ok(if unique.is_empty() {
+        Target::All
+    } else {
+        Target::Ips(unique)
+    })
+}
+
+fn limits(follow: bool, count: Option<u64>, duration: Option<Duration>) -> Limits {
+    let duration = match (follow, count, duration) {
+        (false, None, None) => Some(DEFAULT_DURATION),
+        _ => duration,
+    };
+    Limits { count, duration }
+}
+
+fn check_interfaces(list: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::new();
+    for pattern in list
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+    {
+        let reason = if pattern.chars().count() > IFNAME_MAX && !pattern.contains('*') {
+            Some("is longer than 15 characters, the longest interface name Linux allows")
+        } else if pattern.contains(['/', ' ', ':']) {
+            Some("cannot be an interface name ('/', ':' and spaces are not allowed)")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(ConfigError::BadInterface { pattern, reason });
+        }
+        if !out.contains(&pattern) {
+            out.push(pattern);
+        }
+    }
+    if out.is_empty() {
+        return Err(ConfigError::NoInterfaces);
+    }
+    Ok(out)
+}
+
+/// True when `name` matches one of `patterns` (names or globs with `*` and `?`).
+#[must_use]
+pub fn iface_matches(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| glob_match(p, name))
+}
+
+/// Glob match over characters: `*` is any run (also empty), `?` one character.
+#[must_use]
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    // Where the last `*` was and which text position it is currently made to cover up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(&c) if c == '?' || c == t[ti] => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn config(args: &[&str], is_tty: bool, no_color: bool) -> Result<Config, ConfigError> {
+        let args = Args::try_parse_from(std::iter::once("pktrace").chain(args.iter().copied()))
+            .expect("clap accepts the test arguments");
+        Config::build(args, is_tty, no_color)
+    }
+
+    #[test]
+    fn globs() {
+        let cases = [
+            ("azv*", "azv47c3ee9d512", true),
+            ("azv*", "azv", true),
+            ("azv*", "az", false),
+            ("eth0", "eth0", true),
+            ("eth0", "eth01", false),
+            ("eth?", "eth1", true),
+            ("eth?", "eth", false),
+            ("*", "", true),
+            ("", "", true),
+            ("", "a", false),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("*0", "azure0", true),
+            ("**", "x", true),
+            ("v?th*", "veth1234", true),
+            ("cali*", "calié", true),
+            ("é?", "éa", true),
+        ];
+        for (pattern, name, want) in cases {
+            assert_eq!(glob_match(pattern, name), want, "{pattern:?} vs {name:?}");
+        }
+        let defaults: Vec<String> = ["eth0", "azure0", "azv*"].map(String::from).to_vec();
+        assert!(iface_matches(&defaults, "azure0"));
+        assert!(iface_matches(&defaults, "azva4124965a9b"));
+        assert!(!iface_matches(&defaults, "docker0"));
+        assert!(!iface_matches(&[], "eth0"));
+    }
+
+    #[test]
+    fn targets() {
+        let cases: &[(&[&str], Target)] = &[
+            (
+                &["--pod", "ubuntu"],
+                Target::Pod {
+                    namespace: "default".into(),
+                    name: "ubuntu".into(),
+                },
+            ),
+            (
+                &["--pod", "dns", "-n", "kube-system", "--trace-all"],
+                Target::Pod {
+                    namespace: "kube-system".into(),
+                    name: "dns".into(),
+                },
+            ),
+            (
+                &["--pod-ip", "10.0.0.1,10.0.0.1", "--pod-ip", "fd00::1"],
+                Target::Ips(vec![
+                    "10.0.0.1".parse().unwrap(),
+                    "fd00::1".parse().unwrap(),
+                ]),
+            ),
+            (&["--trace-all"], Target::All),
+        ];
+        for (args, want) in cases {
+            assert_eq!(
+                &config(args, false, false).unwrap().target,
+                want,
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn limits_default_to_ten_seconds_only_without_follow_count_or_duration() {
+        let ten = Some(Duration::from_secs(10));
+        let cases: &[(&[&str], Option<u64>, Option<Duration>)] = &[
+            (&[], None, ten),
+            (&["-f"], None, None),
+            (&["-c", "3"], Some(3), None),
+            (&["-d", "500ms"], None, Some(Duration::from_millis(500))),
+            (&["-f", "-d", "1m"], None, Some(Duration::from_secs(60))),
+            (&["-f", "-c", "9"], Some(9), None),
+        ];
+        for (args, count, duration) in cases {
+            let mut all = vec!["--pod", "p"];
+            all.extend_from_slice(args);
+            let c = config(&all, false, false).unwrap();
+            assert_eq!(
+                c.limits,
+                Limits {
+                    count: *count,
+                    duration: *duration
+                },
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn colour() {
+        let cases = [
+            ("auto", true, false, true),
+            ("auto", false, false, false),
+            ("auto", true, true, false),
+            ("always", false, true, true),
+            ("never", true, false, false),
+        ];
+        for (when, tty, no_color, want) in cases {
+            let c = config(&["--pod", "p", "--color", when], tty, no_color).unwrap();
+            assert_eq!(c.color, want, "{when} tty={tty} NO_COLOR={no_color}");
+        }
+    }
+
+    #[test]
+    fn interfaces_are_checked() {
+        let ok = config(
+            &["--pod", "p", "--interfaces", " eth0 ,,cali*,eth0"],
+            false,
+            false,
+        );
+        assert_eq!(ok.unwrap().interfaces, ["eth0", "cali*"]);
+        let cases: &[(&[&str], ConfigError)] = &[
+            (&["--interfaces", ""], ConfigError::NoInterfaces),
+            (&["--interfaces", " , "], ConfigError::NoInterfaces),
+            (
+                &["--interfaces", "a/b"],
+                ConfigError::BadInterface {
+                    pattern: "a/b".into(),
+                    reason: "",
+                },
+            ),
+            (
+                &["--interfaces", "averyveryverylongname"],
+                ConfigError::BadInterface {
+                    pattern: "averyveryverylongname".into(),
+                    reason: "",
+                },
+            ),
+            (&["--pod", " "], ConfigError::EmptyName { what: "pod name" }),
+            (&["-n", ""], ConfigError::EmptyName { what: "namespace" }),
+        ];
+        for (args, want) in cases {
+            let mut all = if args.contains(&"--pod") {
+                vec![]
+            } else {
+                vec!["--pod", "p"]
+            };
+            all.extend_from_slice(args);
+            let err = config(&all, false, false).expect_err(&format!("{args:?}"));
+            match (&err, want) {
+                (
+                    ConfigError::BadInterface { pattern: a, .. },
+                    ConfigError::BadInterface { pattern: b, .. },
+                ) => assert_eq!(a, b),
+                _ => assert_eq!(&err, want, "{args:?}"),
+            }
+            assert!(!err.to_string().is_empty());
+        }
+    }
+}

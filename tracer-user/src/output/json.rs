@@ -1,1 +1,360 @@
-//! TODO
+//! `-o json`: the JSON lines contract of DESIGN.md, one object per line, flushed per line.
+//!
+//! Lines: `{"type":"journey",…}` per journey, `{"type":"loss",…}` when events were lost, and
+//! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending` and `transit_ns`,
+//! and NAT steps `why` when attribution explains itself.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::Sink;
+use crate::{
+    journey::{Ending, Journey, Step, endpoint},
+    summary::{Stats, Summary},
+};
+
+/// Writes JSON lines.
+pub struct JsonSink {
+    out: Box<dyn Write + Send>,
+    pod: String,
+}
+
+impl JsonSink {
+    /// A sink writing to `out`; `pod` is the `pod` field of every journey.
+    #[must_use]
+    pub fn new(out: Box<dyn Write + Send>, pod: String) -> Self {
+        Self { out, pod }
+    }
+}
+
+/// Writes `value` as one line in one `write_all`, then flushes.
+fn write_line<T: Serialize>(out: &mut dyn Write, value: &T) -> io::Result<()> {
+    let mut buf = serde_json::to_vec(value)?;
+    buf.push(b'\n');
+    out.write_all(&buf)?;
+    out.flush()
+}
+
+#[derive(Serialize)]
+struct JourneyLine<'a> {
+    r#type: &'static str,
+    proto: String,
+    pod: &'a str,
+    steps: Vec<StepOut<'a>>,
+    ending: &'static str,
+    transit_ns: u64,
+}
+
+/// One step. `Option<Option<_>>`: outer `None` leaves the key out (it does not belong to this
+/// kind of step), inner `None` writes `null` (it belongs but is unknown).
+#[derive(Serialize)]
+struct StepOut<'a> {
+    point: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    iface: Option<Option<&'a str>>,
+    src: String,
+    dst: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    orig_src: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    orig_dst: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency_ns: Option<Option<u64>>,
+    t_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    why: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct LossLine {
+    r#type: &'static str,
+    lost: u64,
+    lost_total: u64,
+}
+
+#[derive(Serialize)]
+struct SummaryLine {
+    r#type: &'static str,
+    journeys: u64,
+    events: u64,
+    lost_events: u64,
+    nat: NatStats,
+    transit: StatsOut,
+}
+
+#[derive(Serialize)]
+struct NatStats {
+    dnat: StatsOut,
+    snat: StatsOut,
+}
+
+#[derive(Serialize)]
+struct StatsOut {
+    count: u64,
+    p50_ns: u64,
+    p99_ns: u64,
+    max_ns: u64,
+}
+
+impl From<Stats> for StatsOut {
+    fn from(s: Stats) -> Self {
+        Self {
+            count: s.count,
+            p50_ns: s.p50_ns,
+            p99_ns: s.p99_ns,
+            max_ns: s.max_ns,
+        }
+    }
+}
+
+fn step_out(step: &Step, start_ns: u64) -> StepOut<'_> {
+    let nat = step.point.is_nat();
+    let attribution = step.attribution.as_ref();
+    StepOut {
+        point: step.point.as_str(),
+        iface: (!nat).then_some(step.iface.as_deref()),
+        src: endpoint(&step.tuple, true),
+        dst: endpoint(&step.tuple, false),
+        orig_src: nat.then(|| endpoint(step.orig.as_ref().unwrap_or(&step.tuple), true)),
+        orig_dst: nat.then(|| endpoint(step.orig.as_ref().unwrap_or(&step.tuple), false)),
+        reply: nat.then_some(step.reply),
+        latency_ns: nat.then_some(step.latency_ns),
+        t_ns: step.ktime_ns.saturating_sub(start_ns),
+        rule: attribution
+            .map(|a| a.rule.as_str())
+            .filter(|r| !r.is_empty()),
+        service: attribution.and_then(|a| a.service.as_deref()),
+        why: attribution.and_then(|a| a.why.as_deref()),
+    }
+}
+
+const fn ending(e: Ending) -> &'static str {
+    match e {
+        Ending::Left => "left",
+        Ending::TimedOut => "timed_out",
+        Ending::Flushed => "flushed",
+    }
+}
+
+impl Sink for JsonSink {
+    fn journey(&mut self, j: &Journey) -> io::Result<()> {
+        let Some(first) = j.steps.first() else {
+            return Ok(());
+        };
+        let start = first.ktime_ns;
+        let line = JourneyLine {
+            r#type: "journey",
+            proto: j.proto(),
+            pod: &self.pod,
+            steps: j.steps.iter().map(|s| step_out(s, start)).collect(),
+            ending: ending(j.ending),
+            transit_ns: j.transit_ns(),
+        };
+        write_line(&mut self.out, &line)
+    }
+
+    fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()> {
+        write_line(
+            &mut self.out,
+            &LossLine {
+                r#type: "loss",
+                lost: lost_new,
+                lost_total,
+            },
+        )
+    }
+
+    fn summary(&mut self, s: &Summary) -> io::Result<()> {
+        write_line(
+            &mut self.out,
+            &SummaryLine {
+                r#type: "summary",
+                journeys: s.journeys(),
+                events: s.events(),
+                lost_events: s.lost_events(),
+                nat: NatStats {
+                    dnat: s.dnat().into(),
+                    snat: s.snat().into(),
+                },
+                transit: s.transit().into(),
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+    use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+
+    use super::*;
+    use crate::{
+        journey::{Attribution, Point},
+        output::test_support::{Shared, nat, t, tc},
+    };
+
+    fn lines(f: impl FnOnce(&mut dyn Sink)) -> Vec<Value> {
+        let buf = Shared::default();
+        let mut sink = super::super::sink(
+            crate::config::Format::Json,
+            true,
+            "default/ubuntu".into(),
+            Box::new(buf.clone()),
+        );
+        f(sink.as_mut());
+        let bytes = buf.0.lock().unwrap().clone();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.ends_with('\n'));
+        assert!(!text.contains("\u{1b}"), "no colour in JSON");
+        text.lines()
+            .map(|l| serde_json::from_str(l).expect(l))
+            .collect()
+    }
+
+    fn contract_journey() -> Journey {
+        let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
+        let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
+        let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
+        dnat.attribution = Some(Attribution {
+            rule: "KUBE-SEP-6HBOEI5FVFTJNRJ3".into(),
+            service: Some("default/whereami".into()),
+            why: None,
+        });
+        Journey {
+            steps: vec![
+                tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
+                dnat,
+                tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
+            ],
+            ending: Ending::Left,
+        }
+    }
+
+    #[test]
+    fn journey_matches_the_contract_key_by_key() {
+        let out = lines(|s| s.journey(&contract_journey()).unwrap());
+        let want = json!({"type":"journey","proto":"tcp","pod":"default/ubuntu",
+          "steps":[
+            {"point":"ingress","iface":"azv47c3ee9d512","src":"10.13.76.46:41234",
+             "dst":"10.0.159.58:80","t_ns":0},
+            {"point":"dnat","src":"10.13.76.46:41234","dst":"10.13.76.26:80",
+             "orig_src":"10.13.76.46:41234","orig_dst":"10.0.159.58:80","reply":false,
+             "latency_ns":2710,"t_ns":3120,"rule":"KUBE-SEP-6HBOEI5FVFTJNRJ3",
+             "service":"default/whereami"},
+            {"point":"egress","iface":"azva4124965a9b","src":"10.13.76.46:41234",
+             "dst":"10.13.76.26:80","t_ns":9410}],
+          "ending":"left","transit_ns":9410});
+        assert_eq!(out, [want]);
+    }
+
+    #[test]
+    fn step_variants() {
+        let icmp = t(PROTO_ICMP, "10.13.76.46:7", "203.0.113.80:7");
+        let masq = t(PROTO_ICMP, "10.13.76.4:7", "203.0.113.80:7");
+        let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
+        let mut reply = nat(Point::Snat, masq.reversed(), icmp.reversed(), 50, None);
+        reply.reply = true;
+        reply.attribution = Some(Attribution {
+            rule: "IP-MASQ-AGENT".into(),
+            service: None,
+            why: Some("MASQUERADE by IP-MASQ-AGENT rule 3".into()),
+        });
+        let mut no_iface = tc(Point::Egress, "", v6, 70);
+        no_iface.iface = None;
+        let cases: Vec<(Step, Value)> = vec![
+            (
+                tc(Point::Ingress, "azv47c3ee9d512", icmp, 10),
+                json!({"point":"ingress","iface":"azv47c3ee9d512","src":"10.13.76.46",
+                       "dst":"203.0.113.80","t_ns":0}),
+            ),
+            (
+                nat(Point::Snat, icmp, masq, 40, None),
+                json!({"point":"snat","src":"10.13.76.4","dst":"203.0.113.80",
+                       "orig_src":"10.13.76.46","orig_dst":"203.0.113.80","reply":false,
+                       "latency_ns":null,"t_ns":30}),
+            ),
+            (
+                reply,
+                json!({"point":"snat","src":"203.0.113.80","dst":"10.13.76.46",
+                       "orig_src":"203.0.113.80","orig_dst":"10.13.76.4","reply":true,
+                       "latency_ns":null,"t_ns":40,"rule":"IP-MASQ-AGENT",
+                       "why":"MASQUERADE by IP-MASQ-AGENT rule 3"}),
+            ),
+            (
+                tc(Point::Ingress, "azv\u{1b}[31m", v6, 60),
+                json!({"point":"ingress","iface":"azv\u{1b}[31m","src":"[fd00::2e]:5353",
+                       "dst":"[fd00::a]:53","t_ns":50}),
+            ),
+            (
+                no_iface,
+                json!({"point":"egress","iface":null,"src":"[fd00::2e]:5353",
+                       "dst":"[fd00::a]:53","t_ns":60}),
+            ),
+        ];
+        let first = tc(Point::Ingress, "x", icmp, 10);
+        for (step, want) in cases {
+            let j = Journey {
+                steps: vec![first.clone(), step],
+                ending: Ending::TimedOut,
+            };
+            let out = lines(|s| s.journey(&j).unwrap());
+            assert_eq!(out[0]["steps"][1], want);
+            assert_eq!(out[0]["ending"], "timed_out");
+            assert_eq!(out[0]["proto"], "icmp");
+        }
+    }
+
+    #[test]
+    fn loss_summary_and_empty_journey() {
+        let mut summary = Summary::new();
+        summary.record(&contract_journey());
+        summary.add_events(3);
+        summary.set_lost(5);
+        let out = lines(|s| {
+            s.journey(&Journey {
+                steps: vec![],
+                ending: Ending::Flushed,
+            })
+            .unwrap();
+            s.loss(2, 5).unwrap();
+            s.summary(&Summary::new()).unwrap();
+            s.summary(&summary).unwrap();
+        });
+        let zero = json!({"count":0,"p50_ns":0,"p99_ns":0,"max_ns":0});
+        let want = [
+            json!({"type":"loss","lost":2,"lost_total":5}),
+            json!({"type":"summary","journeys":0,"events":0,"lost_events":0,
+                   "nat":{"dnat":zero,"snat":zero},"transit":zero}),
+            json!({"type":"summary","journeys":1,"events":3,"lost_events":5,
+                   "nat":{"dnat":{"count":1,"p50_ns":2710,"p99_ns":2710,"max_ns":2710},
+                          "snat":zero},
+                   "transit":{"count":1,"p50_ns":9410,"p99_ns":9410,"max_ns":9410}}),
+        ];
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn write_errors_are_returned() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = JsonSink::new(Box::new(Broken), "p".into());
+        let err = sink.journey(&contract_journey()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        assert!(sink.loss(1, 1).is_err());
+        assert!(sink.summary(&Summary::new()).is_err());
+    }
+}

@@ -1,1 +1,225 @@
-//! TODO
+//! Where journeys go: one [`Sink`] trait with a text ([`text`]) and a JSON lines ([`json`])
+//! implementation, plus helpers for printing names that come from files or the kernel.
+
+pub mod json;
+pub mod text;
+
+use std::io::{self, Write};
+
+use crate::{config::Format, journey::Journey, summary::Summary};
+
+/// Receives what a run produces, in order: journeys and loss reports while tracing, the
+/// summary last. Errors are I/O errors of the output (a broken pipe is one: the caller treats
+/// it as a clean exit).
+pub trait Sink {
+    /// Writes one journey (nothing for a journey without steps).
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn journey(&mut self, j: &Journey) -> io::Result<()>;
+
+    /// Reports events the kernel could not deliver: `lost_new` since the last report,
+    /// `lost_total` since the start.
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()>;
+
+    /// Writes the summary (the last output of a run).
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn summary(&mut self, s: &Summary) -> io::Result<()>;
+}
+
+/// The sink for `format`; `color` applies to text only; `pod_label` is the traced pod as
+/// `namespace/name` (or the address with `--pod-ip`).
+#[must_use]
+pub fn sink(
+    format: Format,
+    color: bool,
+    pod_label: String,
+    out: Box<dyn Write + Send>,
+) -> Box<dyn Sink + Send> {
+    match format {
+        Format::Text => Box::new(text::TextSink::new(out, color, pod_label)),
+        Format::Json => Box::new(json::JsonSink::new(out, pod_label)),
+    }
+}
+
+/// `s` with every non-printable character escaped (`\n`, `\t`, `\u{1b}`, bidi controls, …)
+/// so names read from files or the kernel cannot move the cursor, recolour the terminal or
+/// reorder the line. Backslashes are doubled so the result is unambiguous.
+#[must_use]
+pub fn safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if c.is_control() || is_invisible_format(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Unicode format characters that change how text around them is shown: zero-width ones,
+/// bidi embeddings, overrides and isolates, the byte order mark.
+const fn is_invisible_format(c: char) -> bool {
+    matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
+/// Nanoseconds for people, three significant digits: `850ns`, `3.12µs`, `31.2ms`, `2.50s`.
+#[must_use]
+pub fn human_ns(ns: u64) -> String {
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "three significant digits are shown"
+    )]
+    let mut v = ns as f64 / 1_000.0;
+    for unit in ["µs", "ms"] {
+        if v < 999.5 {
+            return format!("{}{unit}", sig3(v));
+        }
+        v /= 1_000.0;
+    }
+    format!("{}s", sig3(v))
+}
+
+fn sig3(v: f64) -> String {
+    if v < 9.995 {
+        format!("{v:.2}")
+    } else if v < 99.95 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_escapes_what_a_terminal_would_obey() {
+        let cases = [
+            ("ubuntu", "ubuntu"),
+            ("whereami-564765b89-qfq2k", "whereami-564765b89-qfq2k"),
+            ("evil\u{1b}[2Jpod", "evil\\u{1b}[2Jpod"),
+            ("a\nb\tc\r", "a\\nb\\tc\\r"),
+            ("rtl\u{202e}gpj.exe", "rtl\\u{202e}gpj.exe"),
+            ("zero\u{200b}width", "zero\\u{200b}width"),
+            ("back\\slash", "back\\\\slash"),
+            ("\u{7f}\u{9b}", "\\u{7f}\\u{9b}"),
+            ("café ü", "café ü"),
+            ("", ""),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(safe(raw), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn human_units() {
+        let cases = [
+            (0, "0ns"),
+            (999, "999ns"),
+            (1_000, "1.00µs"),
+            (2_710, "2.71µs"),
+            (31_000, "31.0µs"),
+            (312_400, "312µs"),
+            (999_499, "999µs"),
+            (999_500, "1.00ms"),
+            (1_250_000, "1.25ms"),
+            (120_000_000, "120ms"),
+            (2_500_000_000, "2.50s"),
+            (3_600_000_000_000, "3600s"),
+            (u64::MAX, "18446744074s"),
+        ];
+        for (ns, want) in cases {
+            assert_eq!(human_ns(ns), want, "{ns}");
+        }
+    }
+}
+
+/// Builders shared by the output tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::{
+        io::{self, Write},
+        sync::{Arc, Mutex},
+    };
+
+    use tracer_common::Tuple;
+
+    use crate::journey::{Point, Step, tuple};
+
+    /// A `Write` whose bytes the test can read afterwards.
+    #[derive(Clone, Default)]
+    pub struct Shared(pub Arc<Mutex<Vec<u8>>>);
+
+    impl Shared {
+        /// Everything written so far, as text.
+        pub fn text(&self) -> String {
+            String::from_utf8(self.0.lock().map(|b| b.clone()).unwrap_or_default()).unwrap()
+        }
+    }
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A tuple from `ip:port` texts.
+    pub fn t(proto: u8, src: &str, dst: &str) -> Tuple {
+        tuple(proto, src.parse().unwrap(), dst.parse().unwrap())
+    }
+
+    /// A tc step.
+    pub fn tc(point: Point, iface: &str, tuple: Tuple, ktime_ns: u64) -> Step {
+        Step {
+            point,
+            iface: Some(iface.into()),
+            tuple,
+            orig: None,
+            reply: false,
+            latency_ns: None,
+            ktime_ns,
+            attribution: None,
+        }
+    }
+
+    /// A NAT step from `orig` to `tuple`.
+    pub fn nat(
+        point: Point,
+        orig: Tuple,
+        tuple: Tuple,
+        ktime_ns: u64,
+        latency: Option<u64>,
+    ) -> Step {
+        Step {
+            point,
+            iface: None,
+            tuple,
+            orig: Some(orig),
+            reply: false,
+            latency_ns: latency,
+            ktime_ns,
+            attribution: None,
+        }
+    }
+}
