@@ -1,1 +1,125 @@
-//! TODO
+//! Loading pktrace's kernel programs and attaching them: tc on interfaces ([`tc`]), NAT hooks
+//! ([`netfilter`]). Everything attached here is owned by [`Attached`]: dropping it (or the
+//! process dying, even by SIGKILL, for tcx and netfilter links) detaches it.
+
+pub mod netfilter;
+pub mod tc;
+
+use std::io;
+
+use aya::{Ebpf, EbpfLoader, maps::HashMap as BpfHashMap};
+use tracer_common::{AddrKey, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter};
+
+/// The kernel object built by build.rs from tracer-ebpf, embedded so that the binary is the only
+/// file to copy to a node.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+
+/// Ring-buffer fill (bytes) at which the kernel wakes the reader; below it the collector drains
+/// on its timer.
+pub const WAKE_BYTES: u64 = 256 << 10;
+
+/// Failures to load the kernel object.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "this pktrace was built without its kernel programs (AYA_BUILD_SKIP=1); rebuild without it"
+    )]
+    NoObject,
+    #[error(
+        "not allowed to load eBPF programs: run as root (sudo) or with CAP_BPF, CAP_NET_ADMIN \
+         and CAP_PERFMON"
+    )]
+    Permission(#[source] aya::EbpfError),
+    #[error("loading the eBPF object failed")]
+    Ebpf(#[source] aya::EbpfError),
+    #[error("map {0} is missing from the eBPF object")]
+    MissingMap(&'static str),
+    #[error("seeding the tracked addresses failed")]
+    Seed(#[source] aya::maps::MapError),
+}
+
+/// Values patched into the object's globals before verification.
+#[derive(Clone, Copy, Debug)]
+pub struct Globals {
+    /// `tracer_common::filter` mode.
+    pub filter_mode: u32,
+    /// Kernel structure offsets for the NAT programs.
+    pub offsets: KernelOffsets,
+    pub wake_bytes: u64,
+}
+
+impl Globals {
+    #[must_use]
+    pub fn new(trace_all: bool, offsets: KernelOffsets) -> Self {
+        let filter_mode = if trace_all { filter::ALL } else { filter::TRACKED };
+        Self { filter_mode, offsets, wake_bytes: WAKE_BYTES }
+    }
+
+    /// The globals as (symbol, bytes), for loaders other than aya's.
+    #[must_use]
+    pub fn as_bytes(&self) -> Vec<(&'static str, Vec<u8>)> {
+        vec![
+            ("FILTER_MODE", self.filter_mode.to_ne_bytes().to_vec()),
+            ("WAKE_BYTES", self.wake_bytes.to_ne_bytes().to_vec()),
+            ("OFFSETS", crate::btf::kernel_offsets_bytes(&self.offsets).to_vec()),
+        ]
+    }
+}
+
+/// The embedded kernel object.
+#[must_use]
+pub fn object() -> &'static [u8] {
+    OBJECT
+}
+
+/// Loads the object: creates its maps and patches its globals (programs are loaded when they
+/// are attached).
+pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
+    if OBJECT.is_empty() {
+        return Err(LoadError::NoObject);
+    }
+    EbpfLoader::new()
+        .override_global("FILTER_MODE", &globals.filter_mode, true)
+        .override_global("WAKE_BYTES", &globals.wake_bytes, true)
+        .override_global("OFFSETS", &globals.offsets, true)
+        .load(OBJECT)
+        .map_err(|e| if is_permission(&e) { LoadError::Permission(e) } else { LoadError::Ebpf(e) })
+}
+
+fn is_permission(e: &aya::EbpfError) -> bool {
+    let text = format!("{e:?}");
+    text.contains("PermissionDenied") || text.contains("Operation not permitted")
+}
+
+/// True when an error chain says the kernel refused for lack of privileges.
+#[must_use]
+pub fn io_is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+/// Puts the traced pod's addresses into the in-kernel filter.
+pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
+    let map = ebpf.map_mut("TRACKED_ADDRS").ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
+    let mut map: BpfHashMap<_, AddrKey, u32> = BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    for addr in addrs {
+        map.insert(addr_key(*addr), 1, 0).map_err(LoadError::Seed)?;
+    }
+    Ok(())
+}
+
+/// The filter's key for an address.
+#[must_use]
+pub fn addr_key(addr: std::net::IpAddr) -> AddrKey {
+    let mut key = AddrKey::default();
+    match addr {
+        std::net::IpAddr::V4(a) => {
+            key.addr[..4].copy_from_slice(&a.octets());
+            key.family = FAMILY_IPV4;
+        }
+        std::net::IpAddr::V6(a) => {
+            key.addr = a.octets();
+            key.family = FAMILY_IPV6;
+        }
+    }
+    key
+}

@@ -1,0 +1,305 @@
+//! Running pktrace in the lab's node namespace and reading what it printed, plus the oracles:
+//! the node's conntrack table and what the lab's servers saw.
+
+use std::{
+    fs,
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use xtask::lab::{NODE_NS, STATE_FILE, in_ns};
+
+use crate::pktrace_bin;
+
+/// How long pktrace may take to attach.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long pktrace may take to exit after SIGINT.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A pktrace process in `pkt-node`; killed (SIGKILL) on drop if still running.
+pub struct Pktrace {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+/// What a finished pktrace printed.
+#[derive(Debug)]
+pub struct Trace {
+    pub status: ExitStatus,
+    pub lines: Vec<Value>,
+    pub stderr: String,
+}
+
+impl Pktrace {
+    /// Starts `pktrace ARGS -o json --ready-file …` in the node namespace and waits until it
+    /// has attached every hook. `--state-file` is the lab's unless given.
+    #[must_use]
+    pub fn start(args: &[&str]) -> Self {
+        let dir = tempdir();
+        let ready = dir.join("ready");
+        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        if !args.contains(&"--state-file") {
+            full.extend(["--state-file".into(), STATE_FILE.into()]);
+        }
+        full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
+        let mut cmd = in_ns(NODE_NS, pktrace_bin(), &full);
+        cmd.stdout(file(&dir, "stdout")).stderr(file(&dir, "stderr")).stdin(Stdio::null());
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));
+        let mut me = Self { child: Some(child), dir };
+        me.wait_ready(&ready);
+        me
+    }
+
+    fn wait_ready(&mut self, ready: &std::path::Path) {
+        let start = Instant::now();
+        while !ready.exists() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("pktrace exited before it was ready ({status}):\n{}", self.stderr());
+            }
+            assert!(start.elapsed() < READY_TIMEOUT, "pktrace not ready after {READY_TIMEOUT:?}:\n{}", self.stderr());
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// pktrace's process id (as seen from the root namespace: `ip netns exec` execs).
+    #[must_use]
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| i32::try_from(c.id()).unwrap_or(0))
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    /// Sends `signal` and waits for the exit; returns what was printed.
+    #[must_use]
+    pub fn stop_with(mut self, signal: i32) -> Trace {
+        // Let the collector's timer drain the last events and close idle journeys.
+        sleep(Duration::from_millis(300));
+        let mut child = self.child.take().expect("running");
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(i32::try_from(child.id()).unwrap_or(0), signal) };
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if start.elapsed() > EXIT_TIMEOUT {
+                let _ = child.kill();
+                panic!("pktrace did not exit {EXIT_TIMEOUT:?} after signal {signal}:\n{}", self.stderr());
+            }
+            sleep(Duration::from_millis(20));
+        };
+        self.finish(status)
+    }
+
+    /// SIGINT (Ctrl-C) and wait.
+    #[must_use]
+    pub fn stop(self) -> Trace {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Waits for pktrace to exit by itself (`-c`, `-d`).
+    #[must_use]
+    pub fn wait(mut self, limit: Duration) -> Trace {
+        let mut child = self.child.take().expect("running");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                panic!("pktrace still running after {limit:?}:\n{}", self.stderr());
+            }
+            sleep(Duration::from_millis(20));
+        };
+        self.finish(status)
+    }
+
+    fn finish(&self, status: ExitStatus) -> Trace {
+        let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
+        let lines = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        Trace { status, lines, stderr: self.stderr() }
+    }
+}
+
+impl Drop for Pktrace {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn tempdir() -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("pktrace-test-{}-{n}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn file(dir: &std::path::Path, name: &str) -> fs::File {
+    fs::File::create(dir.join(name)).expect("output file")
+}
+
+impl Trace {
+    /// The `journey` lines.
+    #[must_use]
+    pub fn journeys(&self) -> Vec<&Value> {
+        self.lines.iter().filter(|l| l["type"] == "journey").collect()
+    }
+
+    /// The summary line; it must be the last line.
+    #[must_use]
+    pub fn summary(&self) -> &Value {
+        let last = self.lines.last().unwrap_or_else(|| panic!("no output; stderr:\n{}", self.stderr));
+        assert_eq!(last["type"], "summary", "the summary must come last");
+        last
+    }
+
+    /// Journeys whose first step saw the packet as `src` → `dst`.
+    #[must_use]
+    pub fn starting(&self, src: &str, dst: &str) -> Vec<&Value> {
+        self.journeys()
+            .into_iter()
+            .filter(|j| j["steps"][0]["src"] == src && j["steps"][0]["dst"] == dst)
+            .collect()
+    }
+
+    /// Everything for a failure message.
+    #[must_use]
+    pub fn dump(&self) -> String {
+        let lines: Vec<String> = self.lines.iter().map(Value::to_string).collect();
+        format!("status {}\nstderr:\n{}\nstdout:\n{}", self.status, self.stderr, lines.join("\n"))
+    }
+}
+
+/// A step as (point, iface or "-", reply).
+#[must_use]
+pub fn shape(journey: &Value) -> Vec<(String, String, bool)> {
+    steps(journey)
+        .iter()
+        .map(|s| {
+            (
+                s["point"].as_str().unwrap_or("?").to_owned(),
+                s["iface"].as_str().unwrap_or("-").to_owned(),
+                s["reply"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+/// The steps of a journey.
+#[must_use]
+pub fn steps(journey: &Value) -> Vec<Value> {
+    journey["steps"].as_array().cloned().unwrap_or_default()
+}
+
+/// The NAT steps of a journey.
+#[must_use]
+pub fn nat_steps(journey: &Value) -> Vec<Value> {
+    steps(journey).into_iter().filter(|s| s["point"] == "dnat" || s["point"] == "snat").collect()
+}
+
+/// One conntrack entry: the original and reply tuples.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CtEntry {
+    pub proto: String,
+    pub orig_src: String,
+    pub orig_dst: String,
+    pub orig_sport: String,
+    pub orig_dport: String,
+    pub reply_src: String,
+    pub reply_dst: String,
+    pub reply_sport: String,
+    pub reply_dport: String,
+}
+
+impl CtEntry {
+    fn endpoint(&self, ip: &str, port: &str) -> String {
+        if self.proto == "icmp" { ip.to_owned() } else { format!("{ip}:{port}") }
+    }
+    #[must_use]
+    pub fn orig_src_ep(&self) -> String {
+        self.endpoint(&self.orig_src, &self.orig_sport)
+    }
+    #[must_use]
+    pub fn orig_dst_ep(&self) -> String {
+        self.endpoint(&self.orig_dst, &self.orig_dport)
+    }
+    #[must_use]
+    pub fn reply_src_ep(&self) -> String {
+        self.endpoint(&self.reply_src, &self.reply_sport)
+    }
+    #[must_use]
+    pub fn reply_dst_ep(&self) -> String {
+        self.endpoint(&self.reply_dst, &self.reply_dport)
+    }
+}
+
+/// The node's conntrack table (`conntrack -L` in `pkt-node`).
+#[must_use]
+pub fn conntrack() -> Vec<CtEntry> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", NODE_NS, "conntrack", "-L"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("conntrack -L");
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(parse_ct_line).collect()
+}
+
+/// Parses one `conntrack -L` line.
+#[must_use]
+pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
+    let mut e = CtEntry { proto: line.split_whitespace().next()?.to_owned(), ..CtEntry::default() };
+    let (mut src, mut dst, mut sport, mut dport) = (0, 0, 0, 0);
+    for word in line.split_whitespace() {
+        let Some((k, v)) = word.split_once('=') else { continue };
+        let v = v.to_owned();
+        match k {
+            "src" => {
+                if src == 0 { e.orig_src = v } else { e.reply_src = v }
+                src += 1;
+            }
+            "dst" => {
+                if dst == 0 { e.orig_dst = v } else { e.reply_dst = v }
+                dst += 1;
+            }
+            "sport" | "id" => {
+                if sport == 0 { e.orig_sport = v.clone() } else { e.reply_sport = v.clone() }
+                if k == "id" {
+                    if dport == 0 { e.orig_dport = v } else { e.reply_dport = v }
+                    dport += 1;
+                }
+                sport += 1;
+            }
+            "dport" => {
+                if dport == 0 { e.orig_dport = v } else { e.reply_dport = v }
+                dport += 1;
+            }
+            _ => {}
+        }
+    }
+    (src == 2 && dst == 2).then_some(e)
+}
+
+/// The conntrack entry whose original direction is `src_ip` → `dst` (`ip:port`, or `ip` for
+/// ICMP); panics with the table when there is none.
+#[must_use]
+pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
+    let all = conntrack();
+    all.iter()
+        .find(|e| e.orig_src == src_ip && (e.orig_dst_ep() == dst))
+        .cloned()
+        .unwrap_or_else(|| panic!("no conntrack entry {src_ip} -> {dst} in {all:#?}"))
+}

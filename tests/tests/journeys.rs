@@ -1,0 +1,312 @@
+//! Issue 2: pod `ubuntu`'s packets through the lab node, checked against the node's conntrack
+//! table and against what the servers saw.
+//!
+//! Each test brings the lab up (and down on drop), starts pktrace in the node namespace, makes
+//! bounded traffic from pod `ubuntu`, stops pktrace and reads its JSON lines.
+
+use serde_json::Value;
+use tests::{
+    LabGuard,
+    trace::{CtEntry, Pktrace, Trace, ct_entry, nat_steps, shape, steps},
+};
+use xtask::lab::{self, PODS, UBUNTU};
+
+const POD: &str = "10.13.76.46";
+const POD_VETH: &str = "azv47c3ee9d512";
+const NODE_IP: &str = "10.13.76.4";
+
+fn veth_of(ip: &str) -> &'static str {
+    PODS.iter()
+        .find(|p| p.ip.to_string() == ip)
+        .map(|p| p.host_if)
+        .unwrap_or_else(|| panic!("{ip} is not a lab pod"))
+}
+
+fn ip_of(endpoint: &str) -> &str {
+    endpoint.rsplit_once(':').map_or(endpoint, |(ip, _)| ip)
+}
+
+fn step_tuple(s: &Value) -> (String, String) {
+    (s["src"].as_str().unwrap_or("").to_owned(), s["dst"].as_str().unwrap_or("").to_owned())
+}
+
+fn owned(v: &[(&str, &str, bool)]) -> Vec<(String, String, bool)> {
+    v.iter().map(|(p, i, r)| ((*p).to_owned(), (*i).to_owned(), *r)).collect()
+}
+
+/// Checks what every journey must satisfy: steps in time order starting at 0, contract keys.
+fn check_contract(trace: &Trace) {
+    for j in trace.journeys() {
+        assert_eq!(j["pod"], "default/ubuntu", "{j}");
+        let steps = steps(j);
+        assert!(!steps.is_empty(), "{j}");
+        assert_eq!(steps[0]["t_ns"], 0, "{j}");
+        let times: Vec<u64> = steps.iter().map(|s| s["t_ns"].as_u64().expect("t_ns")).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "steps out of time order: {j}");
+        for s in &steps {
+            match s["point"].as_str() {
+                Some("ingress" | "egress") => assert!(s["iface"].is_string(), "{s}"),
+                Some("dnat" | "snat") => {
+                    for key in ["orig_src", "orig_dst", "reply", "latency_ns"] {
+                        assert!(s.get(key).is_some(), "NAT step without {key}: {s}");
+                    }
+                }
+                other => panic!("unknown point {other:?} in {j}"),
+            }
+        }
+    }
+    let summary = trace.summary();
+    assert_eq!(summary["lost_events"], 0, "{}", trace.dump());
+}
+
+/// The journeys of one flow, split into original direction (from the pod) and replies.
+fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) {
+    let orig = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
+    let reply = trace.starting(&ct.reply_src_ep(), &ct.reply_dst_ep());
+    assert!(!orig.is_empty(), "no journey from the pod for {ct:?}\n{}", trace.dump());
+    assert!(!reply.is_empty(), "no reply journey for {ct:?}\n{}", trace.dump());
+    (orig, reply)
+}
+
+/// Each NAT step must be what conntrack recorded for the connection.
+fn check_nat_against_conntrack(journey: &Value, ct: &CtEntry) {
+    for s in nat_steps(journey) {
+        let (src, dst) = step_tuple(&s);
+        let reply = s["reply"].as_bool().expect("reply");
+        match (s["point"].as_str().expect("point"), reply) {
+            ("dnat", false) => {
+                assert_eq!(s["orig_dst"], ct.orig_dst_ep().as_str(), "{s} vs {ct:?}");
+                assert_eq!(dst, ct.reply_src_ep(), "DNAT target must be conntrack's reply source: {s} vs {ct:?}");
+            }
+            ("snat", false) => {
+                assert_eq!(src, ct.reply_dst_ep(), "SNAT source must be conntrack's reply destination: {s} vs {ct:?}");
+            }
+            ("dnat", true) => assert_eq!(src, ct.orig_dst_ep(), "un-DNAT restores the original destination: {s} vs {ct:?}"),
+            ("snat", true) => assert_eq!(dst, ct.orig_src_ep(), "un-SNAT restores the pod: {s} vs {ct:?}"),
+            other => panic!("unexpected NAT step {other:?}"),
+        }
+        let latency = s["latency_ns"].as_u64().unwrap_or_else(|| panic!("latency not measured: {s}"));
+        assert!(latency > 0 && latency < 1_000_000_000, "implausible NAT latency {latency}: {s}");
+    }
+}
+
+/// Runs `traffic` from pod ubuntu under pktrace and returns the trace.
+fn traced(traffic: impl FnOnce()) -> Trace {
+    let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    traffic();
+    let trace = pk.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    check_contract(&trace);
+    trace
+}
+
+fn tcp(addr: &str) -> String {
+    lab::client_tcp(&UBUNTU.netns(), addr).unwrap_or_else(|e| panic!("tcp {addr}: {e:#}"))
+}
+
+#[test]
+fn tcp_to_cluster_ip_is_dnated_to_a_backend_without_snat() {
+    let _lab = LabGuard::new();
+    let mut seen = String::new();
+    let trace = traced(|| seen = tcp("10.0.159.58:80"));
+    let ct = ct_entry(POD, "10.0.159.58:80");
+    let backend = ct.reply_src.clone();
+    assert_eq!(seen, format!("client={}", ct.orig_src_ep()), "the backend saw the pod itself");
+    assert!(lab::server_log(&format!("pkt-pod-{}", pod_name(&backend))).contains(&ct.orig_src_ep()));
+
+    let (orig, reply) = flow(&trace, &ct);
+    for j in &orig {
+        assert_eq!(
+            shape(j),
+            owned(&[
+                ("ingress", POD_VETH, false),
+                ("ingress", "azure0", false),
+                ("dnat", "-", false),
+                ("egress", "azure0", false),
+                ("egress", veth_of(&backend), false),
+            ]),
+            "{j}"
+        );
+        check_nat_against_conntrack(j, &ct);
+    }
+    for j in &reply {
+        assert_eq!(
+            shape(j),
+            owned(&[
+                ("ingress", veth_of(&backend), false),
+                ("ingress", "azure0", false),
+                ("dnat", "-", true),
+                ("egress", "azure0", false),
+                ("egress", POD_VETH, false),
+            ]),
+            "{j}"
+        );
+        check_nat_against_conntrack(j, &ct);
+    }
+}
+
+fn pod_name(ip: &str) -> &'static str {
+    PODS.iter().find(|p| p.ip.to_string() == ip).map(|p| p.name).expect("lab pod")
+}
+
+#[test]
+fn tcp_to_load_balancer_vip_is_dnated_and_masqueraded() {
+    let _lab = LabGuard::new();
+    let mut seen = String::new();
+    let trace = traced(|| seen = tcp("203.0.113.251:80"));
+    let ct = ct_entry(POD, "203.0.113.251:80");
+    assert_eq!(ct.reply_dst, NODE_IP, "KUBE-MARK-MASQ: the backend answers the node");
+    assert_eq!(seen, format!("client={}", ct.reply_dst_ep()), "the backend saw the node address");
+    let backend = ct.reply_src.clone();
+    let (orig, reply) = flow(&trace, &ct);
+    for j in &orig {
+        assert_eq!(
+            shape(j),
+            owned(&[
+                ("ingress", POD_VETH, false),
+                ("ingress", "azure0", false),
+                ("dnat", "-", false),
+                ("snat", "-", false),
+                ("egress", "azure0", false),
+                ("egress", veth_of(&backend), false),
+            ]),
+            "{j}"
+        );
+        check_nat_against_conntrack(j, &ct);
+    }
+    for j in &reply {
+        assert_eq!(
+            shape(j),
+            owned(&[
+                ("ingress", veth_of(&backend), false),
+                ("ingress", "azure0", false),
+                ("snat", "-", true),
+                ("dnat", "-", true),
+                ("egress", "azure0", false),
+                ("egress", POD_VETH, false),
+            ]),
+            "{j}"
+        );
+        check_nat_against_conntrack(j, &ct);
+    }
+}
+
+#[test]
+fn udp_to_dns_cluster_ip_is_dnated_to_the_dns_pod() {
+    let _lab = LabGuard::new();
+    let mut seen = String::new();
+    let trace = traced(|| {
+        seen = lab::client_udp(&UBUNTU.netns(), "10.0.0.10:53").unwrap_or_else(|e| panic!("udp: {e:#}"));
+    });
+    let ct = ct_entry(POD, "10.0.0.10:53");
+    assert_eq!(ct.reply_src, "10.13.76.17");
+    assert_eq!(seen, format!("client={}", ct.orig_src_ep()));
+    let (orig, reply) = flow(&trace, &ct);
+    assert_eq!(orig.len(), 1, "one datagram");
+    assert_eq!(reply.len(), 1, "one answer");
+    assert_eq!(
+        shape(orig[0]),
+        owned(&[
+            ("ingress", POD_VETH, false),
+            ("ingress", "azure0", false),
+            ("dnat", "-", false),
+            ("egress", "azure0", false),
+            ("egress", "azv3cd1b2db354", false),
+        ])
+    );
+    check_nat_against_conntrack(orig[0], &ct);
+    check_nat_against_conntrack(reply[0], &ct);
+    let rule = &nat_steps(orig[0])[0];
+    if rule.get("rule").is_some() {
+        assert_eq!(rule["rule"], "KUBE-SEP-DNSA5WQ4ZDRJQTVF");
+        assert_eq!(rule["service"], "kube-system/kube-dns");
+    }
+}
+
+#[test]
+fn tcp_and_icmp_to_the_internet_are_masqueraded_to_the_node() {
+    let _lab = LabGuard::new();
+    let mut seen = String::new();
+    let trace = traced(|| {
+        seen = tcp("203.0.113.80:80");
+        let ok = xtask::lab::in_ns(&UBUNTU.netns(), "ping", ["-c", "2", "-i", "0.2", "-W", "2", "203.0.113.80"])
+            .status()
+            .expect("ping");
+        assert!(ok.success(), "ping 203.0.113.80 failed");
+    });
+    let ct = ct_entry(POD, "203.0.113.80:80");
+    assert_eq!(ct.reply_dst, NODE_IP);
+    assert_eq!(seen, format!("client={}", ct.reply_dst_ep()), "the internet host saw the node");
+    let (orig, reply) = flow(&trace, &ct);
+    let out = owned(&[
+        ("ingress", POD_VETH, false),
+        ("ingress", "azure0", false),
+        ("snat", "-", false),
+        ("egress", "azure0", false),
+        ("egress", "eth0", false),
+    ]);
+    let back = owned(&[
+        ("ingress", "eth0", false),
+        ("ingress", "azure0", false),
+        ("snat", "-", true),
+        ("egress", "azure0", false),
+        ("egress", POD_VETH, false),
+    ]);
+    for j in &orig {
+        assert_eq!(shape(j), out, "{j}");
+        check_nat_against_conntrack(j, &ct);
+    }
+    for j in &reply {
+        assert_eq!(shape(j), back, "{j}");
+        check_nat_against_conntrack(j, &ct);
+    }
+
+    let icmp = ct_entry(POD, "203.0.113.80");
+    assert_eq!(icmp.proto, "icmp");
+    let echo = trace.starting(POD, "203.0.113.80");
+    assert_eq!(echo.len(), 2, "two echo requests\n{}", trace.dump());
+    let answers = trace.starting("203.0.113.80", NODE_IP);
+    assert_eq!(answers.len(), 2, "two echo replies\n{}", trace.dump());
+    for j in &echo {
+        assert_eq!(shape(j), out, "{j}");
+        check_nat_against_conntrack(j, &icmp);
+        assert_eq!(j["proto"], "icmp");
+    }
+    for j in &answers {
+        assert_eq!(shape(j), back, "{j}");
+        check_nat_against_conntrack(j, &icmp);
+    }
+}
+
+#[test]
+fn tcp_inside_the_vnet_is_not_translated() {
+    let _lab = LabGuard::new();
+    let mut seen = String::new();
+    let trace = traced(|| seen = tcp("10.13.1.4:80"));
+    let ct = ct_entry(POD, "10.13.1.4:80");
+    assert_eq!(ct.reply_dst, POD, "ip-masq-agent: no MASQUERADE inside 10.13.0.0/16");
+    assert_eq!(seen, format!("client={}", ct.orig_src_ep()), "the VNet host saw the pod");
+    let (orig, reply) = flow(&trace, &ct);
+    for j in orig.iter().chain(&reply) {
+        assert!(nat_steps(j).is_empty(), "no NAT expected: {j}");
+    }
+    assert_eq!(
+        shape(orig[0]),
+        owned(&[
+            ("ingress", POD_VETH, false),
+            ("ingress", "azure0", false),
+            ("egress", "azure0", false),
+            ("egress", "eth0", false),
+        ])
+    );
+    assert_eq!(
+        shape(reply[0]),
+        owned(&[
+            ("ingress", "eth0", false),
+            ("ingress", "azure0", false),
+            ("egress", "azure0", false),
+            ("egress", POD_VETH, false),
+        ])
+    );
+    let _ = ip_of;
+}

@@ -1,0 +1,293 @@
+//! One tracing session: resolve → attach → collect → join → explain → output → summary.
+
+use std::{
+    io::{self, Write},
+    net::IpAddr,
+    time::Duration,
+};
+
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+    time::{Instant, MissedTickBehavior, interval, sleep_until},
+};
+
+use crate::{
+    attach::{self, Globals, tc},
+    collect::{Collector, Counters},
+    config::{Config, Target},
+    explain::{NatRules, PacketCtx},
+    journey::{
+        Journey,
+        correlate::{Correlator, Limits},
+    },
+    nat::{self, NatAttachment},
+    output::{self, Sink},
+    resolve,
+    summary::Summary,
+};
+
+/// How often the collector drains the ring buffer when the kernel did not wake it.
+const DRAIN_EVERY: Duration = Duration::from_millis(20);
+/// How often kernel counters are read (loss reports) and idle journeys closed.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
+
+/// Failures of a session; `main` turns them into messages and exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Resolve(#[from] resolve::ResolveError),
+    #[error(transparent)]
+    Load(#[from] attach::LoadError),
+    #[error(transparent)]
+    Tc(#[from] tc::TcAttachError),
+    #[error(transparent)]
+    Nat(#[from] nat::NatError),
+    #[error(transparent)]
+    Collect(#[from] crate::collect::CollectError),
+    #[error("writing --ready-file {path}")]
+    ReadyFile {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("setting up the event loop")]
+    Runtime(#[source] io::Error),
+    #[error("writing the output")]
+    Output(#[source] io::Error),
+}
+
+impl RunError {
+    /// True when the user asked for something that cannot exist (exit code 2).
+    #[must_use]
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Resolve(e) => e.is_usage(),
+            _ => false,
+        }
+    }
+}
+
+/// What is traced, resolved.
+struct Subject {
+    label: String,
+    addrs: Vec<IpAddr>,
+}
+
+fn subject(cfg: &Config) -> Result<Subject, RunError> {
+    Ok(match &cfg.target {
+        Target::Pod { namespace, name } => {
+            let pod = resolve::resolve_pod(&cfg.state_file, namespace, name)?;
+            Subject { label: pod.label(), addrs: pod.ips }
+        }
+        Target::Ips(ips) => Subject {
+            label: ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+            addrs: ips.clone(),
+        },
+        Target::All => Subject { label: "*".into(), addrs: Vec::new() },
+    })
+}
+
+/// Runs a session to its end; the summary is written before returning.
+pub fn run(cfg: &Config) -> Result<(), RunError> {
+    let subject = subject(cfg)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    rt.block_on(trace(cfg, subject))
+}
+
+async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
+    let offsets = nat::kernel_offsets_or_default(cfg.verbose);
+    let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
+    let mut ebpf = attach::load(&globals)?;
+    attach::track_addrs(&mut ebpf, &subject.addrs)?;
+
+    let all = tc::list_ifaces();
+    let ifaces: Vec<tc::Iface> =
+        all.iter().filter(|i| crate::config::iface_matches(&cfg.interfaces, &i.name)).cloned().collect();
+    if ifaces.is_empty() {
+        return Err(tc::TcAttachError::NoInterface {
+            patterns: cfg.interfaces.join(","),
+            present: all.iter().map(|i| output::safe(&i.name)).collect::<Vec<_>>().join(" "),
+        }
+        .into());
+    }
+    let mode = tc::attach(&mut ebpf, &ifaces)?;
+    let nat_attachment: NatAttachment = nat::attach(cfg.nat_hook, &ebpf, &globals)?;
+    let mut collector = Collector::new(&mut ebpf)?;
+
+    announce(&subject, &ifaces, mode, &nat_attachment);
+    if let Some(path) = &cfg.ready_file {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|source| RunError::ReadyFile { path: path.display().to_string(), source })?;
+    }
+
+    let stdout: Box<dyn Write + Send> = Box::new(io::stdout());
+    let mut sink = output::sink(cfg.format, cfg.color, subject.label.clone(), stdout);
+    let mut session = Session {
+        correlator: Correlator::new(tc::host_ifs(&ifaces), Limits::default()),
+        summary: Summary::new(),
+        rules: load_rules(),
+        local_addrs: crate::nat::local_addrs(),
+        journeys: 0,
+        limit: cfg.limits.count,
+        lost_reported: 0,
+        counters: Counters::default(),
+    };
+    let result = session.event_loop(cfg, &mut collector, sink.as_mut()).await;
+    // Whatever stopped the loop, report what is left.
+    let mut done = Vec::new();
+    collector.drain(|ev| session.correlator.push(ev, &mut done));
+    session.correlator.flush(&mut done);
+    let end = session.output(done, sink.as_mut()).and_then(|()| session.housekeeping(&collector, sink.as_mut()));
+    session.summary.set_lost(session.counters.ringbuf_full);
+    let end = end.and_then(|()| sink.summary(&session.summary));
+    drop(nat_attachment);
+    result.and(end.or_else(ignore_broken_pipe)).or_else(ignore_broken_pipe).map_err(RunError::Output)
+}
+
+/// The node's nat rules for attribution; without them pktrace still traces, and says so once.
+fn load_rules() -> Option<NatRules> {
+    match NatRules::load() {
+        Ok(rules) => Some(rules),
+        Err(e) => {
+            eprintln!("pktrace: NAT steps will not name their rules: {e}");
+            None
+        }
+    }
+}
+
+fn ignore_broken_pipe(e: io::Error) -> io::Result<()> {
+    if e.kind() == io::ErrorKind::BrokenPipe { Ok(()) } else { Err(e) }
+}
+
+fn announce(subject: &Subject, ifaces: &[tc::Iface], mode: tc::TcMode, nat: &NatAttachment) {
+    let names: Vec<String> = ifaces.iter().map(|i| output::safe(&i.name)).collect();
+    let addrs: Vec<String> = subject.addrs.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "pktrace: tracing {} ({}) on {} interfaces ({}): {}",
+        output::safe(&subject.label),
+        if addrs.is_empty() { "every packet".into() } else { addrs.join(", ") },
+        ifaces.len(),
+        mode.as_str(),
+        names.join(" ")
+    );
+    for line in nat.report() {
+        eprintln!("pktrace: {line}");
+    }
+}
+
+struct Session {
+    correlator: Correlator,
+    summary: Summary,
+    rules: Option<NatRules>,
+    local_addrs: Vec<IpAddr>,
+    journeys: u64,
+    limit: Option<u64>,
+    lost_reported: u64,
+    counters: Counters,
+}
+
+impl Session {
+    async fn event_loop(
+        &mut self,
+        cfg: &Config,
+        collector: &mut Collector,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
+        // SAFETY: the ring buffer's fd stays open and the same for as long as `collector`,
+        // which outlives this AsyncFd.
+        let mut ring = unsafe { AsyncFd::register_with_interest(RawRing(collector), Interest::READABLE) }
+            .map_err(io::Error::from)?;
+        let mut drain = interval(DRAIN_EVERY);
+        drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut chores = interval(HOUSEKEEPING_EVERY);
+        chores.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let deadline = cfg.limits.duration.map(|d| Instant::now() + d);
+        let stop_at = sleep_until(deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)));
+        tokio::pin!(stop_at);
+        loop {
+            tokio::select! {
+                guard = ring.readable_mut() => {
+                    let mut guard = guard?;
+                    let done = self.drain(guard.get_inner_mut().0);
+                    guard.clear_ready();
+                    self.output(done, sink)?;
+                }
+                _ = drain.tick() => {
+                    let done = self.drain(ring.get_mut().0);
+                    self.output(done, sink)?;
+                }
+                _ = chores.tick() => self.housekeeping(ring.get_ref().0, sink)?,
+                _ = sigint.recv() => break,
+                _ = sigterm.recv() => break,
+                () = &mut stop_at, if deadline.is_some() => break,
+            }
+            if self.limit.is_some_and(|n| self.journeys >= n) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, collector: &mut Collector) -> Vec<Journey> {
+        let mut done = Vec::new();
+        let correlator = &mut self.correlator;
+        let (n, _) = collector.drain(|ev| correlator.push(ev, &mut done));
+        self.summary.add_events(n);
+        done
+    }
+
+    /// Explains, counts and prints completed journeys (up to the `-c` limit).
+    fn output(&mut self, done: Vec<Journey>, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+        for mut j in done {
+            if j.steps.is_empty() || self.limit.is_some_and(|n| self.journeys >= n) {
+                continue;
+            }
+            self.explain(&mut j);
+            self.journeys += 1;
+            self.summary.record(&j);
+            sink.journey(&j)?;
+        }
+        Ok(())
+    }
+
+    /// Names the rule of each NAT step. The journey is replayed from its first packet (mark 0
+    /// as it arrives), so marks set on the way (KUBE-MARK-MASQ) count for the SNAT decision.
+    fn explain(&self, j: &mut Journey) {
+        let Some(rules) = &self.rules else { return };
+        if j.steps.iter().any(|s| s.point.is_nat()) {
+            let ctx = PacketCtx { mark: 0, local_addrs: self.local_addrs.clone(), out_iface: None };
+            rules.attribute_journey(j, &ctx);
+        }
+    }
+
+    /// Reports new losses and closes idle journeys.
+    fn housekeeping(&mut self, collector: &Collector, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+        if let Ok(c) = collector.counters() {
+            self.counters = c;
+        }
+        let lost = self.counters.ringbuf_full;
+        if lost > self.lost_reported {
+            sink.loss(lost - self.lost_reported, lost)?;
+            self.lost_reported = lost;
+        }
+        self.summary.set_lost(lost);
+        let mut done = Vec::new();
+        self.correlator.expire(crate::nat::monotonic_ns(), &mut done);
+        self.output(done, sink)
+    }
+}
+
+/// The collector as a raw fd for tokio's readiness.
+struct RawRing<'a>(&'a mut Collector);
+
+impl std::os::fd::AsRawFd for RawRing<'_> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
