@@ -303,3 +303,38 @@ pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
         .cloned()
         .unwrap_or_else(|| panic!("no conntrack entry {src_ip} -> {dst} in {all:#?}"))
 }
+
+/// Checks one journey's path: it enters on `first` (ingress), leaves on `last` (egress), its
+/// NAT steps are exactly `nat` (point, reply) in that order, every other step is a tc step on
+/// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
+/// exactly the packet the previous step saw). Which middle interfaces appear depends on the
+/// kernel path (with br_netfilter a DNAT to a pod on the same bridge is bridged, not routed).
+pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
+    let steps = steps(j);
+    assert!(steps.len() >= 2, "too short: {j}");
+    assert_eq!((steps[0]["point"].as_str(), steps[0]["iface"].as_str()), (Some("ingress"), Some(first)), "{j}");
+    let end = &steps[steps.len() - 1];
+    assert_eq!((end["point"].as_str(), end["iface"].as_str()), (Some("egress"), Some(last)), "{j}");
+    let got_nat: Vec<(String, bool)> = nat_steps(j)
+        .iter()
+        .map(|s| (s["point"].as_str().unwrap_or("?").to_owned(), s["reply"].as_bool().unwrap_or(false)))
+        .collect();
+    let want_nat: Vec<(String, bool)> = nat.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
+    assert_eq!(got_nat, want_nat, "NAT steps of {j}");
+    let mut current = (steps[0]["src"].clone(), steps[0]["dst"].clone());
+    for (i, s) in steps.iter().enumerate().skip(1) {
+        match s["point"].as_str() {
+            Some("dnat" | "snat") => {
+                assert_eq!((s["orig_src"].clone(), s["orig_dst"].clone()), current, "NAT step {i} rewrote another packet: {j}");
+                current = (s["src"].clone(), s["dst"].clone());
+            }
+            _ => {
+                assert_eq!((s["src"].clone(), s["dst"].clone()), current, "step {i} saw another packet: {j}");
+                let iface = s["iface"].as_str().unwrap_or("");
+                if i != steps.len() - 1 {
+                    assert!(middle.contains(&iface), "unexpected interface {iface} at step {i}: {j}");
+                }
+            }
+        }
+    }
+}

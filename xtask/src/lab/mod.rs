@@ -11,7 +11,7 @@ pub mod servers;
 pub mod state_file;
 pub mod status;
 pub mod topology;
-mod wiring;
+pub mod wiring;
 
 use std::{
     fs::{self, File},

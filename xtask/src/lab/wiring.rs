@@ -38,6 +38,15 @@ pub fn build() -> Result<()> {
     load_nat_rules().context("loading the nat rules into pkt-node")
 }
 
+/// The per-namespace br_netfilter switch for IPv4.
+pub const BRIDGE_NF_CALL_IPTABLES: &str = "net.bridge.bridge-nf-call-iptables";
+
+/// True when the kernel has br_netfilter (built in, or a module someone already loaded).
+#[must_use]
+pub fn bridge_netfilter_available() -> bool {
+    std::path::Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
+}
+
 fn node() -> Result<()> {
     // Defaults first, so every interface created afterwards inherits them.
     for (key, value) in [
@@ -48,6 +57,13 @@ fn node() -> Result<()> {
         ("net.ipv4.conf.default.rp_filter", "0"),
     ] {
         sysctl(NODE_NS, key, value)?;
+    }
+    // Like an AKS node, bridged IPv4 traffic passes iptables (br_netfilter) where the kernel
+    // has it: the lab never loads the module (that would change the root namespace's bridges),
+    // but pins the namespace's own switch when it exists, so the lab behaves the same whatever
+    // the machine's default.
+    if bridge_netfilter_available() {
+        sysctl(NODE_NS, BRIDGE_NF_CALL_IPTABLES, "1")?;
     }
     let (bridge_mac, prefix) = (mac_string(BRIDGE_MAC), POD_SUBNET.1);
     ip(
