@@ -14,6 +14,9 @@ use xtask::lab::{NODE_NS, STATE_FILE, in_ns};
 
 use crate::pktrace_bin;
 
+/// Environment variable naming the `--nat-hook` every pktrace of the tests uses (unset: auto).
+pub const NAT_HOOK_ENV: &str = "PKTRACE_TEST_NAT_HOOK";
+
 /// How long pktrace may take to attach.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long pktrace may take to exit after SIGINT.
@@ -43,6 +46,12 @@ impl Pktrace {
         let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         if !args.contains(&"--state-file") {
             full.extend(["--state-file".into(), STATE_FILE.into()]);
+        }
+        // The VM tier runs the same tests once per NAT hook.
+        if let Ok(hook) = std::env::var(NAT_HOOK_ENV) {
+            if !args.contains(&"--nat-hook") {
+                full.extend(["--nat-hook".into(), hook]);
+            }
         }
         full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
         let mut cmd = in_ns(NODE_NS, pktrace_bin(), &full);

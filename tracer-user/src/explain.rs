@@ -146,6 +146,7 @@ impl NatRules {
 
     /// Attributes one NAT step; `None` for tc steps and when no rule explains the rewrite.
     #[must_use]
+    #[cfg(test)]
     pub fn attribute(&self, step: &Step, ctx: &PacketCtx) -> Option<Attribution> {
         self.decide(step, ctx).map(|d| d.attribution(step.reply))
     }

@@ -306,6 +306,7 @@ fn nonempty(s: Option<&String>) -> Option<&str> {
 ///
 /// # Errors
 /// The file is missing, unreadable or corrupt.
+#[expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")]
 pub fn list_pods(state_file: &Path) -> Result<Vec<PodTarget>, ResolveError> {
     Ok(pods(&load(state_file)?))
 }
@@ -405,6 +406,7 @@ fn distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
 /// The CNI's mode and bridge, from the first network of the state file that names a mode;
 /// `None` when the file cannot be read or names none.
 #[must_use]
+#[expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")]
 pub fn cni_layout(state_file: &Path) -> Option<CniLayout> {
     let state = load(state_file).ok()?;
     networks(&state).find_map(|(ext, net)| {

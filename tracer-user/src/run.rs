@@ -130,7 +130,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         correlator: Correlator::new(tc::host_ifs(&ifaces), Limits::default()),
         summary: Summary::new(),
         rules: load_rules(),
-        local_addrs: crate::nat::local_addrs(),
+        local_addrs: nat::local_addrs(),
         journeys: 0,
         limit: cfg.limits.count,
         lost_reported: 0,
@@ -143,6 +143,12 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     session.correlator.flush(&mut done);
     let end = session.output(done, sink.as_mut()).and_then(|()| session.housekeeping(&collector, sink.as_mut()));
     session.summary.set_lost(session.counters.ringbuf_full);
+    if session.correlator.evicted() > 0 {
+        eprintln!(
+            "pktrace: {} journeys were closed before their end: the join table was full",
+            session.correlator.evicted()
+        );
+    }
     let end = end.and_then(|()| sink.summary(&session.summary));
     drop(nat_attachment);
     result.and(end.or_else(ignore_broken_pipe)).or_else(ignore_broken_pipe).map_err(RunError::Output)
@@ -278,7 +284,7 @@ impl Session {
         }
         self.summary.set_lost(lost);
         let mut done = Vec::new();
-        self.correlator.expire(crate::nat::monotonic_ns(), &mut done);
+        self.correlator.expire(nat::monotonic_ns(), &mut done);
         self.output(done, sink)
     }
 }

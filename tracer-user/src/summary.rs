@@ -52,6 +52,7 @@ impl Histogram {
     }
 
     /// Number of values recorded.
+    #[cfg(test)]
     #[must_use]
     pub const fn count(&self) -> u64 {
         self.count

@@ -5,8 +5,6 @@
 pub mod netfilter;
 pub mod tc;
 
-use std::io;
-
 use aya::{Ebpf, EbpfLoader, maps::HashMap as BpfHashMap};
 use tracer_common::{AddrKey, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter};
 
@@ -89,12 +87,6 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
 fn is_permission(e: &aya::EbpfError) -> bool {
     let text = format!("{e:?}");
     text.contains("PermissionDenied") || text.contains("Operation not permitted")
-}
-
-/// True when an error chain says the kernel refused for lack of privileges.
-#[must_use]
-pub fn io_is_permission(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
 }
 
 /// Puts the traced pod's addresses into the in-kernel filter.

@@ -81,11 +81,6 @@ impl Correlator {
         }
     }
 
-    /// Adds or replaces what is known of an interface.
-    pub fn set_iface(&mut self, ifindex: u32, iface: HostIf) {
-        self.ifaces.insert(ifindex, iface);
-    }
-
     /// Journeys closed early because the table was full.
     #[must_use]
     pub const fn evicted(&self) -> u64 {
@@ -93,6 +88,7 @@ impl Correlator {
     }
 
     /// Journeys currently open.
+    #[cfg(test)]
     #[must_use]
     pub const fn open_count(&self) -> usize {
         self.open_count

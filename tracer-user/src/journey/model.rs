@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple};
+use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple};
 
 /// Where in the node a step was observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,7 +145,8 @@ pub fn endpoint(t: &Tuple, source: bool) -> String {
     }
 }
 
-/// Builds a tuple from addresses and ports (tests, resolution, rule evaluation).
+/// Builds a tuple from addresses and ports.
+#[cfg(test)]
 #[must_use]
 pub fn tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Tuple {
     let mut t = Tuple { proto, ..Tuple::default() };
@@ -153,7 +154,7 @@ pub fn tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Tuple {
         match addr {
             IpAddr::V4(a) => {
                 out[..4].copy_from_slice(&a.octets());
-                t.family = FAMILY_IPV4;
+                t.family = tracer_common::FAMILY_IPV4;
             }
             IpAddr::V6(a) => {
                 *out = a.octets();
