@@ -274,3 +274,6 @@ fn parse_l4(w: &Window, off: usize, end: usize, p: &mut Parsed) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
