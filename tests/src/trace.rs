@@ -41,6 +41,12 @@ impl Pktrace {
     /// has attached every hook. `--state-file` is the lab's unless given.
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`Pktrace::start`] with extra environment variables.
+    #[must_use]
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempdir();
         let ready = dir.join("ready");
         let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
@@ -55,6 +61,7 @@ impl Pktrace {
         }
         full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
         let mut cmd = in_ns(NODE_NS, pktrace_bin(), &full);
+        cmd.envs(env.iter().copied());
         cmd.stdout(file(&dir, "stdout")).stderr(file(&dir, "stderr")).stdin(Stdio::null());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));
         let mut me = Self { child: Some(child), dir };

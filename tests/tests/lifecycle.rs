@@ -181,3 +181,54 @@ fn without_privileges_pktrace_says_so_and_exits_1() {
     assert!(err.contains("root") && err.contains("CAP_BPF"), "{err}");
     assert_eq!(err.lines().count(), 1, "one line, not a stack trace: {err}");
 }
+
+/// tc filters of ours (cls_bpf named after our programs) in the node namespace.
+fn our_filters() -> Vec<String> {
+    let mut found = Vec::new();
+    for iface in ["eth0", "azure0", UBUNTU.host_if] {
+        for dir in ["ingress", "egress"] {
+            let out = in_ns(NODE_NS, "tc", ["filter", "show", "dev", iface, dir]).output().expect("tc");
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains("tc_ingress") || line.contains("tc_egress") {
+                    found.push(format!("{iface} {dir}: {line}"));
+                }
+            }
+        }
+    }
+    found
+}
+
+const FORCE_CLSACT: (&str, &str) = ("PKTRACE_FORCE_CLSACT", "1");
+
+#[test]
+fn clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left() {
+    let _lab = LabGuard::new();
+    let tc_before = tc_state();
+    // Clean exit: filters and the qdiscs pktrace created are gone.
+    let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
+    assert!(!our_filters().is_empty(), "clsact mode attached no filter");
+    ping(3);
+    let trace = pk.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    assert_eq!(trace.starting("10.13.76.46", "10.13.1.4").len(), 3, "{}", trace.dump());
+    assert!(our_filters().is_empty(), "filters left after a clean exit: {:?}", our_filters());
+    assert_eq!(tc_state(), tc_before, "qdiscs left after a clean exit");
+
+    // SIGKILL: clsact filters outlive the process (tcx links would not)...
+    let killed = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
+    let _ = killed.stop_with(libc::SIGKILL);
+    assert!(!our_filters().is_empty(), "expected the killed pktrace's filters to remain");
+    // ...and the next pktrace removes them, then cleans up after itself.
+    let next = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
+    ping(2);
+    let trace = next.stop();
+    assert!(trace.stderr.contains("removed") && trace.stderr.contains("tc filters left"), "{}", trace.stderr);
+    assert_eq!(trace.starting("10.13.76.46", "10.13.1.4").len(), 2, "no duplicate events from stale filters\n{}", trace.dump());
+    assert!(our_filters().is_empty(), "left behind: {:?}", our_filters());
+    let start = Instant::now();
+    while !ours_loaded().is_empty() && start.elapsed() < Duration::from_secs(5) {
+        sleep(Duration::from_millis(100));
+    }
+    assert!(ours_loaded().is_empty(), "programs left: {:?}", ours_loaded());
+    assert_eq!(tc_state(), tc_before, "qdiscs left behind");
+}

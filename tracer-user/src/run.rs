@@ -101,6 +101,8 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
 async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let offsets = nat::kernel_offsets_or_default(cfg.verbose);
     let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
+    // Declared before `ebpf` so that it drops after it, once our filters are gone.
+    let mut created_qdiscs = attach::clsact::CreatedQdiscs::default();
     let mut ebpf = attach::load(&globals)?;
     attach::track_addrs(&mut ebpf, &subject.addrs)?;
 
@@ -114,7 +116,10 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         }
         .into());
     }
-    let mode = tc::attach(&mut ebpf, &ifaces)?;
+    let (mode, swept) = tc::attach(&mut ebpf, &ifaces, &mut created_qdiscs)?;
+    if swept > 0 {
+        eprintln!("pktrace: removed {swept} tc filters left by a pktrace that did not exit cleanly");
+    }
     let nat_attachment: NatAttachment = nat::attach(cfg.nat_hook, &ebpf, &globals)?;
     let mut collector = Collector::new(&mut ebpf)?;
 

@@ -2,6 +2,7 @@
 //! ([`netfilter`]). Everything attached here is owned by [`Attached`]: dropping it (or the
 //! process dying, even by SIGKILL, for tcx and netfilter links) detaches it.
 
+pub mod clsact;
 pub mod netfilter;
 pub mod tc;
 

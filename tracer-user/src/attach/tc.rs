@@ -15,7 +15,12 @@ use aya::{
     util::KernelVersion,
 };
 
+use super::clsact;
 use crate::journey::correlate::HostIf;
+
+/// Set to `1` to use clsact filters even where tcx links exist (tests of the clsact path on
+/// new kernels).
+pub const FORCE_CLSACT_ENV: &str = "PKTRACE_FORCE_CLSACT";
 
 /// How the programs were attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,10 +107,32 @@ pub fn host_ifs(ifaces: &[Iface]) -> HashMap<u32, HostIf> {
 }
 
 /// Loads both classifiers and attaches them at ingress and egress of every interface.
-/// The links live as long as `ebpf`.
-pub fn attach(ebpf: &mut Ebpf, ifaces: &[Iface]) -> Result<TcMode, TcAttachError> {
+/// The links live as long as `ebpf`. In clsact mode, filters left by pktraces that died
+/// without detaching are removed first; returns how many.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    ifaces: &[Iface],
+    created: &mut clsact::CreatedQdiscs,
+) -> Result<(TcMode, usize), TcAttachError> {
     let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
-    let mode = if tcx { TcMode::Tcx } else { TcMode::Clsact };
+    let forced = std::env::var_os(FORCE_CLSACT_ENV).is_some_and(|v| v == "1");
+    let mode = if tcx && !forced { TcMode::Tcx } else { TcMode::Clsact };
+    let mut swept = 0;
+    if mode == TcMode::Clsact {
+        for iface in ifaces {
+            let mut here = 0;
+            for parent in [clsact::PARENT_INGRESS, clsact::PARENT_EGRESS] {
+                // No clsact qdisc yet is the common case: nothing to sweep.
+                here += clsact::sweep(iface.index, parent).unwrap_or(0);
+            }
+            if here > 0 {
+                // The dead pktrace most likely created this qdisc: remove it at exit if it is
+                // empty by then.
+                created.0.push(iface.index);
+            }
+            swept += here;
+        }
+    }
     for (program, ty) in [("tc_ingress", TcAttachType::Ingress), ("tc_egress", TcAttachType::Egress)]
     {
         let prog: &mut SchedClassifier = ebpf
@@ -114,34 +141,42 @@ pub fn attach(ebpf: &mut Ebpf, ifaces: &[Iface]) -> Result<TcMode, TcAttachError
             .ok_or(TcAttachError::MissingProgram(program))?;
         prog.load().map_err(|source| TcAttachError::Load { program, source })?;
         for iface in ifaces {
-            attach_one(prog, &iface.name, ty, mode)
+            attach_one(prog, iface, ty, mode, created)
                 .map_err(|source| TcAttachError::Attach { program, iface: iface.name.clone(), source })?;
         }
     }
-    Ok(mode)
+    Ok((mode, swept))
 }
 
 fn attach_one(
     prog: &mut SchedClassifier,
-    iface: &str,
+    iface: &Iface,
     ty: TcAttachType,
     mode: TcMode,
+    created: &mut clsact::CreatedQdiscs,
 ) -> Result<(), ProgramError> {
+    let (index, iface) = (iface.index, iface.name.as_str());
     match mode {
         TcMode::Tcx => {
             prog.attach_with_options(iface, ty, TcAttachOptions::TcxOrder(LinkOrder::first()))?;
         }
         TcMode::Clsact => {
             // An existing clsact qdisc (the CNI's) is used as it is, never replaced.
-            if let Err(e) = tc::qdisc_add_clsact(iface) {
+            match tc::qdisc_add_clsact(iface) {
+                Ok(()) => created.0.push(index),
+                Err(e) => {
                 let exists = matches!(&e, tc::TcError::IoError(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
                     || format!("{e:?}").contains("AlreadyExists")
                     || format!("{e:?}").contains("File exists");
-                if !exists {
-                    return Err(e.into());
+                    if !exists {
+                        return Err(e.into());
+                    }
                 }
             }
-            prog.attach_with_options(iface, ty, TcAttachOptions::Netlink(tc::NlOptions::default()))?;
+            // The handle carries our PID, so a later pktrace can tell our filters from a live
+            // one's if we die without detaching (see `clsact`).
+            let options = tc::NlOptions { handle: clsact::handle_for(std::process::id()), ..tc::NlOptions::default() };
+            prog.attach_with_options(iface, ty, TcAttachOptions::Netlink(options))?;
         }
     }
     Ok(())
