@@ -35,6 +35,16 @@ const MAX_VLAN_TAGS: usize = 2;
 const IPV6_HLEN: usize = 40;
 const MAX_IPV6_EXT: usize = 6;
 
+/// `cap` as a value the compiler cannot reason about. The callers clamp it to `PKT_WINDOW`, so
+/// after a check `i < cap` LLVM knows `i < PKT_WINDOW` and drops the mask in [`byte`]; older
+/// verifiers (Debian's 6.1) do not learn bounds from comparing two registers and reject the
+/// unmasked access. The verifier still knows the bound: it follows the value through the stack.
+#[inline(always)]
+fn opaque(cap: usize) -> usize {
+    // SAFETY: a volatile read of a local.
+    unsafe { core::ptr::read_volatile(&raw const cap) }
+}
+
 #[inline(always)]
 fn byte(w: &Window, i: usize) -> u8 {
     w[i & (PKT_WINDOW - 1)]
@@ -74,6 +84,7 @@ fn be32_partial(w: &Window, i: usize, cap: usize) -> u32 {
 /// into `out`; false when it is not an IP packet the parser can read.
 #[inline(always)]
 pub fn parse_ethernet(w: &Window, cap: usize, out: &mut Parsed) -> bool {
+    let cap = opaque(cap);
     if cap < ETH_HLEN {
         return false;
     }
@@ -102,6 +113,7 @@ pub fn parse_ethernet(w: &Window, cap: usize, out: &mut Parsed) -> bool {
 /// is not an IP packet the parser can read.
 #[inline(always)]
 pub fn parse_l3(w: &Window, cap: usize, out: &mut Parsed) -> bool {
+    let cap = opaque(cap);
     if cap == 0 {
         return false;
     }
@@ -275,5 +287,7 @@ fn parse_l4(w: &Window, off: usize, end: usize, p: &mut Parsed) {
     }
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

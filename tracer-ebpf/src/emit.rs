@@ -37,7 +37,8 @@ pub struct Scratch {
     pub parsed: Parsed,
 }
 
-/// One [`Scratch`] per program family (0: tc, 1: netfilter), per CPU.
+/// One [`Scratch`] per program family (0: tc, 1: NAT: netfilter brackets or `nat_*` probes, never
+/// both at once), per CPU.
 #[map]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(2, 0);
 
@@ -85,7 +86,7 @@ pub fn count(index: u32) {
     }
 }
 
-/// The per-CPU scratch space `slot` (0: tc, 1: netfilter).
+/// The per-CPU scratch space `slot` (0: tc, 1: NAT programs).
 #[inline(always)]
 pub fn scratch(slot: u32) -> Option<&'static mut Scratch> {
     // SAFETY: per-CPU value, used only until the program returns.

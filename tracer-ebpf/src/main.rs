@@ -7,6 +7,8 @@
 //!   table's priority, `*_exit` just after). The pair sees the packet before and after NAT and
 //!   times the whole step (rule traversal and rewrite). They keep following a flow after NAT
 //!   rewrote it by adding the translated tuples to `TRACKED_FLOWS`.
+//! - `nat_*`: fentry/fexit and kprobe/kretprobe pairs on `nf_nat_manip_pkt`, the function that
+//!   rewrites a packet: the same events as the netfilter pair, timing the rewrite itself.
 //!
 //! Everything else (joining, attribution, output) happens in user space.
 #![no_std]
@@ -14,6 +16,7 @@
 
 mod emit;
 mod nat;
+mod probe;
 mod tc;
 
 #[cfg(not(test))]

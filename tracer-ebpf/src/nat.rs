@@ -19,7 +19,7 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    Event, KernelOffsets, PKT_WINDOW, PendingNat, counter, ct, flag, hook, kind, parse,
+    Event, KernelOffsets, PKT_WINDOW, PendingNat, Tuple, counter, ct, flag, hook, kind, parse,
 };
 
 use crate::emit::{count, emit, has_tracked_addr, is_tracked, offsets, scratch, track_flow};
@@ -64,7 +64,7 @@ bracket!(nf_in_enter, nf_in_exit, hook::LOCAL_IN);
 
 /// Reads a kernel value at `base + off`.
 #[inline(always)]
-fn read<T>(base: u64, off: u32) -> Result<T, ()> {
+pub(crate) fn read<T>(base: u64, off: u32) -> Result<T, ()> {
     // SAFETY: bpf_probe_read_kernel copes with any address.
     unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.map_err(|_| ())
 }
@@ -75,9 +75,11 @@ fn skb_of(ctx: *mut c_void, off: &KernelOffsets) -> Result<u64, ()> {
     read::<u64>(ctx as u64, off.nf_ctx_skb)
 }
 
-/// Parses the packet's L3 and L4 headers from its linear data into the netfilter scratch.
+/// Parses the packet's L3 and L4 headers from its linear data (`skb->data` must point at the
+/// IP header, as it does in the netfilter hooks and in `nf_nat_manip_pkt`) into the NAT
+/// programs' scratch.
 #[inline(always)]
-fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
+pub(crate) fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
     let len: u32 = read(skb, off.skb_len)?;
     let data_len: u32 = read(skb, off.skb_data_len)?;
     let data: u64 = read(skb, off.skb_data)?;
@@ -127,9 +129,46 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     // Cleared so that a later packet cannot pair with a stale entry.
     pending.skb = 0;
     let after = parse_skb(skb, &off)?;
-    let before = &pending.before;
+    let rewrite = Rewrite {
+        skb,
+        hook: hook_num,
+        flags: flag::NAT_HOOK_TIMED,
+        now,
+        nat_ns: now.saturating_sub(pending.ktime_ns),
+        before: &pending.before,
+        after,
+    };
+    report(&rewrite, &off, || {
+        let nfct: u64 = if off.skb_nfct == 0 { 0 } else { read(skb, off.skb_nfct).unwrap_or(0) };
+        if nfct == 0 { ct::NONE } else { (nfct & NFCT_INFOMASK) as u8 }
+    });
+    Ok(())
+}
+
+/// One packet before and after a NAT step, as a pair of programs saw it.
+pub(crate) struct Rewrite<'a> {
+    /// Kernel `struct sk_buff` address.
+    pub skb: u64,
+    /// The netfilter hook whose manipulation this was ([`hook`]): the collector derives DNAT
+    /// or SNAT from it and the conntrack direction.
+    pub hook: u8,
+    /// [`flag`] bits saying how `nat_ns` was measured.
+    pub flags: u8,
+    /// `bpf_ktime_get_ns()` after the step.
+    pub now: u64,
+    pub nat_ns: u64,
+    pub before: &'a Tuple,
+    pub after: &'a parse::Parsed,
+}
+
+/// Shared end of every NAT program pair: when the packet changed and its flow is tracked,
+/// follows the flow under its new addresses (both directions) and emits the NAT event.
+/// `ct_info` is only asked for when the event is emitted.
+#[inline(always)]
+pub(crate) fn report(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce() -> u8) {
+    let (before, after) = (r.before, r.after);
     if after.tuple == *before || !(is_tracked(before) || is_tracked(&after.tuple)) {
-        return Ok(());
+        return;
     }
     // Keep following the flow under its new addresses, in both directions.
     if !has_tracked_addr(&after.tuple) {
@@ -138,26 +177,25 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     if !has_tracked_addr(before) {
         track_flow(before);
     }
-    let nfct: u64 = if off.skb_nfct == 0 { 0 } else { read(skb, off.skb_nfct).unwrap_or(0) };
-    let ct_info = if nfct == 0 { ct::NONE } else { (nfct & NFCT_INFOMASK) as u8 };
+    let ct_info = ct_info();
+    let skb = r.skb;
     let dev: u64 = if off.skb_dev == 0 { 0 } else { read(skb, off.skb_dev).unwrap_or(0) };
     let ifindex: u32 = if dev == 0 { 0 } else { read(dev, off.dev_ifindex).unwrap_or(0) };
     let len: u32 = read(skb, off.skb_len).unwrap_or(0);
     let mark: u32 = read(skb, off.skb_mark).unwrap_or(0);
     emit(|ev: &mut Event| {
         ev.kind = kind::NAT;
-        ev.hook = hook_num;
+        ev.hook = r.hook;
         ev.ct_info = ct_info;
-        ev.flags = after.flags | flag::NAT_HOOK_TIMED;
+        ev.flags = after.flags | r.flags;
         ev.ifindex = ifindex;
-        ev.ktime_ns = now;
+        ev.ktime_ns = r.now;
         ev.skb = skb;
         ev.len = len;
         ev.mark = mark;
-        ev.nat_ns = now.saturating_sub(pending.ktime_ns);
+        ev.nat_ns = r.nat_ns;
         ev.fp = after.fp;
         ev.tuple = after.tuple;
         ev.orig = *before;
     });
-    Ok(())
 }
