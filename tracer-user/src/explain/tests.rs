@@ -61,6 +61,7 @@ fn nat_step(point: Point, orig: Tuple, tuple: Tuple, reply: bool) -> Step {
         reply,
         latency_ns: None,
         ktime_ns: 0,
+        ip_id: None,
         attribution: None,
     }
 }
@@ -74,6 +75,7 @@ fn tc_step(point: Point, tuple: Tuple) -> Step {
         reply: false,
         latency_ns: None,
         ktime_ns: 0,
+        ip_id: None,
         attribution: None,
     }
 }

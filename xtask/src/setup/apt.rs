@@ -6,8 +6,12 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{find_program, is_root, run};
 
-/// Packages `setup` makes sure are installed (`iputils-ping`: the integration tests' `ping`).
-pub const PACKAGES: [&str; 10] = [
+/// Packages `setup` makes sure are installed (`iputils-ping`: the integration tests' `ping`;
+/// `musl-tools`, `gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross`: the C code of ring in the
+/// static builds of `cargo xtask dist`, and the aarch64 linker; `python3-venv`: the
+/// kubernetes-validate virtualenv; `qemu-system-x86`, `kmod`, `lz4`: `cargo xtask vm-test`
+/// boots a Debian kernel, indexes its modules with depmod and packs the initramfs).
+pub const PACKAGES: [&str; 18] = [
     "iptables",
     "conntrack",
     "ipset",
@@ -18,6 +22,15 @@ pub const PACKAGES: [&str; 10] = [
     "busybox-static",
     "procps",
     "iputils-ping",
+    "musl-tools",
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "python3-venv",
+    "qemu-system-x86",
+    "kmod",
+    "lz4",
+    // libFuzzer, which cargo-fuzz builds, is C++.
+    "g++",
 ];
 
 /// Installs the packages of `PACKAGES` that are missing (one `apt-get update` first).

@@ -116,6 +116,28 @@ fn install_pinned_nightly() -> Result<()> {
     Ok(())
 }
 
+/// Adds the musl targets of `cargo xtask dist` to the toolchain cargo uses in the workspace.
+pub fn ensure_dist_targets() -> Result<()> {
+    let root = crate::workspace_root();
+    let installed = output(rustup(&["target", "list", "--installed"]).current_dir(&root))?;
+    let wanted: Vec<&str> = crate::dist::TARGETS.iter().map(|t| t.triple).collect();
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        eprintln!(
+            "setup: rust targets already installed: {}",
+            wanted.join(" ")
+        );
+        return Ok(());
+    }
+    eprintln!("setup: adding rust targets {}", missing.join(" "));
+    run(rustup(&["target", "add"]).args(&missing).current_dir(&root))
+        .context("adding the musl targets: check network access to static.rust-lang.org")
+}
+
 /// Makes sure bpf-linker 0.13.0 is installed, linked to the nightly's libLLVM in `sysroot`.
 pub fn ensure_bpf_linker(sysroot: &Path) -> Result<()> {
     let prefix = home_dir().join(".local/share/pktrace/llvm-22");
