@@ -1,0 +1,234 @@
+//! What the kernel says about a running pktrace: its programs' run time and run count (BPF
+//! run-time statistics), and its per-CPU counters (events emitted, lost to a full ring buffer).
+//!
+//! Programs and maps are found through the process's own file descriptors
+//! (`/proc/<pid>/fdinfo`: `prog_id`, `map_id`), so other pktrace processes on the machine (the
+//! integration tests, another bench) never mix in; `bpftool -j` reads them by id.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    os::fd::{FromRawFd as _, OwnedFd},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use crate::cmd::{command, output};
+
+/// `kernel.bpf_stats_enabled`, the global switch of BPF run-time statistics.
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+/// `BPF_ENABLE_STATS` (include/uapi/linux/bpf.h, v5.8) and `BPF_STATS_RUN_TIME`.
+const BPF_ENABLE_STATS: libc::c_long = 32;
+
+/// BPF run-time statistics, on while this lives.
+///
+/// Taken with `BPF_ENABLE_STATS`: the kernel counts the holder of the returned fd as one more
+/// reason to keep statistics on and forgets it when the fd closes, even if the bench is
+/// SIGKILLed. The sysctl `kernel.bpf_stats_enabled` is never written and keeps showing its own
+/// value (the kernel keeps the fd holders apart from it, kernel/bpf/syscall.c and
+/// `bpf_stats_handler`, v6.1). Kernels without `BPF_ENABLE_STATS` (< 5.8) get the sysctl set
+/// and its previous value restored on drop.
+#[must_use = "statistics stop when the guard is dropped"]
+pub enum RunStats {
+    Fd(#[expect(dead_code, reason = "held only to keep statistics on")] OwnedFd),
+    Sysctl { previous: String },
+}
+
+impl RunStats {
+    pub fn enable() -> Result<Self> {
+        let mut attr = [0u64; 16];
+        // `attr.enable_stats.type` is the first u32: BPF_STATS_RUN_TIME is 0, already there.
+        // SAFETY: bpf(2) reads at most `size_of_val(&attr)` bytes of a valid, zeroed buffer.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ENABLE_STATS,
+                attr.as_mut_ptr(),
+                size_of_val(&attr),
+            )
+        };
+        if fd >= 0 {
+            let fd = i32::try_from(fd).context("fd out of range")?;
+            // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+            return Ok(Self::Fd(unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+        let previous = fs::read_to_string(STATS_SYSCTL)
+            .with_context(|| format!("BPF_ENABLE_STATS failed and {STATS_SYSCTL} is unreadable"))?;
+        fs::write(STATS_SYSCTL, "1").with_context(|| format!("enabling {STATS_SYSCTL}"))?;
+        Ok(Self::Sysctl {
+            previous: previous.trim().to_owned(),
+        })
+    }
+}
+
+impl Drop for RunStats {
+    fn drop(&mut self) {
+        if let Self::Sysctl { previous } = self
+            && let Err(err) = fs::write(STATS_SYSCTL, previous.as_bytes())
+        {
+            eprintln!("bench: restoring {STATS_SYSCTL} to {previous} failed: {err}");
+        }
+    }
+}
+
+/// The ids of the programs and maps process `pid` holds (directly or through links).
+pub fn owned_ids(pid: i32) -> Result<(BTreeSet<u32>, BTreeSet<u32>)> {
+    let dir = format!("/proc/{pid}/fdinfo");
+    let (mut progs, mut maps) = (BTreeSet::new(), BTreeSet::new());
+    for entry in fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
+        let Ok(text) = fs::read_to_string(entry?.path()) else {
+            continue;
+        };
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(id) = value.parse::<u32>() else {
+                continue;
+            };
+            match key {
+                "prog_id:" => progs.insert(id),
+                "map_id:" => maps.insert(id),
+                _ => false,
+            };
+        }
+    }
+    Ok((progs, maps))
+}
+
+/// Cumulative run time and run count of one program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProgRun {
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
+}
+
+/// Run statistics of the programs `ids`, by program name (programs sharing a name add up).
+pub fn prog_runs(ids: &BTreeSet<u32>) -> Result<BTreeMap<String, ProgRun>> {
+    let json: Value =
+        serde_json::from_str(&output(&mut command("bpftool", ["-j", "prog", "show"]))?)
+            .context("parsing `bpftool -j prog show`")?;
+    let mut runs: BTreeMap<String, ProgRun> = BTreeMap::new();
+    for prog in json.as_array().into_iter().flatten() {
+        let id = prog.get("id").and_then(Value::as_u64).unwrap_or(0);
+        if !u32::try_from(id).is_ok_and(|id| ids.contains(&id)) {
+            continue;
+        }
+        let name = prog
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        let entry = runs.entry(name).or_default();
+        entry.run_time_ns += prog.get("run_time_ns").and_then(Value::as_u64).unwrap_or(0);
+        entry.run_cnt += prog.get("run_cnt").and_then(Value::as_u64).unwrap_or(0);
+    }
+    Ok(runs)
+}
+
+/// The kernel counters of one pktrace (`COUNTERS`, summed over CPUs), indexed like
+/// `tracer_common::counter`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub seen: u64,
+    pub matched: u64,
+    pub emitted: u64,
+    pub ringbuf_full: u64,
+}
+
+impl KernelCounters {
+    /// Counts since `earlier`.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            seen: self.seen.saturating_sub(earlier.seen),
+            matched: self.matched.saturating_sub(earlier.matched),
+            emitted: self.emitted.saturating_sub(earlier.emitted),
+            ringbuf_full: self.ringbuf_full.saturating_sub(earlier.ringbuf_full),
+        }
+    }
+}
+
+/// The id of the `COUNTERS` map among `maps`.
+pub fn counters_map(maps: &BTreeSet<u32>) -> Result<u32> {
+    for &id in maps {
+        let text = output(&mut command(
+            "bpftool",
+            ["-j", "map", "show", "id", &id.to_string()],
+        ))?;
+        let json: Value = serde_json::from_str(&text).context("parsing `bpftool -j map show`")?;
+        if json.get("name").and_then(Value::as_str) == Some("COUNTERS") {
+            return Ok(id);
+        }
+    }
+    bail!("pktrace holds no COUNTERS map (maps {maps:?})")
+}
+
+/// Reads the `COUNTERS` map `id`.
+pub fn counters(id: u32) -> Result<KernelCounters> {
+    let text = output(&mut command(
+        "bpftool",
+        ["-j", "map", "dump", "id", &id.to_string()],
+    ))?;
+    let json: Value = serde_json::from_str(&text).context("parsing `bpftool -j map dump`")?;
+    let mut sums = [0u64; 4];
+    for entry in json.as_array().into_iter().flatten() {
+        let Some(index) = entry
+            .get("key")
+            .map(le_bytes)
+            .and_then(|k| usize::try_from(k).ok())
+        else {
+            continue;
+        };
+        if let Some(slot) = sums.get_mut(index) {
+            *slot = entry
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.get("value"))
+                .map(le_bytes)
+                .fold(0, u64::wrapping_add);
+        }
+    }
+    let [seen, matched, emitted, ringbuf_full] = sums;
+    Ok(KernelCounters {
+        seen,
+        matched,
+        emitted,
+        ringbuf_full,
+    })
+}
+
+/// A little-endian integer from bpftool's `["0x0c","0x00",…]` byte list (or a plain number,
+/// when bpftool formats with BTF).
+fn le_bytes(value: &Value) -> u64 {
+    if let Some(n) = value.as_u64() {
+        return n;
+    }
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|b| u8::from_str_radix(b.trim_start_matches("0x"), 16).ok())
+        .take(8)
+        .enumerate()
+        .fold(0, |acc, (i, b)| acc | (u64::from(b) << (8 * i)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn reads_bpftool_byte_lists() {
+        assert_eq!(le_bytes(&json!(["0x0c", "0x01", "0x00", "0x00"])), 0x010c);
+        assert_eq!(le_bytes(&json!(7)), 7);
+        assert_eq!(le_bytes(&json!("x")), 0);
+    }
+}

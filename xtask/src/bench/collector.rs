@@ -1,0 +1,168 @@
+//! Collector capacity: how many events pktrace reads, joins and prints per second on one CPU,
+//! and whether the kernel counts losses. pktrace runs on [`TRACER_CPU`] with its JSON lines in a
+//! file (to read the summary and the `loss` lines back); the 64-byte UDP stream runs on the
+//! other CPU, paced at 100,000 datagrams/s with the streaming pod traced, then as fast as it
+//! goes with `--trace-all`.
+//!
+//! [`TRACER_CPU`]: super::proc::TRACER_CPU
+
+use std::{fs, thread, time::Duration};
+
+use anyhow::Result;
+
+use super::{
+    Ctx,
+    iperf::{self, Rate, Stream},
+    proc::Memory,
+    tracer::{Condition, JsonTotals, Launch, Output, Tracer, json_totals, output_path},
+};
+
+/// Traced packets per second of the paced scenario (the issue's loss target).
+pub const PACED_PPS: u64 = 100_000;
+/// Time left to pktrace to drain the ring after the stream (its timer runs every 20 ms).
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// A load on the collector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scenario {
+    /// `--pod-ip <client>`, UDP at [`PACED_PPS`].
+    Paced,
+    /// `--trace-all`, UDP as fast as it goes.
+    Flood,
+}
+
+impl Scenario {
+    pub const ALL: [Self; 2] = [Self::Paced, Self::Flood];
+
+    const fn condition(self) -> Condition {
+        match self {
+            Self::Paced => Condition::ClientPod,
+            Self::Flood => Condition::TraceAll,
+        }
+    }
+
+    const fn rate(self) -> Rate {
+        match self {
+            Self::Paced => Some(PACED_PPS),
+            Self::Flood => None,
+        }
+    }
+
+    #[must_use]
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Paced => "paced_100k_pod",
+            Self::Flood => "flood_trace_all",
+        }
+    }
+
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Paced => "--pod-ip, UDP 64 B at 100 kpps",
+            Self::Flood => "--trace-all, UDP 64 B flood",
+        }
+    }
+}
+
+/// One scenario in one round.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectorSample {
+    pub round: usize,
+    pub scenario: Scenario,
+    pub sent_pps: f64,
+    /// Events the kernel emitted per second of stream.
+    pub emitted_per_s: f64,
+    /// Events the kernel could not emit (ring buffer full) during the stream.
+    pub kernel_lost: u64,
+    /// pktrace's CPU use during the stream, percent of its one CPU.
+    pub cpu_pct: f64,
+    /// Events pktrace decoded per CPU-second it used (from ready to the end): its capacity.
+    pub events_per_cpu_s: f64,
+    /// The JSON summary and `loss` lines.
+    pub totals: JsonTotals,
+    /// JSON lines written per second of stream, bytes.
+    pub output_bytes_per_s: f64,
+    /// pktrace's memory halfway through the stream, and at the end.
+    pub memory_mid: Memory,
+    pub memory_end: Memory,
+}
+
+/// Runs both scenarios `ctx.runs` times, interleaved.
+pub fn run(ctx: &Ctx) -> Result<Vec<CollectorSample>> {
+    let mut out = Vec::new();
+    for round in 0..ctx.runs {
+        for scenario in Scenario::ALL {
+            super::check_interrupted()?;
+            eprintln!(
+                "bench: collector round {}/{}: {}",
+                round + 1,
+                ctx.runs,
+                scenario.label()
+            );
+            let sample = one(ctx, round, scenario)?;
+            eprintln!(
+                "bench:   {:.0} kpps sent, {:.0} k events/s emitted, {} lost in the kernel, pktrace \
+                 {:.0} % CPU, {:.0} k events per CPU-second, {} loss lines",
+                sample.sent_pps / 1e3,
+                sample.emitted_per_s / 1e3,
+                sample.kernel_lost,
+                sample.cpu_pct,
+                sample.events_per_cpu_s / 1e3,
+                sample.totals.loss_lines
+            );
+            out.push(sample);
+        }
+    }
+    Ok(out)
+}
+
+#[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+fn one(ctx: &Ctx, round: usize, scenario: Scenario) -> Result<CollectorSample> {
+    let path = output_path(&ctx.dir, scenario.key());
+    let condition = scenario.condition();
+    let launch = Launch {
+        out: Output::File(&path),
+        ..Launch::default()
+    };
+    let tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &launch)?;
+    let Some(mut tracer) = tracer else {
+        unreachable!("collector scenarios run pktrace")
+    };
+    let (cpu_ready, counters0) = (tracer.cpu_seconds()?, tracer.counters()?);
+    let start = std::time::Instant::now();
+    let mut memory_mid = Memory::default();
+    let result = iperf::run(
+        Stream::UdpClusterIp,
+        scenario.rate(),
+        ctx.seconds,
+        &ctx.dir,
+        || {
+            memory_mid = tracer.memory().unwrap_or_default();
+        },
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+    let cpu_stream = tracer.cpu_seconds()? - cpu_ready;
+    let counters = tracer.counters()?.since(&counters0);
+    thread::sleep(SETTLE);
+    tracer.check_alive()?;
+    let cpu_total = tracer.cpu_seconds()? - cpu_ready;
+    let memory_end = tracer.memory()?;
+    tracer.stop()?;
+    let totals = json_totals(&path)?;
+    let bytes = fs::metadata(&path).map_or(0, |m| m.len());
+    let _ = fs::remove_file(&path);
+    Ok(CollectorSample {
+        round,
+        scenario,
+        sent_pps: result.sent_pps,
+        emitted_per_s: counters.emitted as f64 / secs,
+        kernel_lost: counters.ringbuf_full,
+        cpu_pct: 100.0 * cpu_stream / secs,
+        events_per_cpu_s: totals.events as f64 / cpu_total.max(0.01),
+        totals,
+        output_bytes_per_s: bytes as f64 / secs,
+        memory_mid,
+        memory_end,
+    })
+}

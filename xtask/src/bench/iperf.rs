@@ -1,0 +1,300 @@
+//! The traffic: iperf3 servers on the backend pod and the outside host, and bounded iperf3
+//! client runs from the client pod (TCP stream, or 64-byte UDP datagrams), all on
+//! [`TRAFFIC_CPU`].
+
+use std::{
+    fmt, fs,
+    net::Ipv4Addr,
+    path::Path,
+    process::Stdio,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use super::{
+    net::{BACKEND, CLIENT, CLUSTER_IP, IPERF_PORT, OUT_NS, OUTSIDE_IP},
+    proc::{Bg, POLL, TRAFFIC_CPU, pinned, tail},
+};
+
+/// How long a client may take beyond its `-t`.
+const CLIENT_SLACK: Duration = Duration::from_secs(15);
+/// Attempts when the server is still busy with the previous test.
+const BUSY_RETRIES: u32 = 5;
+/// UDP datagram size of the packet-rate streams.
+pub const UDP_LEN: u32 = 64;
+
+/// The streams measured, each through one NAT path of the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stream {
+    /// TCP, pod → ClusterIP (DNAT) → backend pod.
+    TcpClusterIp,
+    /// TCP, pod → outside host (MASQUERADE).
+    TcpMasq,
+    /// 64-byte UDP at full speed, pod → ClusterIP → backend pod.
+    UdpClusterIp,
+    /// 64-byte UDP at full speed, pod → outside host.
+    UdpMasq,
+}
+
+impl Stream {
+    pub const ALL: [Self; 4] = [
+        Self::TcpClusterIp,
+        Self::TcpMasq,
+        Self::UdpClusterIp,
+        Self::UdpMasq,
+    ];
+
+    #[must_use]
+    pub const fn is_udp(self) -> bool {
+        matches!(self, Self::UdpClusterIp | Self::UdpMasq)
+    }
+
+    #[must_use]
+    pub const fn target(self) -> Ipv4Addr {
+        match self {
+            Self::TcpClusterIp | Self::UdpClusterIp => CLUSTER_IP,
+            Self::TcpMasq | Self::UdpMasq => OUTSIDE_IP,
+        }
+    }
+
+    /// A short key for raw data.
+    #[must_use]
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::TcpClusterIp => "tcp_clusterip",
+            Self::TcpMasq => "tcp_masq",
+            Self::UdpClusterIp => "udp_clusterip",
+            Self::UdpMasq => "udp_masq",
+        }
+    }
+}
+
+impl fmt::Display for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TcpClusterIp => "TCP pod → ClusterIP (DNAT)",
+            Self::TcpMasq => "TCP pod → outside (MASQUERADE)",
+            Self::UdpClusterIp => "UDP 64 B pod → ClusterIP (DNAT)",
+            Self::UdpMasq => "UDP 64 B pod → outside (MASQUERADE)",
+        })
+    }
+}
+
+/// What one client run measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamResult {
+    /// Goodput at the receiver, bits per second.
+    pub recv_bps: f64,
+    /// Datagrams per second sent and received (UDP; 0 for TCP).
+    pub sent_pps: f64,
+    pub recv_pps: f64,
+    /// Datagrams lost, percent (UDP).
+    pub loss_pct: f64,
+    /// Datagrams sent in total (UDP).
+    pub sent_packets: u64,
+}
+
+/// The iperf3 servers; stopped when dropped.
+pub struct Servers {
+    _servers: Vec<Bg>,
+}
+
+impl Servers {
+    /// Starts one server on the backend pod and one on the outside host; waits until both
+    /// listen.
+    pub fn start(dir: &Path) -> Result<Self> {
+        let mut servers = Vec::new();
+        // Bound to its address: a UDP reply must come from the address the client sent to
+        // (the outside host has a second address, the VNet gateway's, on the way back).
+        for (ns, addr) in [(BACKEND.netns, BACKEND.ip), (OUT_NS, OUTSIDE_IP)] {
+            let log = dir.join(format!("iperf3-server-{ns}.log"));
+            let (port, addr) = (IPERF_PORT.to_string(), addr.to_string());
+            let args = ["-s", "-p", &port, "-B", &addr, "--forceflush"];
+            let cmd = pinned(ns, TRAFFIC_CPU, "iperf3", args);
+            let out = fs::File::create(&log)?;
+            let mut server = Bg::spawn(
+                &format!("iperf3 server in {ns}"),
+                cmd,
+                Stdio::from(out),
+                &log,
+            )?;
+            server.wait_until(Duration::from_secs(10), || {
+                fs::read_to_string(&log).is_ok_and(|s| s.contains("Server listening"))
+            })?;
+            servers.push(server);
+        }
+        Ok(Self { _servers: servers })
+    }
+}
+
+/// UDP sending rate: `None` for as fast as possible (`-b 0`), else datagrams per second.
+pub type Rate = Option<u64>;
+
+/// Runs one stream of `seconds` from the client pod; calls `midway` once halfway through
+/// (to sample the tracer under load).
+pub fn run(
+    stream: Stream,
+    rate: Rate,
+    seconds: u64,
+    dir: &Path,
+    mut midway: impl FnMut(),
+) -> Result<StreamResult> {
+    for attempt in 1..=BUSY_RETRIES {
+        match run_once(stream, rate, seconds, dir, &mut midway)? {
+            Outcome::Done(result) => return Ok(result),
+            Outcome::Busy if attempt < BUSY_RETRIES => thread::sleep(Duration::from_millis(300)),
+            Outcome::Busy => {}
+        }
+    }
+    bail!("the iperf3 server stayed busy after {BUSY_RETRIES} attempts")
+}
+
+enum Outcome {
+    Done(StreamResult),
+    Busy,
+}
+
+fn run_once(
+    stream: Stream,
+    rate: Rate,
+    seconds: u64,
+    dir: &Path,
+    midway: &mut impl FnMut(),
+) -> Result<Outcome> {
+    let json_path = dir.join("iperf3-client.json");
+    let (target, port, secs) = (
+        stream.target().to_string(),
+        IPERF_PORT.to_string(),
+        seconds.to_string(),
+    );
+    let mut args: Vec<String> = [
+        "-c",
+        &target,
+        "-p",
+        &port,
+        "-t",
+        &secs,
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ]
+    .map(String::from)
+    .to_vec();
+    if stream.is_udp() {
+        let bits = rate.map_or(0, |pps| pps * u64::from(UDP_LEN) * 8);
+        args.extend([
+            "-u".into(),
+            "-l".into(),
+            UDP_LEN.to_string(),
+            "-b".into(),
+            bits.to_string(),
+        ]);
+    }
+    let cmd = pinned(CLIENT.netns, TRAFFIC_CPU, "iperf3", &args);
+    let out = fs::File::create(&json_path)?;
+    let mut client = Bg::spawn(
+        "iperf3 client",
+        cmd,
+        Stdio::from(out),
+        &dir.join("iperf3-client.err"),
+    )?;
+    let start = Instant::now();
+    let half = Duration::from_millis(seconds * 500);
+    let deadline = Duration::from_secs(seconds) + CLIENT_SLACK;
+    let mut sampled = false;
+    let status = loop {
+        if let Some(status) = client.child_mut().try_wait()? {
+            break status;
+        }
+        if !sampled && start.elapsed() >= half {
+            midway();
+            sampled = true;
+        }
+        super::check_interrupted()?;
+        if start.elapsed() > deadline {
+            bail!(
+                "iperf3 client still running {} s after its end",
+                CLIENT_SLACK.as_secs()
+            );
+        }
+        thread::sleep(POLL);
+    };
+    let text = fs::read_to_string(&json_path).unwrap_or_default();
+    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if let Some(error) = json.get("error").and_then(Value::as_str) {
+        if error.contains("busy") {
+            return Ok(Outcome::Busy);
+        }
+        bail!("iperf3 {stream} failed: {error}");
+    }
+    if !status.success() {
+        bail!(
+            "iperf3 {stream} failed ({status}): {}",
+            tail(&client.stderr())
+        );
+    }
+    parse(&json, stream.is_udp())
+        .map(Outcome::Done)
+        .with_context(|| format!("reading iperf3's JSON for {stream}"))
+}
+
+/// Reads iperf3's `-J` summary (`end.sum_sent`, `end.sum_received`).
+fn parse(json: &Value, udp: bool) -> Result<StreamResult> {
+    let end = json.get("end").context("no `end` object")?;
+    let num = |obj: &str, key: &str| -> Result<f64> {
+        end.get(obj)
+            .and_then(|o| o.get(key))
+            .and_then(Value::as_f64)
+            .with_context(|| format!("no end.{obj}.{key}"))
+    };
+    let mut result = StreamResult {
+        recv_bps: num("sum_received", "bits_per_second")?,
+        ..StreamResult::default()
+    };
+    if udp {
+        let (sent, sent_secs) = (num("sum_sent", "packets")?, num("sum_sent", "seconds")?);
+        let (expected, lost) = (
+            num("sum_received", "packets")?,
+            num("sum_received", "lost_packets")?,
+        );
+        let recv_secs = num("sum_received", "seconds")?;
+        result.sent_pps = sent / sent_secs.max(1e-3);
+        result.recv_pps = (expected - lost).max(0.0) / recv_secs.max(1e-3);
+        result.loss_pct = num("sum_received", "lost_percent")?;
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a packet count"
+        )]
+        let packets = sent as u64;
+        result.sent_packets = packets;
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn reads_udp_and_tcp_summaries() {
+        let udp = json!({"end": {
+            "sum_sent": {"seconds": 2.0, "packets": 600_000, "bits_per_second": 1.0},
+            "sum_received": {"seconds": 2.0, "packets": 590_000, "lost_packets": 90_000,
+                             "lost_percent": 15.25, "bits_per_second": 2.0e8}}});
+        let r = parse(&udp, true).unwrap();
+        assert!((r.sent_pps - 300_000.0).abs() < 1e-6);
+        assert!((r.recv_pps - 250_000.0).abs() < 1e-6);
+        assert!((r.loss_pct - 15.25).abs() < 1e-9);
+        assert_eq!(r.sent_packets, 600_000);
+        let tcp = json!({"end": {"sum_received": {"bits_per_second": 3.0e10}}});
+        let r = parse(&tcp, false).unwrap();
+        assert!((r.recv_bps - 3.0e10).abs() < 1.0);
+        assert!(parse(&json!({}), false).is_err());
+    }
+}

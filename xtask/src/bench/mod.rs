@@ -1,0 +1,287 @@
+//! `cargo xtask bench [--short] [--runs N]`: what tracing costs the packets and the node.
+//!
+//! Builds pktrace, then on a simulated node of its own ([`net`], namespaces `pkt-b*`) measures
+//! [`throughput`] retention under five conditions, the [`hooks`]' cost per packet from BPF
+//! run-time statistics, the [`collector`]'s capacity on one CPU, and pktrace's memory and
+//! [`startup`] time. Traffic runs on CPU 0, the tracer's user space on CPU 1. Prints the tables
+//! and (full runs) updates `BENCHMARKS.md` and writes the raw samples to `target/bench/`.
+//! `--short` runs everything once with 1 s streams: a check that the bench still works.
+
+mod bpf;
+mod collector;
+mod doc;
+mod hooks;
+mod iperf;
+mod net;
+mod proc;
+mod report;
+mod startup;
+mod stats;
+mod targets;
+mod throughput;
+mod tracer;
+
+use std::{
+    env, fs,
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::{
+    PKTRACE_BIN_ENV,
+    cmd::{find_program, require_root, run},
+    target_dir, workspace_root,
+};
+
+/// Options of `cargo xtask bench`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BenchOptions {
+    /// One run per condition, 1 s streams, nothing written.
+    pub short: bool,
+    /// Runs per condition (default 5; `--short`: 1).
+    pub runs: Option<usize>,
+    /// Seconds per stream (default 3; `--short`: 1).
+    pub seconds: Option<u64>,
+    /// Do not update `BENCHMARKS.md`.
+    pub no_write: bool,
+}
+
+/// What every phase needs.
+pub struct Ctx {
+    pub pktrace: PathBuf,
+    /// Scratch files (tmpfs): tracer output, iperf3 JSON, ready files.
+    pub dir: PathBuf,
+    pub runs: usize,
+    pub seconds: u64,
+}
+
+/// Everything measured.
+pub struct Results {
+    pub runs: usize,
+    pub seconds: u64,
+    pub throughput: throughput::Throughput,
+    pub hooks: hooks::Hooks,
+    pub collector: Vec<collector::CollectorSample>,
+    pub startup: startup::Startup,
+}
+
+/// Programs the bench runs, with their Debian package (all in `cargo xtask setup`'s list).
+const NEEDED: [(&str, &str); 7] = [
+    ("iperf3", "iperf3"),
+    ("tcpdump", "tcpdump"),
+    ("bpftool", "bpftool"),
+    ("ping", "iputils-ping"),
+    ("ip", "iproute2"),
+    ("bridge", "iproute2"),
+    ("iptables-restore", "iptables"),
+];
+/// Held for a whole bench run: two benches would measure each other.
+const LOCK_FILE: &str = "/run/pktrace-bench.lock";
+/// Runs per condition and seconds per stream of a full run.
+const DEFAULT_RUNS: usize = 5;
+const DEFAULT_SECONDS: u64 = 3;
+
+/// The bench tier of `cargo xtask test`: `cargo xtask bench --short`.
+pub fn short() -> Result<()> {
+    bench(&BenchOptions {
+        short: true,
+        ..BenchOptions::default()
+    })
+}
+
+/// Runs the bench.
+pub fn bench(opts: &BenchOptions) -> Result<()> {
+    require_root("`cargo xtask bench` (network namespaces, eBPF)")?;
+    preflight()?;
+    let runs = opts
+        .runs
+        .unwrap_or(if opts.short { 1 } else { DEFAULT_RUNS });
+    let seconds = opts
+        .seconds
+        .unwrap_or(if opts.short { 1 } else { DEFAULT_SECONDS });
+    ensure!(
+        runs >= 1 && (1..=60).contains(&seconds),
+        "--runs must be ≥ 1 and --seconds 1..=60"
+    );
+    let (pktrace, origin) = pktrace_binary()?;
+    let _lock = lock()?;
+    let stale = net::remove_stale()?;
+    if stale > 0 {
+        eprintln!("bench: removed {stale} namespace(s) left by an earlier bench");
+    }
+    let mut machine = doc::Machine::now(&workspace_root());
+    machine.pktrace = origin;
+    let scratch = Scratch::new()?;
+    let ctx = Ctx {
+        pktrace,
+        dir: scratch.0.clone(),
+        runs,
+        seconds,
+    };
+    let start = Instant::now();
+    install_sigint_flag();
+    let results = measure(&ctx);
+    restore_sigint();
+    let results = results?;
+    eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
+    report(&machine, opts, &results)
+}
+
+fn measure(ctx: &Ctx) -> Result<Results> {
+    let mut net = net::BenchNet::build()?;
+    let _servers = iperf::Servers::start(&ctx.dir)?;
+    eprintln!("bench: warming up (1 s per stream, untraced)");
+    for stream in iperf::Stream::ALL {
+        iperf::run(stream, None, 1, &ctx.dir, || {})?;
+    }
+    let throughput = throughput::run(ctx)?;
+    let hooks = hooks::run(ctx)?;
+    let collector = collector::run(ctx)?;
+    let startup = startup::run(ctx, &mut net)?;
+    Ok(Results {
+        runs: ctx.runs,
+        seconds: ctx.seconds,
+        throughput,
+        hooks,
+        collector,
+        startup,
+    })
+}
+
+fn report(machine: &doc::Machine, opts: &BenchOptions, results: &Results) -> Result<()> {
+    let command = if opts.short {
+        "cargo xtask bench --short".to_owned()
+    } else {
+        format!(
+            "cargo xtask bench --runs {} --seconds {}",
+            results.runs, results.seconds
+        )
+    };
+    let block = doc::block(machine, &command, results, &report::tables(results));
+    println!("{block}");
+    if opts.short || opts.no_write {
+        eprintln!(
+            "bench: BENCHMARKS.md left as it is ({})",
+            if opts.short { "--short" } else { "--no-write" }
+        );
+        return Ok(());
+    }
+    let path = workspace_root().join("BENCHMARKS.md");
+    doc::write_block(&path, &block)?;
+    let raw_dir = target_dir().join("bench");
+    fs::create_dir_all(&raw_dir)?;
+    let stamp = machine.date.replace([' ', ':'], "-");
+    let raw = raw_dir.join(format!("bench-{stamp}.json"));
+    fs::write(
+        &raw,
+        serde_json::to_string_pretty(&doc::raw(machine, results))?,
+    )?;
+    eprintln!("bench: wrote {} and {}", path.display(), raw.display());
+    Ok(())
+}
+
+fn preflight() -> Result<()> {
+    let missing: Vec<String> = NEEDED
+        .iter()
+        .filter(|(program, _)| find_program(program).is_none())
+        .map(|(program, package)| format!("{program} ({package})"))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "the bench needs {} on PATH: run `cargo xtask setup`",
+            missing.join(", ")
+        );
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    ensure!(
+        cpus > proc::TRACER_CPU,
+        "the bench pins the traffic and the tracer to different CPUs: it needs at least 2 (found {cpus})"
+    );
+    Ok(())
+}
+
+/// `$PKTRACE_BIN` if set, else a fresh release build of pktrace; with where it came from.
+fn pktrace_binary() -> Result<(PathBuf, String)> {
+    if let Some(path) = env::var_os(PKTRACE_BIN_ENV).filter(|p| !p.is_empty()) {
+        eprintln!(
+            "bench: using {} from {PKTRACE_BIN_ENV} (not building)",
+            PathBuf::from(&path).display()
+        );
+        let path = PathBuf::from(path);
+        let origin = format!("{} (from {PKTRACE_BIN_ENV})", path.display());
+        return Ok((path, origin));
+    }
+    let mut build =
+        std::process::Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build
+        .args(["build", "--release", "-p", "tracer-user"])
+        .current_dir(workspace_root());
+    run(&mut build).context("building pktrace failed (see the compiler output above)")?;
+    let origin = "built from the working tree (cargo build --release -p tracer-user)".to_owned();
+    Ok((target_dir().join("release/pktrace"), origin))
+}
+
+/// An exclusive lock on [`LOCK_FILE`], held until dropped.
+fn lock() -> Result<fs::File> {
+    let file = fs::File::create(LOCK_FILE).with_context(|| format!("creating {LOCK_FILE}"))?;
+    // SAFETY: the descriptor is valid for the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!("bench: waiting for another bench to finish ({LOCK_FILE})");
+        // SAFETY: as above; blocks until the lock is ours.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("locking the bench");
+        }
+    }
+    Ok(file)
+}
+
+/// A scratch directory on tmpfs, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Self> {
+        let base = if fs::metadata("/dev/shm").is_ok_and(|m| m.is_dir()) {
+            "/dev/shm".into()
+        } else {
+            env::temp_dir()
+        };
+        let dir = base.join(format!("pktrace-bench-{}", std::process::id()));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Set by SIGINT: the phases stop at the next check and everything is cleaned up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Fails once Ctrl-C was pressed.
+pub fn check_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn install_sigint_flag() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+}
+
+fn restore_sigint() {
+    // SAFETY: restores the default disposition.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}

@@ -1,0 +1,390 @@
+//! The bench's tables: medians of the runs with min–max, ratios taken round by round against
+//! the untraced run of the same round, and the issue's targets.
+
+use super::{
+    Results,
+    collector::{CollectorSample, Scenario},
+    hooks::{self, Hooks},
+    iperf::Stream,
+    proc::Memory,
+    stats::{Dist, Table, show},
+    throughput::{Sample, Throughput},
+    tracer::Condition,
+};
+
+/// What a throughput row shows.
+#[derive(Clone, Copy)]
+pub(super) enum Metric {
+    Gbps,
+    RecvKpps,
+    SentKpps,
+}
+
+impl Metric {
+    fn of(self, s: &Sample) -> f64 {
+        match self {
+            Self::Gbps => s.result.recv_bps / 1e9,
+            Self::RecvKpps => s.result.recv_pps / 1e3,
+            Self::SentKpps => s.result.sent_pps / 1e3,
+        }
+    }
+
+    const fn unit(self) -> &'static str {
+        match self {
+            Self::Gbps => "Gbit/s",
+            Self::RecvKpps => "kpps received",
+            Self::SentKpps => "kpps sent",
+        }
+    }
+
+    fn for_stream(stream: Stream) -> &'static [Self] {
+        if stream.is_udp() {
+            &[Self::RecvKpps, Self::SentKpps]
+        } else {
+            &[Self::Gbps]
+        }
+    }
+}
+
+fn samples(t: &Throughput, c: Condition, s: Stream) -> impl Iterator<Item = &Sample> {
+    t.samples
+        .iter()
+        .filter(move |x| x.condition == c && x.stream == s)
+}
+
+fn dist(t: &Throughput, c: Condition, s: Stream, f: impl Fn(&Sample) -> f64) -> Option<Dist> {
+    Dist::of(samples(t, c, s).map(f))
+}
+
+/// `metric(condition) / metric(untraced)`, round by round.
+pub(super) fn ratio(t: &Throughput, c: Condition, s: Stream, m: Metric) -> Option<Dist> {
+    Dist::of(samples(t, c, s).filter_map(|x| {
+        let base = samples(t, Condition::Untraced, s).find(|b| b.round == x.round)?;
+        Some(m.of(x) / m.of(base))
+    }))
+}
+
+/// Throughput retention: the untraced value, then each condition's ratio to it.
+fn retention(t: &Throughput) -> Table {
+    let traced = &Condition::ALL[1..];
+    let mut table = Table::new(
+        ["stream", "untraced"]
+            .into_iter()
+            .map(String::from)
+            .chain(traced.iter().map(|c| c.label().to_owned())),
+    );
+    for stream in Stream::ALL {
+        for &m in Metric::for_stream(stream) {
+            let mut row = vec![
+                format!("{stream}, {}", m.unit()),
+                show(dist(t, Condition::Untraced, stream, |x| m.of(x)), 1),
+            ];
+            row.extend(
+                traced.iter().map(|&c| {
+                    ratio(t, c, stream, m).map_or_else(|| "–".into(), |d| d.show_ratio())
+                }),
+            );
+            table.row(row);
+        }
+    }
+    table
+}
+
+/// Absolute values and UDP loss under every condition.
+fn absolute(t: &Throughput) -> Table {
+    let mut table =
+        Table::new(std::iter::once("stream").chain(Condition::ALL.iter().map(|c| c.label())));
+    for stream in Stream::ALL {
+        for &m in Metric::for_stream(stream) {
+            let mut row = vec![format!("{stream}, {}", m.unit())];
+            row.extend(
+                Condition::ALL
+                    .iter()
+                    .map(|&c| show(dist(t, c, stream, |x| m.of(x)), 1)),
+            );
+            table.row(row);
+        }
+        if stream.is_udp() {
+            let mut row = vec![format!("{stream}, % lost")];
+            row.extend(
+                Condition::ALL
+                    .iter()
+                    .map(|&c| show(dist(t, c, stream, |x| x.result.loss_pct), 1)),
+            );
+            table.row(row);
+        }
+    }
+    table
+}
+
+/// The tracers while the streams flow: CPU, pktrace's events and kernel losses.
+#[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+fn tracer_load(t: &Throughput, seconds: u64) -> Table {
+    let traced = &Condition::ALL[1..];
+    let mut table = Table::new(std::iter::once("stream").chain(traced.iter().map(|c| c.label())));
+    for stream in Stream::ALL {
+        let mut row = vec![stream.to_string()];
+        for &c in traced {
+            let cpu = dist(t, c, stream, |x| x.tracer_cpu_pct);
+            let mut cell = format!("CPU {} %", show(cpu, 0));
+            if c.is_pktrace() {
+                let events = dist(t, c, stream, |x| {
+                    x.counters.emitted as f64 / seconds as f64 / 1e3
+                });
+                let lost: u64 = samples(t, c, stream).map(|x| x.counters.ringbuf_full).sum();
+                cell.push_str(&format!("; {} k events/s; {lost} lost", show(events, 0)));
+            }
+            if c == Condition::Tcpdump {
+                let dropped = Dist::of(
+                    t.tracers
+                        .iter()
+                        .filter(|r| r.condition == c && r.stream == stream)
+                        .filter_map(|r| r.dropped)
+                        .map(|d| d as f64 / 1e3),
+                );
+                cell.push_str(&format!("; {} k dropped", show(dropped, 1)));
+            }
+            row.push(cell);
+        }
+        table.row(row);
+    }
+    table
+}
+
+/// ns per program run, per condition and stream.
+fn per_hook(h: &Hooks) -> Table {
+    let columns: Vec<(Condition, Stream)> = hooks::CONDITIONS
+        .iter()
+        .flat_map(|&c| hooks::STREAMS.iter().map(move |&s| (c, s)))
+        .collect();
+    let heading = |(c, s): &(Condition, Stream)| {
+        let what = match c {
+            Condition::OtherPod => "outside filter",
+            Condition::ClientPod => "emitted (--pod-ip)",
+            _ => "--trace-all",
+        };
+        format!("{what}, {}", if s.is_udp() { "UDP" } else { "TCP" })
+    };
+    let mut table = Table::new(
+        std::iter::once("program, ns/run".to_owned()).chain(columns.iter().map(heading)),
+    );
+    let mut programs: Vec<&str> = h.samples.iter().map(|s| s.program.as_str()).collect();
+    programs.sort_unstable();
+    programs.dedup();
+    for program in programs {
+        let mut row = vec![program.to_owned()];
+        for &(c, s) in &columns {
+            let runs = h
+                .samples
+                .iter()
+                .filter(|x| x.program == program && x.condition == c && x.stream == s);
+            let ns = Dist::of(runs.clone().map(|x| x.ns_per_run));
+            let rate = Dist::of(runs.map(|x| x.runs_per_s / 1e3));
+            row.push(match (ns, rate) {
+                (Some(ns), Some(rate)) => format!("{} ({:.0} k/s)", ns.show(0), rate.median),
+                _ => "–".into(),
+            });
+        }
+        table.row(row);
+    }
+    let mut per_packet = vec!["all programs, ns per UDP datagram".to_owned()];
+    let mut cpu = vec!["all programs, % of a CPU".to_owned()];
+    for &(c, s) in &columns {
+        let paths = || {
+            h.paths
+                .iter()
+                .filter(move |p| p.condition == c && p.stream == s)
+        };
+        per_packet.push(show(Dist::of(paths().filter_map(|p| p.ns_per_packet)), 0));
+        cpu.push(show(Dist::of(paths().map(|p| p.cpu_pct)), 1));
+    }
+    table.row(per_packet);
+    table.row(cpu);
+    table
+}
+
+fn collector(samples: &[CollectorSample]) -> Table {
+    let mut table = Table::new([
+        "load (pktrace on 1 CPU)",
+        "kpps sent",
+        "k events/s emitted",
+        "pktrace CPU %",
+        "k events per CPU-second",
+        "lost in kernel",
+        "`loss` lines",
+        "summary lost_events",
+        "JSON MB/s",
+    ]);
+    for scenario in Scenario::ALL {
+        let runs: Vec<&CollectorSample> =
+            samples.iter().filter(|s| s.scenario == scenario).collect();
+        let d = |f: &dyn Fn(&CollectorSample) -> f64| Dist::of(runs.iter().map(|s| f(s)));
+        let per_run = |f: &dyn Fn(&CollectorSample) -> u64| {
+            runs.iter()
+                .map(|s| f(s).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        table.row([
+            scenario.label().to_owned(),
+            show(d(&|s| s.sent_pps / 1e3), 0),
+            show(d(&|s| s.emitted_per_s / 1e3), 0),
+            show(d(&|s| s.cpu_pct), 0),
+            show(d(&|s| s.events_per_cpu_s / 1e3), 0),
+            per_run(&|s| s.kernel_lost),
+            per_run(&|s| s.totals.loss_lines),
+            per_run(&|s| s.totals.lost_events),
+            show(d(&|s| s.output_bytes_per_s / 1e6), 1),
+        ]);
+    }
+    table
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "KiB and interface counts far below 2^52"
+)]
+fn footprint(r: &Results) -> Table {
+    let mut table = Table::new(["measure", "median (min–max)"]);
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let rss_cell = |mems: &[Memory]| {
+        let rss = Dist::of(mems.iter().map(|m| mib(m.rss)));
+        let anon = Dist::of(mems.iter().map(|m| mib(m.anon)));
+        format!(
+            "{} [{}]",
+            show(rss, 1),
+            anon.map_or_else(|| "–".into(), |d| format!("{:.1}", d.median))
+        )
+    };
+    for c in [
+        Condition::ClientPod,
+        Condition::OtherPod,
+        Condition::TraceAll,
+    ] {
+        let peaks: Vec<Memory> = (0..r.runs)
+            .filter_map(|round| {
+                let runs = r
+                    .throughput
+                    .samples
+                    .iter()
+                    .filter(|s| s.condition == c && s.round == round);
+                runs.map(|s| s.memory).max_by_key(|m| m.rss)
+            })
+            .collect();
+        table.row([
+            format!(
+                "VmRSS [anonymous] under load, MiB: {} (largest of the 4 streams)",
+                c.label()
+            ),
+            rss_cell(&peaks),
+        ]);
+        let hwm = Dist::of(
+            r.throughput
+                .tracers
+                .iter()
+                .filter(|t| t.condition == c)
+                .map(|t| mib(t.memory.hwm)),
+        );
+        table.row([format!("VmHWM, MiB: {}", c.label()), show(hwm, 1)]);
+    }
+    for scenario in Scenario::ALL {
+        let runs = || r.collector.iter().filter(move |s| s.scenario == scenario);
+        let mids: Vec<Memory> = runs().map(|s| s.memory_mid).collect();
+        table.row([
+            format!("VmRSS [anonymous] under load, MiB: {}", scenario.label()),
+            rss_cell(&mids),
+        ]);
+        table.row([
+            format!("VmHWM, MiB: {}", scenario.label()),
+            show(Dist::of(runs().map(|s| mib(s.memory_end.hwm))), 1),
+        ]);
+    }
+    let mut configs: Vec<(usize, &str)> = r
+        .startup
+        .samples
+        .iter()
+        .map(|s| (s.interfaces, s.mode.as_str()))
+        .collect();
+    configs.dedup();
+    let startups = |n: usize, mode: &str| {
+        let mode = mode.to_owned();
+        r.startup
+            .samples
+            .iter()
+            .filter(move |s| s.interfaces == n && s.mode == mode)
+    };
+    for &(n, mode) in &configs {
+        let at = format!("{n} interfaces, {mode}");
+        let ready = Dist::of(startups(n, mode).map(|s| s.ready_s));
+        table.row([format!("start → ready file, s: {at}"), show(ready, 3)]);
+        let first = Dist::of(startups(n, mode).map(|s| s.first_journey_s));
+        table.row([
+            format!("start → first journey line, s: {at}"),
+            show(first, 3),
+        ]);
+        let stop = Dist::of(startups(n, mode).map(|s| s.stop_s));
+        table.row([format!("SIGINT → exit, s: {at}"), show(stop, 3)]);
+    }
+    if let (Some(&(few, mode)), Some(&(many, _))) = (configs.first(), configs.get(1))
+        && many > few
+        && let (Some(a), Some(b)) = (
+            Dist::of(startups(few, mode).map(|s| s.ready_s)),
+            Dist::of(startups(many, mode).map(|s| s.ready_s)),
+        )
+    {
+        let per = (b.median - a.median) / (many - few) as f64 * 1e3;
+        table.row([
+            format!("start-up per extra interface, ms ({mode}; difference of medians)"),
+            format!("{per:.2}"),
+        ]);
+    }
+    table.row([
+        "creating the extra veths (ip -batch), s".to_owned(),
+        format!("{:.1}", r.startup.create_veths_s),
+    ]);
+    table
+}
+
+/// Every table, with headings, as Markdown.
+#[must_use]
+pub fn tables(r: &Results) -> String {
+    let n = r.runs;
+    let mut out = String::new();
+    let mut section = |title: &str, note: &str, table: Table| {
+        out.push_str(&format!("#### {title}\n\n{note}{}\n", table.markdown()));
+    };
+    section("Targets (issue 5)", "", super::targets::targets(r));
+    section(
+        "Throughput retention",
+        &format!(
+            "Untraced: median (min–max) of {} of {} s. Traced: ratio to the untraced run of the \
+             same round and stream (run just before it), median (min–max).\n\n",
+            super::doc::runs(n),
+            r.seconds
+        ),
+        retention(&r.throughput),
+    );
+    section("Throughput, absolute", "", absolute(&r.throughput));
+    section(
+        "Tracers under load",
+        "CPU of the tracer's user space (on its own CPU); pktrace: events the kernel emitted per \
+         second and events lost to a full ring buffer (sum over runs); tcpdump: packets its \
+         socket dropped (thousands per run).\n\n",
+        tracer_load(&r.throughput, r.seconds),
+    );
+    section(
+        "Per-hook cost",
+        "BPF run-time statistics (on for this phase only): run_time_ns / run_cnt per program \
+         over each stream, median (min–max) of the runs, and runs per second. Each measured run \
+         includes about one clock read of the statistics themselves. tc programs run on every \
+         attached interface, so their rate adds up over interfaces.\n\n",
+        per_hook(&r.hooks),
+    );
+    section(
+        "Collector capacity",
+        "Per-run values are listed in run order.\n\n",
+        collector(&r.collector),
+    );
+    section("Footprint and start-up", "", footprint(r));
+    out
+}

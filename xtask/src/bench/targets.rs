@@ -1,0 +1,160 @@
+//! The issue's targets (issue 5), judged from the measurements; reported, never asserted.
+
+use super::{
+    Results,
+    collector::{CollectorSample, Scenario},
+    iperf::Stream,
+    report::{Metric, ratio},
+    stats::{Dist, Table},
+    tracer::Condition,
+};
+
+/// The issue's targets, measured and judged (not asserted anywhere).
+pub fn targets(r: &Results) -> Table {
+    let t = &r.throughput;
+    let mut table = Table::new(["target", "measured (median)", "met"]);
+    let mut judge = |target: &str, measured: String, met: Option<bool>| {
+        let verdict = match met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        table.row([target.to_owned(), measured, verdict.to_owned()]);
+    };
+    let tcp = [Stream::TcpClusterIp, Stream::TcpMasq];
+    let ratios = |c: Condition| -> Vec<f64> {
+        tcp.iter()
+            .filter_map(|&s| ratio(t, c, s, Metric::Gbps))
+            .map(|d| d.median)
+            .collect()
+    };
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.3}×"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let pod = ratios(Condition::ClientPod);
+    judge(
+        "TCP with the pod traced (--pod-ip) ≥ 0.97× untraced (ClusterIP / MASQUERADE)",
+        fmt(&pod),
+        all(&pod, |x| x >= 0.97),
+    );
+    let (all_r, dump) = (ratios(Condition::TraceAll), ratios(Condition::Tcpdump));
+    judge(
+        "TCP with --trace-all ≥ 0.90× and above tcpdump's ratio",
+        format!("{} (tcpdump {})", fmt(&all_r), fmt(&dump)),
+        (all_r.len() == dump.len() && !all_r.is_empty())
+            .then(|| all_r.iter().zip(&dump).all(|(a, d)| *a >= 0.90 && a > d)),
+    );
+    let worst = |c: Condition| -> Option<(String, f64)> {
+        let mut by_prog: Vec<(String, f64)> = Vec::new();
+        for sample in r.hooks.samples.iter().filter(|s| s.condition == c) {
+            if by_prog.iter().any(|(p, _)| *p == sample.program) {
+                continue;
+            }
+            let runs = r
+                .hooks
+                .samples
+                .iter()
+                .filter(|s| s.condition == c && s.program == sample.program);
+            let med = Dist::of(runs.map(|s| s.ns_per_run)).map_or(0.0, |d| d.median);
+            by_prog.push((sample.program.clone(), med));
+        }
+        by_prog.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    for (c, limit, what) in [
+        (Condition::OtherPod, 50.0, "outside the filter"),
+        (Condition::ClientPod, 150.0, "emitted"),
+    ] {
+        let w = worst(c);
+        judge(
+            &format!("packets {what} ≤ {limit:.0} ns per hook (slowest program)"),
+            w.as_ref()
+                .map_or_else(|| "–".into(), |(p, ns)| format!("{ns:.0} ns ({p})")),
+            w.map(|(_, ns)| ns <= limit),
+        );
+    }
+    let flood = Dist::of(
+        r.collector
+            .iter()
+            .filter(|s| s.scenario == Scenario::Flood)
+            .map(|s| s.events_per_cpu_s),
+    );
+    judge(
+        "collector ≥ 1,000,000 events/s on one core",
+        flood.map_or_else(
+            || "–".into(),
+            |d| format!("{:.0} k events per CPU-second", d.median / 1e3),
+        ),
+        flood.map(|d| d.median >= 1e6),
+    );
+    let paced: Vec<&CollectorSample> = r
+        .collector
+        .iter()
+        .filter(|s| s.scenario == Scenario::Paced)
+        .collect();
+    let lost: u64 = paced
+        .iter()
+        .map(|s| s.kernel_lost + s.totals.lost_events)
+        .sum();
+    judge(
+        "0 events lost at 100,000 traced packets/s",
+        format!("{lost} lost over {} runs", paced.len()),
+        (!paced.is_empty()).then_some(lost == 0),
+    );
+    let hwm = r
+        .throughput
+        .tracers
+        .iter()
+        .filter(|x| x.condition.is_pktrace())
+        .map(|x| x.memory.hwm);
+    let hwm = hwm
+        .chain(r.collector.iter().map(|s| s.memory_end.hwm))
+        .max();
+    #[expect(clippy::cast_precision_loss, reason = "KiB far below 2^52")]
+    judge(
+        "RSS ≤ 32 MiB",
+        hwm.map_or_else(
+            || "–".into(),
+            |k| format!("{:.1} MiB (highest VmHWM of any run)", k as f64 / 1024.0),
+        ),
+        hwm.map(|k| k <= 32 * 1024),
+    );
+    let many = r
+        .startup
+        .samples
+        .iter()
+        .map(|s| s.interfaces)
+        .max()
+        .unwrap_or(0);
+    let mut modes: Vec<&str> = r
+        .startup
+        .samples
+        .iter()
+        .filter(|s| s.interfaces == many && many > 100)
+        .map(|s| s.mode.as_str())
+        .collect();
+    modes.dedup();
+    for mode in modes {
+        let runs = r
+            .startup
+            .samples
+            .iter()
+            .filter(|s| s.interfaces == many && s.mode == mode);
+        let ready = Dist::of(runs.map(|s| s.ready_s));
+        judge(
+            &format!("attach to 250 veths ≤ 1 s ({mode})"),
+            ready.map_or_else(
+                || "–".into(),
+                |d| format!("{:.3} s to ready on {many} interfaces", d.median),
+            ),
+            ready.map(|d| d.median <= 1.0),
+        );
+    }
+    table
+}
+
+fn all(values: &[f64], ok: impl Fn(f64) -> bool) -> Option<bool> {
+    (!values.is_empty()).then(|| values.iter().all(|&v| ok(v)))
+}
