@@ -1,36 +1,85 @@
-//! Builds the eBPF object (tracer-ebpf, for the BPF target) so the binary can embed it.
-use std::{env, fs, path::PathBuf};
+//! Builds the eBPF object (tracer-ebpf, for the BPF target) so the binary can embed it, and
+//! stamps the build for `--version`: `PKTRACE_GIT_COMMIT` (the workspace's commit) and
+//! `PKTRACE_EBPF_SHA256` (SHA-256 of the embedded object).
+//!
+//! Cross-compiling (e.g. `--target x86_64-unknown-linux-musl`) works as is: aya-build picks
+//! the BPF target's endianness and `bpf_target_arch` from the target's `CARGO_CFG_TARGET_*`.
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, anyhow};
 use aya_build::{Package, Toolchain};
+use sha2::{Digest as _, Sha256};
 
 fn main() -> anyhow::Result<()> {
     // aya-build watches only the eBPF crate; the event layout lives in tracer-common.
     println!("cargo:rerun-if-changed=../tracer-common/src");
     println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or_else(|| anyhow!("OUT_DIR not set"))?);
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let workspace = manifest
+        .parent()
+        .ok_or_else(|| anyhow!("tracer-user has no parent directory"))?;
+    stamp_commit(workspace);
     if env::var_os("AYA_BUILD_SKIP").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
         // Host-only work (unit tests of the pure logic): embed an empty object; loading it
         // fails with a clear error at run time.
         fs::write(out_dir.join("tracer"), b"").context("writing the placeholder eBPF object")?;
-        return Ok(());
+    } else {
+        let root = workspace.join("tracer-ebpf");
+        let root = root
+            .to_str()
+            .ok_or_else(|| anyhow!("non-UTF-8 path {}", root.display()))?;
+        let ebpf = Package {
+            name: "tracer-ebpf",
+            root_dir: root,
+            ..Package::default()
+        };
+        aya_build::build_ebpf([ebpf], Toolchain::default())?;
     }
-    let metadata = cargo_metadata_root()?;
-    let ebpf = Package {
-        name: "tracer-ebpf",
-        root_dir: &metadata,
-        ..Package::default()
-    };
-    aya_build::build_ebpf([ebpf], Toolchain::default())
+    let object = fs::read(out_dir.join("tracer")).context("reading the built eBPF object")?;
+    let digest = Sha256::digest(&object);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    println!("cargo:rustc-env=PKTRACE_EBPF_SHA256={hex}");
+    Ok(())
 }
 
-fn cargo_metadata_root() -> anyhow::Result<String> {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
-    let root = manifest
-        .parent()
-        .ok_or_else(|| anyhow!("tracer-user has no parent directory"))?
-        .join("tracer-ebpf");
-    root.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow!("non-UTF-8 path {}", root.display()))
+/// Sets `PKTRACE_GIT_COMMIT`: `$PKTRACE_GIT_COMMIT` if set (builds from a tarball), else
+/// `git rev-parse` of the workspace (12 hex digits), else `unknown`. Reruns when HEAD moves.
+fn stamp_commit(workspace: &Path) {
+    println!("cargo:rerun-if-env-changed=PKTRACE_GIT_COMMIT");
+    let commit = env::var("PKTRACE_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| {
+            let head = git(workspace, &["rev-parse", "--short=12", "HEAD"])?;
+            // HEAD itself (branch switches), the branch's ref, and packed refs.
+            for name in ["HEAD", "packed-refs"] {
+                if let Some(path) = git(workspace, &["rev-parse", "--git-path", name]) {
+                    println!("cargo:rerun-if-changed={}", workspace.join(path).display());
+                }
+            }
+            if let Some(branch) = git(workspace, &["symbolic-ref", "-q", "HEAD"])
+                && let Some(path) = git(workspace, &["rev-parse", "--git-path", &branch])
+            {
+                println!("cargo:rerun-if-changed={}", workspace.join(path).display());
+            }
+            Some(head)
+        })
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=PKTRACE_GIT_COMMIT={commit}");
+}
+
+/// `git ARGS` in `dir`, trimmed stdout; `None` when git is missing or fails.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
 }

@@ -39,6 +39,18 @@ impl Drop for LabGuard {
     }
 }
 
+/// The static musl pktrace of `cargo xtask dist`, from `PKTRACE_DIST_BIN`.
+///
+/// # Panics
+/// If `PKTRACE_DIST_BIN` is not set: run the tests via `cargo xtask integration-test`.
+#[must_use]
+pub fn dist_bin() -> PathBuf {
+    match env::var_os(xtask::PKTRACE_DIST_BIN_ENV) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => panic!("PKTRACE_DIST_BIN is not set: run via `cargo xtask integration-test`"),
+    }
+}
+
 /// The pktrace binary under test, from `PKTRACE_BIN`.
 ///
 /// # Panics

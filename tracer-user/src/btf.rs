@@ -384,6 +384,21 @@ impl Btf {
         Ok(union)
     }
 
+    /// The type id of the function (`BTF_KIND_FUNC`) named `name`, if there is one. In split
+    /// BTF the ids continue after the base's, as the kernel numbers them: the id of a module's
+    /// function is what `BPF_PROG_LOAD` wants as `attach_btf_id` with that module's BTF object.
+    pub fn func_id(&self, name: &str) -> Result<Option<u32>, BtfError> {
+        // `index_types` checked that every id fits in a u32.
+        let count = u32::try_from(self.index.len()).unwrap_or(u32::MAX);
+        for id in 1..=count {
+            let rec = self.rec(id)?;
+            if rec.kind == kind::FUNC && self.name(rec.name_off)? == name.as_bytes() {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
     /// Follows typedef, const, volatile, restrict and type-tag links from `id` to the type
     /// they name; `None` for `void`.
     fn strip(&self, mut id: u32) -> Result<Option<TypeRec>, BtfError> {
@@ -979,6 +994,24 @@ mod tests {
             Btf::from_split(&big, &module.build()),
             Err(BtfError::SplitByteOrder)
         ));
+    }
+
+    #[test]
+    fn functions_are_found_by_name_with_split_ids() {
+        let (base, _) = skb_btf(false);
+        let base_btf = Btf::parse(&base.build()).unwrap();
+        // `filler` has one FUNC, `f`; a struct named like a function is not one.
+        let f = base_btf.func_id("f").unwrap().unwrap();
+        assert!(f > 0 && (f as usize) <= base_btf.type_count());
+        assert_eq!(base_btf.func_id("sk_buff").unwrap(), None);
+        let mut module = Builder::split(&base);
+        let proto = module.ty("", kind::FUNC_PROTO, 0, false, 0);
+        let manip = module.link(kind::FUNC, "nf_nat_manip_pkt", proto);
+        let btf = Btf::from_split(&base_btf, &module.build()).unwrap();
+        assert!(manip as usize > base_btf.type_count());
+        assert_eq!(btf.func_id("nf_nat_manip_pkt").unwrap(), Some(manip));
+        assert_eq!(base_btf.func_id("nf_nat_manip_pkt").unwrap(), None);
+        assert_eq!(btf.func_id("f").unwrap(), Some(f));
     }
 
     #[test]

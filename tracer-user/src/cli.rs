@@ -1,11 +1,23 @@
-//! Command-line arguments (clap derive): the CLI contract of DESIGN.md, parsed but not yet
-//! checked. [`crate::config::Config`] turns them into settings.
+//! Command-line arguments (clap derive): the CLI contract of DESIGN.md ([`Args`]), parsed but
+//! not yet checked ([`crate::config::Config`] turns them into settings), plus what is not
+//! tracing: `pktrace merge` ([`Command`]) and the hidden `--generate` used for packaging.
 
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use crate::config::{Format, NatHook};
+
+/// `--version`: the crate version, the commit it was built from and the SHA-256 of the
+/// embedded eBPF object (all stamped by build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PKTRACE_GIT_COMMIT"),
+    ", eBPF object sha256:",
+    env!("PKTRACE_EBPF_SHA256"),
+    ")"
+);
 
 /// How long pktrace traces when neither `--follow`, `-c` nor `-d` is given.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
@@ -22,14 +34,54 @@ Examples:
   pktrace --pod web-0 -n shop -f -o json       stream JSON lines until Ctrl-C
   pktrace --pod-ip 10.13.76.46 -c 20           the first 20 journeys of that address
   pktrace --trace-all -d 2s                    every IP packet on the hooks, for 2 seconds
+  pktrace merge a=a.jsonl b=b.jsonl            journeys across nodes from each node's -o json
 
 Exit codes: 0 done, 1 runtime error, 2 usage error.";
 
 /// Trace a Kubernetes pod's packets hop by hop through the node: tc on the pod's veth, the
 /// bridge and the uplink, and every NAT step (kube-proxy DNAT, MASQUERADE) with the rule that
 /// did it.
+#[derive(Debug, Parser)]
+#[command(name = "pktrace", version = VERSION, after_help = AFTER_HELP)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(disable_help_subcommand = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub trace: Args,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Print a man page or shell completions on stdout (packaging: `cargo xtask dist`).
+    #[arg(long, value_enum, value_name = "WHAT", hide = true, exclusive = true)]
+    pub generate: Option<Generate>,
+}
+
+/// What `pktrace` does besides tracing.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Merge `-o json` output of several nodes into journeys that cross nodes.
+    Merge(crate::merge::MergeArgs),
+}
+
+/// What `--generate` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Generate {
+    /// pktrace.1
+    Man,
+    /// pktrace-merge.1
+    ManMerge,
+    /// Completions for bash.
+    Bash,
+    /// Completions for zsh.
+    Zsh,
+    /// Completions for fish.
+    Fish,
+}
+
+/// The tracing command line (the CLI contract).
 #[derive(Clone, Debug, Parser)]
-#[command(name = "pktrace", version, after_help = AFTER_HELP)]
+#[command(name = "pktrace", version = VERSION, after_help = AFTER_HELP)]
 pub struct Args {
     /// Pod to trace, resolved through the Azure CNI state file.
     #[arg(long, value_name = "NAME", conflicts_with = "pod_ip")]
@@ -262,6 +314,68 @@ mod tests {
             assert_eq!(err.kind(), *kind, "{args:?}: {err}");
             assert_eq!(err.exit_code(), 2, "{args:?}");
         }
+    }
+
+    fn parse_cli(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("pktrace").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_whole_command_line_keeps_the_contract() {
+        Cli::command().debug_assert();
+        let c = parse_cli(&["--pod", "ubuntu", "-n", "shop", "-f", "-o", "json"]).unwrap();
+        assert!(c.command.is_none() && c.generate.is_none());
+        assert_eq!(
+            (c.trace.pod.as_deref(), c.trace.namespace.as_str()),
+            (Some("ubuntu"), "shop")
+        );
+        // A pod may be called like the subcommand.
+        let c = parse_cli(&["--pod", "merge"]).unwrap();
+        assert_eq!(c.trace.pod.as_deref(), Some("merge"));
+        assert!(c.command.is_none());
+
+        let c = parse_cli(&["merge", "a=x.jsonl", "y.jsonl", "--uplink", "eth0,eth1"]).unwrap();
+        let Some(Command::Merge(m)) = c.command else {
+            panic!("merge expected")
+        };
+        assert_eq!(m.inputs, ["a=x.jsonl", "y.jsonl"]);
+        assert_eq!(
+            (m.uplink.as_slice(), m.max_delay),
+            (
+                &["eth0".to_owned(), "eth1".to_owned()][..],
+                Duration::from_secs(1)
+            )
+        );
+
+        assert_eq!(
+            parse_cli(&["--generate", "man"]).unwrap().generate,
+            Some(Generate::Man)
+        );
+        let cases: &[(&[&str], ErrorKind)] = &[
+            (&[], ErrorKind::MissingRequiredArgument),
+            (&["--pod", "a", "merge", "x"], ErrorKind::ArgumentConflict),
+            (&["merge"], ErrorKind::MissingRequiredArgument),
+            (
+                &["--generate", "man", "--pod", "a"],
+                ErrorKind::ArgumentConflict,
+            ),
+            (&["--generate", "pdf"], ErrorKind::InvalidValue),
+            (&["help"], ErrorKind::InvalidSubcommand),
+        ];
+        for (args, kind) in cases {
+            let err = parse_cli(args).expect_err(&format!("{args:?} should fail"));
+            assert_eq!(err.kind(), *kind, "{args:?}: {err}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+        let version = Cli::command().render_version();
+        assert!(
+            version.starts_with(&format!("pktrace {} (commit ", env!("CARGO_PKG_VERSION"))),
+            "{version}"
+        );
+        assert!(
+            version.contains("eBPF object sha256:") && version.len() > 80,
+            "{version}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! hold, and the `why` text says so.
 
 mod eval;
+mod host;
 mod rules;
 
 use std::{
@@ -107,19 +108,15 @@ impl NatRules {
 
     fn load_with(commands: &[&str]) -> Result<Self, ExplainError> {
         let (mut failure, mut empty) = (None, None);
-        for &command in commands {
-            let out = match Command::new(command)
-                .args(["-t", "nat"])
-                .stdin(Stdio::null())
-                .output()
-            {
+        // In pktrace's container image there is no iptables: then the node's own, if any.
+        let local = commands.iter().map(|&c| (c.to_owned(), Command::new(c)));
+        let on_host = commands.iter().filter_map(|&c| host::command(c));
+        for (command, mut cmd) in local.chain(on_host) {
+            let out = match cmd.args(["-t", "nat"]).stdin(Stdio::null()).output() {
                 Ok(out) => out,
                 Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
                 Err(err) => {
-                    failure.get_or_insert(ExplainError::Spawn {
-                        command: command.into(),
-                        err,
-                    });
+                    failure.get_or_insert(ExplainError::Spawn { command, err });
                     continue;
                 }
             };
@@ -128,7 +125,7 @@ impl NatRules {
                 let stderr = crate::output::safe(stderr.lines().next().unwrap_or("").trim());
                 let status = out.status.to_string();
                 failure.get_or_insert(ExplainError::Failed {
-                    command: command.into(),
+                    command,
                     status,
                     stderr,
                 });
@@ -414,19 +411,26 @@ fn decision(hit: &Hit<'_>, service: Option<String>, why: String) -> NatDecision 
     }
 }
 
-/// ` [assumed: …]` for conditions that were not checked, or nothing.
+/// Different unchecked conditions a `why` line lists before "… and N more".
+const NOTES_SHOWN: usize = 8;
+
+/// ` [assumed: …]` for conditions that were not checked, or nothing. Linear in the notes: a
+/// hostile dump can make a walk collect one per rule it passes (issue 6).
 fn assumed(notes: &[String]) -> String {
-    let mut unique: Vec<&str> = Vec::new();
-    for n in notes {
-        if !unique.contains(&n.as_str()) {
-            unique.push(n);
-        }
-    }
+    let mut seen = HashSet::new();
+    let unique: Vec<&str> = notes
+        .iter()
+        .map(String::as_str)
+        .filter(|n| seen.insert(*n))
+        .collect();
     if unique.is_empty() {
-        String::new()
-    } else {
-        format!(" [assumed: {}]", unique.join("; "))
+        return String::new();
     }
+    let mut text = unique[..unique.len().min(NOTES_SHOWN)].join("; ");
+    if unique.len() > NOTES_SHOWN {
+        let _ = write!(text, "; … and {} more", unique.len() - NOTES_SHOWN);
+    }
+    format!(" [assumed: {text}]")
 }
 
 /// False when the rule's `-p` excludes `proto`.
@@ -451,5 +455,7 @@ fn service_of(rule: &Rule) -> Option<String> {
     (valid(ns) && valid(svc)).then(|| name.to_owned())
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,9 @@
 //! NAT hooks), [`collect`] (ring buffer → events), [`journey`] (events → one packet's
 //! journey), [`explain`] (which iptables rule did each NAT step), [`output`] (text or JSON
 //! lines), [`summary`] (latency percentiles on exit). [`run`] ties them together.
+//!
+//! Besides tracing: `pktrace merge` ([`merge`]: journeys across nodes from several nodes'
+//! JSON lines) and the hidden `--generate` ([`generate`]: man pages, shell completions).
 
 mod attach;
 mod btf;
@@ -11,7 +14,9 @@ mod cli;
 mod collect;
 mod config;
 mod explain;
+mod generate;
 mod journey;
+mod merge;
 mod nat;
 mod output;
 mod resolve;
@@ -24,8 +29,22 @@ use std::{io::IsTerminal as _, process::ExitCode};
 use clap::Parser as _;
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse();
-    let cfg = match config::Config::from_args(args, std::io::stdout().is_terminal()) {
+    let cli = cli::Cli::parse();
+    if let Some(what) = cli.generate {
+        return finish_output(generate::generate(what, &mut std::io::stdout().lock()));
+    }
+    if let Some(cli::Command::Merge(args)) = cli.command {
+        return match merge::run(&args, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(merge::MergeError::Output(e)) => finish_output(Err(e)),
+            Err(e) => {
+                let code = if e.is_usage() { 2 } else { 1 };
+                eprintln!("pktrace merge: {:#}", anyhow::Error::new(e));
+                ExitCode::from(code)
+            }
+        };
+    }
+    let cfg = match config::Config::from_args(cli.trace, std::io::stdout().is_terminal()) {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("pktrace: {e}");
@@ -38,6 +57,18 @@ fn main() -> ExitCode {
             let code = if e.is_usage() { 2 } else { 1 };
             eprintln!("pktrace: {:#}", anyhow::Error::new(e));
             ExitCode::from(code)
+        }
+    }
+}
+
+/// Exit status after writing to stdout: a closed pipe (`| head`) is a clean exit.
+fn finish_output(result: std::io::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pktrace: writing the output: {e}");
+            ExitCode::from(1)
         }
     }
 }

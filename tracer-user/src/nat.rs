@@ -8,8 +8,10 @@ use tracer_common::{KernelOffsets, hook};
 
 use crate::{
     attach::{
-        Globals, object,
+        Globals,
         netfilter::{self, NetfilterLink},
+        object,
+        probe::{self, ProbeAttachment, ProbeError},
     },
     btf,
     config::NatHook,
@@ -21,18 +23,47 @@ const NFPROTO_IPV4: u32 = 2;
 const PRI_NAT_DST: i32 = -100;
 const PRI_NAT_SRC: i32 = 100;
 
-/// Failures to set up the requested NAT observation.
+/// The hooks in order of preference (DESIGN.md "NAT observation").
+const ORDER: [NatHook; 4] = [
+    NatHook::Fentry,
+    NatHook::Kprobe,
+    NatHook::Netfilter,
+    NatHook::Conntrack,
+];
+
+/// Failures to set up the requested NAT observation. `Display` is one line, the reason (with
+/// `-v`, a verifier rejection's whole log is printed before it).
 #[derive(Debug, thiserror::Error)]
 pub enum NatError {
     #[error("--nat-hook {hook}: {why}")]
     Unavailable { hook: &'static str, why: String },
-    #[error("attaching the NAT programs failed")]
-    Netfilter(#[source] netfilter::AttachError),
+}
+
+/// What is attached for NAT observation.
+enum Hooked {
+    None,
+    Netfilter(Vec<NetfilterLink>),
+    Probe(ProbeAttachment),
+}
+
+impl Hooked {
+    /// What is attached and what its latency measures, for the report.
+    fn describe(&self) -> String {
+        match self {
+            Self::None => "nothing attached".into(),
+            Self::Netfilter(links) => format!(
+                "{} BPF netfilter links bracketing the nat table (PREROUTING, OUTPUT, \
+                 POSTROUTING, INPUT); latency = rule traversal + rewrite",
+                links.len()
+            ),
+            Self::Probe(p) => p.describe(),
+        }
+    }
 }
 
 /// The NAT observation in use; dropping it detaches.
 pub struct NatAttachment {
-    links: Vec<NetfilterLink>,
+    hooked: Hooked,
     report: Vec<String>,
 }
 
@@ -46,7 +77,11 @@ impl NatAttachment {
     /// How many kernel links are attached.
     #[must_use]
     pub fn links(&self) -> usize {
-        self.links.len()
+        match &self.hooked {
+            Hooked::None => 0,
+            Hooked::Netfilter(links) => links.len(),
+            Hooked::Probe(p) => p.links(),
+        }
     }
 }
 
@@ -65,42 +100,121 @@ pub fn kernel_offsets_or_default(verbose: u8) -> KernelOffsets {
     }
 }
 
+/// Why one hook could not be used: a one-line reason and, if the verifier said why, its log.
+struct Skip {
+    why: String,
+    verifier_log: Option<String>,
+}
+
+impl From<String> for Skip {
+    fn from(why: String) -> Self {
+        Self {
+            why,
+            verifier_log: None,
+        }
+    }
+}
+
+impl From<ProbeError> for Skip {
+    fn from(e: ProbeError) -> Self {
+        let verifier_log = e.verifier_log().map(str::to_owned);
+        Self {
+            why: one_line(&e),
+            verifier_log,
+        }
+    }
+}
+
+impl From<netfilter::AttachError> for Skip {
+    fn from(e: netfilter::AttachError) -> Self {
+        match e {
+            netfilter::AttachError::Verifier {
+                program,
+                errno,
+                log,
+            } => {
+                let last = log
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .trim();
+                Self {
+                    why: format!("the verifier rejected {program} ({errno}): {last}"),
+                    verifier_log: Some(log),
+                }
+            }
+            other => Self {
+                why: one_line(&other),
+                verifier_log: None,
+            },
+        }
+    }
+}
+
 /// Picks and attaches the NAT observation for `want`, in the preference order fentry →
-/// kprobe → netfilter link → conntrack.
-pub fn attach(want: NatHook, ebpf: &Ebpf, globals: &Globals) -> Result<NatAttachment, NatError> {
+/// kprobe → netfilter link → conntrack. With `auto` every hook that cannot work is skipped with
+/// a report line saying why; with an explicit hook that cannot work, the error is that reason.
+/// A hook that fails leaves nothing loaded or attached, and the hooks after the chosen one are
+/// never loaded. With `verbose`, a verifier rejection's whole log goes to stderr.
+pub fn attach(
+    want: NatHook,
+    ebpf: &mut Ebpf,
+    globals: &Globals,
+    verbose: u8,
+) -> Result<NatAttachment, NatError> {
     let mut report = Vec::new();
-    let usable = |hook: &'static str| matches!(want, NatHook::Auto) || want_name(want) == hook;
-    for hook in ["fentry", "kprobe"] {
-        if usable(hook) {
-            let why = "not built into this pktrace yet";
-            if want != NatHook::Auto {
-                return Err(NatError::Unavailable { hook, why: why.into() });
-            }
-            report.push(format!("NAT hook {hook}: skipped ({why})"));
+    for hook in ORDER {
+        if want != NatHook::Auto && want != hook {
+            continue;
         }
-    }
-    if usable("netfilter") {
-        match attach_netfilter(ebpf, globals) {
-            Ok(links) => {
-                report.push(format!(
-                    "NAT hook netfilter: {} BPF netfilter links bracketing the nat table \
-                     (PREROUTING, OUTPUT, POSTROUTING, INPUT); latency = rule traversal + rewrite",
-                    links.len()
-                ));
-                return Ok(NatAttachment { links, report });
+        let name = want_name(hook);
+        let skip = match attach_one(hook, ebpf, globals) {
+            Ok(hooked) => {
+                report.push(format!("NAT hook {name}: {}", hooked.describe()));
+                return Ok(NatAttachment { hooked, report });
             }
-            Err(why) if want == NatHook::Auto => {
-                report.push(format!("NAT hook netfilter: skipped ({why})"));
-            }
-            Err(why) => return Err(NatError::Unavailable { hook: "netfilter", why }),
+            Err(skip) => skip,
+        };
+        if let Some(log) = skip.verifier_log.filter(|_| verbose > 0) {
+            eprintln!("pktrace: NAT hook {name}: verifier log:\n{log}");
         }
+        if want != NatHook::Auto {
+            return Err(NatError::Unavailable {
+                hook: name,
+                why: skip.why,
+            });
+        }
+        report.push(format!("NAT hook {name}: skipped ({})", skip.why));
     }
-    let why = "conntrack over netlink is not built into this pktrace yet";
-    if want == NatHook::Conntrack {
-        return Err(NatError::Unavailable { hook: "conntrack", why: why.into() });
+    if let Some(last) = report.last_mut() {
+        last.push_str("; NAT steps will not be shown");
     }
-    report.push(format!("NAT hook conntrack: skipped ({why}); NAT steps will not be shown"));
-    Ok(NatAttachment { links: Vec::new(), report })
+    Ok(NatAttachment {
+        hooked: Hooked::None,
+        report,
+    })
+}
+
+/// Attaches one hook, or says why it cannot be used.
+fn attach_one(hook: NatHook, ebpf: &mut Ebpf, globals: &Globals) -> Result<Hooked, Skip> {
+    if hook == NatHook::Conntrack || hook == NatHook::Auto {
+        return Err(
+            String::from("conntrack over netlink is not built into this pktrace yet").into(),
+        );
+    }
+    if globals.offsets.skb_data == 0 {
+        return Err(
+            String::from("no kernel BTF for sk_buff offsets (/sys/kernel/btf/vmlinux)").into(),
+        );
+    }
+    let bytes = globals.as_bytes();
+    let refs: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+    Ok(match hook {
+        NatHook::Fentry => Hooked::Probe(probe::attach_fentry(ebpf, &refs)?),
+        NatHook::Kprobe => Hooked::Probe(probe::attach_kprobes(ebpf)?),
+        _ => Hooked::Netfilter(attach_netfilter(ebpf, &refs)?),
+    })
 }
 
 const fn want_name(h: NatHook) -> &'static str {
@@ -113,14 +227,8 @@ const fn want_name(h: NatHook) -> &'static str {
     }
 }
 
-fn attach_netfilter(ebpf: &Ebpf, globals: &Globals) -> Result<Vec<NetfilterLink>, String> {
-    if globals.offsets.skb_data == 0 {
-        return Err("no kernel BTF for sk_buff offsets (/sys/kernel/btf/vmlinux)".into());
-    }
-    let bytes = globals.as_bytes();
-    let refs: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-    let programs = netfilter::load_netfilter_programs(object(), &refs, ebpf)
-        .map_err(|e| format!("{:#}", anyhow_chain(&e)))?;
+fn attach_netfilter(ebpf: &Ebpf, globals: &[(&str, &[u8])]) -> Result<Vec<NetfilterLink>, Skip> {
+    let programs = netfilter::load_netfilter_programs(object(), globals, ebpf)?;
     let find = |name: &str| programs.iter().find(|p| p.name() == name);
     let mut links = Vec::new();
     for (prefix, hook_num, pri) in [
@@ -131,18 +239,17 @@ fn attach_netfilter(ebpf: &Ebpf, globals: &Globals) -> Result<Vec<NetfilterLink>
     ] {
         for (suffix, at) in [("_enter", pri - 1), ("_exit", pri + 1)] {
             let name = format!("{prefix}{suffix}");
-            let prog = find(&name).ok_or_else(|| format!("program {name} missing from the object"))?;
-            let link = prog
-                .attach(NFPROTO_IPV4, u32::from(hook_num), at)
-                .map_err(|e| format!("{:#}", anyhow_chain(&e)))?;
+            let prog =
+                find(&name).ok_or_else(|| format!("program {name} missing from the object"))?;
+            let link = prog.attach(NFPROTO_IPV4, u32::from(hook_num), at)?;
             links.push(link);
         }
     }
     Ok(links)
 }
 
-/// An error and its sources on one line.
-fn anyhow_chain(e: &dyn std::error::Error) -> String {
+/// An error and its sources on one line, joined with ": ".
+fn one_line(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
@@ -150,7 +257,7 @@ fn anyhow_chain(e: &dyn std::error::Error) -> String {
         s.push_str(&inner.to_string());
         src = inner.source();
     }
-    s
+    s.replace('\n', " ")
 }
 
 /// The node's own addresses (for `-m addrtype --dst-type LOCAL`).
@@ -171,7 +278,9 @@ pub fn local_addrs() -> Vec<IpAddr> {
                 match i32::from((*sa).sa_family) {
                     libc::AF_INET => {
                         let sin = &*sa.cast::<libc::sockaddr_in>();
-                        out.push(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()));
+                        out.push(IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
                     }
                     libc::AF_INET6 => {
                         let sin6 = &*sa.cast::<libc::sockaddr_in6>();
@@ -190,7 +299,10 @@ pub fn local_addrs() -> Vec<IpAddr> {
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
 #[must_use]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)

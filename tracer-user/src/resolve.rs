@@ -9,7 +9,8 @@
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    io,
+    fs::File,
+    io::{self, Read as _},
     net::IpAddr,
     path::{Path, PathBuf},
 };
@@ -20,6 +21,11 @@ use crate::output::safe;
 
 /// Names listed in an error message before "… and N more".
 const LIST_MAX: usize = 12;
+
+/// Largest state file pktrace reads (64 MiB). A real one holds a few hundred bytes per
+/// endpoint, well under a megabyte at 250 pods; anything this big is not a state file, and
+/// reading it whole would cost that much memory before the first packet is traced.
+pub const MAX_STATE_FILE: u64 = 64 << 20;
 
 /// A pod found in the state file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +39,8 @@ pub struct PodTarget {
 }
 
 impl PodTarget {
-    /// `namespace/name`, as the JSON `pod` field writes it.
+    /// `namespace/name`, as the JSON `pod` field writes it. Raw, as the state file has it:
+    /// print it through [`safe`] (the text sink and the start-up line do; JSON escapes it).
     #[must_use]
     pub fn label(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -66,6 +73,18 @@ pub enum ResolveError {
         path.display()
     )]
     Unreadable { path: PathBuf, err: io::Error },
+    /// The state file is bigger than any real one ([`MAX_STATE_FILE`]).
+    #[error(
+        "the Azure CNI state file {} is too large ({size} bytes or more, the limit is {} MiB): \
+         is --state-file the right file? use --pod-ip IP to skip pod resolution",
+        path.display(),
+        limit >> 20
+    )]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     /// The state file is not the JSON we expect.
     #[error(
         "the Azure CNI state file {} is corrupt at line {line}, column {column} ({}); \
@@ -232,8 +251,10 @@ fn json_reason(err: &serde_json::Error) -> String {
     }
 }
 
-fn load(path: &Path) -> Result<StateFile, ResolveError> {
-    let bytes = std::fs::read(path).map_err(|err| match err.kind() {
+/// Reads the state file, refusing one over `limit` bytes without reading it (or, when its size
+/// says less than it holds, as soon as the limit is passed).
+fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ResolveError> {
+    let failed = |err: io::Error| match err.kind() {
         io::ErrorKind::NotFound => ResolveError::Missing {
             path: path.to_owned(),
         },
@@ -241,15 +262,44 @@ fn load(path: &Path) -> Result<StateFile, ResolveError> {
             path: path.to_owned(),
             err,
         },
-    })?;
+    };
+    let too_large = |size: u64| ResolveError::TooLarge {
+        path: path.to_owned(),
+        size,
+        limit,
+    };
+    let file = File::open(path).map_err(failed)?;
+    let declared = file.metadata().map_err(failed)?.len();
+    if declared > limit {
+        return Err(too_large(declared));
+    }
+    // The size can be wrong (a file being rewritten, a device, a FIFO): read at most one byte
+    // past the limit.
+    let mut bytes = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > limit {
+        return Err(too_large(read));
+    }
+    Ok(bytes)
+}
+
+/// Parses state-file contents; `path` only names the file in errors.
+fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, ResolveError> {
     let state: Option<StateFile> =
-        serde_json::from_slice(&bytes).map_err(|err| ResolveError::Corrupt {
+        serde_json::from_slice(bytes).map_err(|err| ResolveError::Corrupt {
             path: path.to_owned(),
             line: err.line(),
             column: err.column(),
             err,
         })?;
     Ok(state.unwrap_or_default())
+}
+
+fn load(path: &Path) -> Result<StateFile, ResolveError> {
+    parse(path, &read(path, MAX_STATE_FILE)?)
 }
 
 fn networks(state: &StateFile) -> impl Iterator<Item = (&ExternalInterface, &NetworkInfo)> {
@@ -305,10 +355,22 @@ fn nonempty(s: Option<&String>) -> Option<&str> {
 /// Every pod the state file lists, sorted by namespace and name.
 ///
 /// # Errors
-/// The file is missing, unreadable or corrupt.
-#[expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")]
+/// The file is missing, unreadable, too large or corrupt.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")
+)]
 pub fn list_pods(state_file: &Path) -> Result<Vec<PodTarget>, ResolveError> {
     Ok(pods(&load(state_file)?))
+}
+
+/// Every pod in state-file contents `bytes`, sorted by namespace and name; `path` only names
+/// the file in errors. Pure: the fuzz target's entry point.
+///
+/// # Errors
+/// [`ResolveError::Corrupt`].
+pub fn parse_pods(path: &Path, bytes: &[u8]) -> Result<Vec<PodTarget>, ResolveError> {
+    Ok(pods(&parse(path, bytes)?))
 }
 
 /// Finds pod `namespace/name` in the state file.
@@ -321,19 +383,37 @@ pub fn resolve_pod(
     namespace: &str,
     name: &str,
 ) -> Result<PodTarget, ResolveError> {
-    let all = pods(&load(state_file)?);
+    find_pod(
+        state_file,
+        &read(state_file, MAX_STATE_FILE)?,
+        namespace,
+        name,
+    )
+}
+
+/// [`resolve_pod`] on state-file contents already read; `path` only names the file in errors.
+///
+/// # Errors
+/// As [`resolve_pod`], except for reading.
+pub fn find_pod(
+    path: &Path,
+    bytes: &[u8],
+    namespace: &str,
+    name: &str,
+) -> Result<PodTarget, ResolveError> {
+    let all = parse_pods(path, bytes)?;
     let found = all
         .iter()
         .find(|p| p.namespace == namespace && p.name == name);
     match found {
         Some(pod) if pod.ips.is_empty() => Err(ResolveError::NoAddress {
-            path: state_file.to_owned(),
+            path: path.to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }),
         Some(pod) => Ok(pod.clone()),
         None => Err(ResolveError::PodNotFound(Box::new(not_found(
-            state_file, &all, namespace, name,
+            path, &all, namespace, name,
         )))),
     }
 }
@@ -406,7 +486,10 @@ fn distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
 /// The CNI's mode and bridge, from the first network of the state file that names a mode;
 /// `None` when the file cannot be read or names none.
 #[must_use]
-#[expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")]
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")
+)]
 pub fn cni_layout(state_file: &Path) -> Option<CniLayout> {
     let state = load(state_file).ok()?;
     networks(&state).find_map(|(ext, net)| {
@@ -416,6 +499,8 @@ pub fn cni_layout(state_file: &Path) -> Option<CniLayout> {
     })
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests {
     use std::{fs, sync::atomic::AtomicU32};

@@ -1,14 +1,16 @@
 //! One tracing session: resolve → attach → collect → join → explain → output → summary.
 
 use std::{
+    collections::HashMap,
     io::{self, Write},
     net::IpAddr,
     time::Duration,
 };
 
+use tracer_common::Tuple;
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    signal::unix::{SignalKind, signal},
+    signal::unix::{Signal, SignalKind, signal},
     time::{Instant, MissedTickBehavior, interval, sleep_until},
 };
 
@@ -18,7 +20,7 @@ use crate::{
     config::{Config, Target},
     explain::{NatRules, PacketCtx},
     journey::{
-        Journey,
+        Attribution, Journey, Point,
         correlate::{Correlator, Limits},
     },
     nat::{self, NatAttachment},
@@ -26,6 +28,11 @@ use crate::{
     resolve,
     summary::Summary,
 };
+
+/// The NAT steps of a journey: (point, reply, before, after).
+type NatKey = Vec<(Point, bool, Tuple, Tuple)>;
+/// Most cached attributions (one per distinct connection and direction).
+const EXPLAIN_CACHE: usize = 4096;
 
 /// How often the collector drains the ring buffer when the kernel did not wake it.
 const DRAIN_EVERY: Duration = Duration::from_millis(20);
@@ -120,10 +127,15 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     if swept > 0 {
         eprintln!("pktrace: removed {swept} tc filters left by a pktrace that did not exit cleanly");
     }
-    let nat_attachment: NatAttachment = nat::attach(cfg.nat_hook, &ebpf, &globals)?;
+    let nat_attachment: NatAttachment = nat::attach(cfg.nat_hook, &mut ebpf, &globals, cfg.verbose)?;
     let mut collector = Collector::new(&mut ebpf)?;
 
     announce(&subject, &ifaces, mode, &nat_attachment);
+    // Before the ready file: a SIGINT right after it must still end with the summary.
+    let signals = (
+        signal(SignalKind::interrupt()).map_err(RunError::Runtime)?,
+        signal(SignalKind::terminate()).map_err(RunError::Runtime)?,
+    );
     if let Some(path) = &cfg.ready_file {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .map_err(|source| RunError::ReadyFile { path: path.display().to_string(), source })?;
@@ -135,13 +147,14 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         correlator: Correlator::new(tc::host_ifs(&ifaces), Limits::default()),
         summary: Summary::new(),
         rules: load_rules(),
+        explained: HashMap::new(),
         local_addrs: nat::local_addrs(),
         journeys: 0,
         limit: cfg.limits.count,
         lost_reported: 0,
         counters: Counters::default(),
     };
-    let result = session.event_loop(cfg, &mut collector, sink.as_mut()).await;
+    let result = session.event_loop(cfg, &mut collector, sink.as_mut(), signals).await;
     // Whatever stopped the loop, report what is left.
     let mut done = Vec::new();
     collector.drain(|ev| session.correlator.push(ev, &mut done));
@@ -194,6 +207,8 @@ struct Session {
     correlator: Correlator,
     summary: Summary,
     rules: Option<NatRules>,
+    /// Attributions already worked out, per sequence of NAT steps.
+    explained: HashMap<NatKey, Vec<Option<Attribution>>>,
     local_addrs: Vec<IpAddr>,
     journeys: u64,
     limit: Option<u64>,
@@ -207,6 +222,7 @@ impl Session {
         cfg: &Config,
         collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
+        (mut sigint, mut sigterm): (Signal, Signal),
     ) -> io::Result<()> {
         // SAFETY: the ring buffer's fd stays open and the same for as long as `collector`,
         // which outlives this AsyncFd.
@@ -216,8 +232,6 @@ impl Session {
         drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut chores = interval(HOUSEKEEPING_EVERY);
         chores.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
         let deadline = cfg.limits.duration.map(|d| Instant::now() + d);
         let stop_at = sleep_until(deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)));
         tokio::pin!(stop_at);
@@ -269,12 +283,34 @@ impl Session {
 
     /// Names the rule of each NAT step. The journey is replayed from its first packet (mark 0
     /// as it arrives), so marks set on the way (KUBE-MARK-MASQ) count for the SNAT decision.
-    fn explain(&self, j: &mut Journey) {
+    ///
+    /// Every packet of a connection takes the same NAT steps, so the answer is cached per
+    /// sequence of translations (the replay dominated the collector's time under load).
+    fn explain(&mut self, j: &mut Journey) {
         let Some(rules) = &self.rules else { return };
-        if j.steps.iter().any(|s| s.point.is_nat()) {
-            let ctx = PacketCtx { mark: 0, local_addrs: self.local_addrs.clone(), out_iface: None };
-            rules.attribute_journey(j, &ctx);
+        let key: NatKey = j
+            .steps
+            .iter()
+            .filter(|s| s.point.is_nat())
+            .map(|s| (s.point, s.reply, s.orig.unwrap_or_default(), s.tuple))
+            .collect();
+        if key.is_empty() {
+            return;
         }
+        if let Some(known) = self.explained.get(&key) {
+            let nat = j.steps.iter_mut().filter(|s| s.point.is_nat());
+            for (step, attribution) in nat.zip(known) {
+                step.attribution.clone_from(attribution);
+            }
+            return;
+        }
+        let ctx = PacketCtx { mark: 0, local_addrs: self.local_addrs.clone(), out_iface: None };
+        rules.attribute_journey(j, &ctx);
+        if self.explained.len() >= EXPLAIN_CACHE {
+            self.explained.clear();
+        }
+        let answers = j.steps.iter().filter(|s| s.point.is_nat()).map(|s| s.attribution.clone()).collect();
+        self.explained.insert(key, answers);
     }
 
     /// Reports new losses and closes idle journeys.

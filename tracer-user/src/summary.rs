@@ -291,6 +291,7 @@ mod tests {
             reply: false,
             latency_ns,
             ktime_ns,
+            ip_id: None,
             attribution: None,
         };
         let j = Journey {

@@ -1,5 +1,6 @@
 //! Raw `bpf(2)` calls that aya 0.14 does not offer: loading a program of a type aya has no
-//! loader for (BPF netfilter), creating its link, and loading an object's BTF for it.
+//! loader for (BPF netfilter) or against a kernel module's BTF (fentry/fexit), creating their
+//! links, loading an object's BTF for them, and finding a module's BTF object.
 //!
 //! Every `unsafe` block of the loader lives here. The attribute layouts are aya-obj's generated
 //! `union bpf_attr` (include/uapi/linux/bpf.h, v6.12), zeroed before use so that fields a command
@@ -47,6 +48,12 @@ pub struct ProgLoad<'a> {
     pub insns: &'a [bpf_insn],
     pub license: &'a CStr,
     pub btf: Option<ProgBtf<'a>>,
+    /// Tracing programs (fentry/fexit): the BTF type id of the kernel function to attach to, 0
+    /// for other program types.
+    pub attach_btf_id: u32,
+    /// Tracing programs: the kernel BTF object holding `attach_btf_id` when it is a module's
+    /// (`None`: vmlinux).
+    pub attach_btf_obj_fd: Option<BorrowedFd<'a>>,
 }
 
 /// The one `bpf(2)` entry point: runs `cmd` on a fully initialised `attr`.
@@ -86,7 +93,8 @@ fn zeroed_attr() -> bpf_attr {
 fn object_name(name: &str) -> [libc::c_char; OBJ_NAME_LEN] {
     let mut out = [0; OBJ_NAME_LEN];
     for (dst, src) in out.iter_mut().zip(name.bytes().take(OBJ_NAME_LEN - 1)) {
-        *dst = src.cast_signed();
+        // `c_char` is i8 on x86_64, u8 on aarch64.
+        *dst = libc::c_char::from_ne_bytes([src]);
     }
     out
 }
@@ -103,6 +111,10 @@ pub fn prog_load(req: &ProgLoad<'_>, log: &mut [u8], log_level: u32) -> io::Resu
     u.insn_cnt =
         u32::try_from(req.insns.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
     u.license = req.license.as_ptr() as u64;
+    u.attach_btf_id = req.attach_btf_id;
+    if let Some(fd) = req.attach_btf_obj_fd {
+        u.__bindgen_anon_1.attach_btf_obj_fd = fd.as_raw_fd().cast_unsigned();
+    }
     if let Some(btf) = req.btf {
         u.prog_btf_fd = btf.fd.as_raw_fd().cast_unsigned();
         if btf.func_info_rec_size > 0 {
@@ -165,6 +177,69 @@ pub fn link_create_netfilter(
     nf.priority = priority;
     nf.flags = flags;
     fd_sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
+}
+
+/// `BPF_RAW_TRACEPOINT_OPEN` without a name: attaches a tracing program (fentry/fexit) to the
+/// function it was loaded for and returns the link (`bpf_tracing_prog_attach`,
+/// kernel/bpf/syscall.c, v5.5+). Closing the link detaches the program.
+pub fn raw_tracepoint_open(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let mut attr = zeroed_attr();
+    // SAFETY: writing the `BPF_RAW_TRACEPOINT_OPEN` member of a zeroed union.
+    let u = unsafe { &mut attr.raw_tracepoint };
+    u.prog_fd = prog.as_raw_fd().cast_unsigned();
+    fd_sys_bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+}
+
+/// `BPF_BTF_GET_NEXT_ID`: the id of the kernel BTF object after `start` (0: the first);
+/// `ENOENT` after the last.
+pub fn btf_get_next_id(start: u32) -> io::Result<u32> {
+    let mut attr = zeroed_attr();
+    // SAFETY: writing the `BPF_*_GET_NEXT_ID` member of a zeroed union; `next_id` is read back
+    // from the same member, which the kernel filled in.
+    unsafe {
+        attr.__bindgen_anon_6.__bindgen_anon_1.start_id = start;
+        sys_bpf(bpf_cmd::BPF_BTF_GET_NEXT_ID, &mut attr)?;
+        Ok(attr.__bindgen_anon_6.next_id)
+    }
+}
+
+/// `BPF_BTF_GET_FD_BY_ID`.
+pub fn btf_get_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    let mut attr = zeroed_attr();
+    attr.__bindgen_anon_6.__bindgen_anon_1.btf_id = id;
+    fd_sys_bpf(bpf_cmd::BPF_BTF_GET_FD_BY_ID, &mut attr)
+}
+
+/// What `BPF_OBJ_GET_INFO_BY_FD` says of a BTF object: its name (a module's name, `vmlinux`,
+/// or empty for BTF that programs loaded) and whether the kernel made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BtfObjInfo {
+    pub name: String,
+    pub kernel: bool,
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` of a BTF object (`name` and `kernel_btf` exist from 5.11).
+pub fn btf_obj_info(btf: BorrowedFd<'_>) -> io::Result<BtfObjInfo> {
+    let mut name = [0u8; 64];
+    // SAFETY: `bpf_btf_info` is plain integers: all-zero is valid.
+    let mut info: aya_obj::generated::bpf_btf_info = unsafe { mem::zeroed() };
+    info.name = name.as_mut_ptr() as u64;
+    info.name_len = u32::try_from(name.len()).unwrap_or(0);
+    let mut attr = zeroed_attr();
+    // SAFETY: writing the `BPF_OBJ_GET_INFO_BY_FD` member of a zeroed union; `info` and `name`
+    // outlive the call and are as long as the lengths given.
+    unsafe {
+        let u = &mut attr.info;
+        u.bpf_fd = btf.as_raw_fd().cast_unsigned();
+        u.info_len = u32::try_from(size_of_val(&info)).unwrap_or(0);
+        u.info = std::ptr::from_mut(&mut info) as u64;
+    }
+    sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(BtfObjInfo {
+        name: String::from_utf8_lossy(&name[..end]).into_owned(),
+        kernel: info.kernel_btf != 0,
+    })
 }
 
 /// `BPF_MAP_CREATE` of a plain array map (for tests).

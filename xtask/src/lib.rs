@@ -2,11 +2,16 @@
 //! network namespaces), the demo, and the test tiers. The binary (`cargo xtask …`) is a thin
 //! CLI over this library; the integration tests use the lab through it too.
 
+pub mod bench;
 pub mod cmd;
 pub mod demo;
+pub mod deploy;
+pub mod dist;
+pub mod fuzz;
 pub mod lab;
 pub mod runner;
 pub mod setup;
+pub mod vm;
 
 use std::{env, path::PathBuf};
 
@@ -19,6 +24,8 @@ pub use self::setup::setup;
 pub const XTASK_BIN_ENV: &str = "PKTRACE_XTASK_BIN";
 /// Environment variable naming the pktrace binary to run (tests, demo).
 pub const PKTRACE_BIN_ENV: &str = "PKTRACE_BIN";
+/// Environment variable naming the static musl pktrace of `cargo xtask dist` (tests).
+pub const PKTRACE_DIST_BIN_ENV: &str = "PKTRACE_DIST_BIN";
 
 /// The xtask executable, which runs the lab's servers and clients: `$PKTRACE_XTASK_BIN` if
 /// set, else the current executable.

@@ -40,8 +40,74 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run every test tier: setup, `cargo test`, integration tests.
+    /// Run the integration tests in a qemu guest on a Debian kernel, once per NAT hook
+    /// (TCG; the kernel comes from apt and is cached). Extra arguments go to the harness.
+    VmTest {
+        /// Kernel: a version (6.1.0-41-cloud-amd64), a .deb or a vmlinuz [default: the newest
+        /// bookworm linux-image-6.1.0-*-cloud-amd64].
+        #[arg(long, value_name = "FILE|VERSION")]
+        kernel: Option<String>,
+        /// NAT hooks to run the tests with (pktrace --nat-hook; auto: pktrace chooses).
+        #[arg(
+            long,
+            value_name = "HOOKS",
+            value_delimiter = ',',
+            default_value = "kprobe,fentry"
+        )]
+        hook: Vec<String>,
+        /// VMs to run side by side, sharing the (hook, test binary) runs [default: one per
+        /// CPU, as many as the memory holds].
+        #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+        jobs: usize,
+        /// Kill a VM after this many seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = xtask::vm::DEFAULT_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// Arguments for the test harness (e.g. a test name filter), after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run every test tier: setup, `cargo test`, integration tests, VM tests.
     Test,
+    /// Build pktrace and kubectl-pktrace as static musl binaries into target/dist, with man
+    /// pages, shell completions and checksums.
+    Dist {
+        /// Architectures to build (x86_64, aarch64).
+        #[arg(
+            long,
+            value_name = "ARCH",
+            value_delimiter = ',',
+            default_value = "x86_64,aarch64"
+        )]
+        arch: Vec<String>,
+    },
+    /// Validate the Kubernetes manifests (deploy/, kubectl-pktrace's pod) against the API
+    /// schemas (kubernetes-validate; part of `cargo xtask test`).
+    DeployCheck,
+    /// Run the cargo-fuzz targets (nightly, libFuzzer) for a while each; fails on a finding.
+    Fuzz {
+        /// Targets to run [default: all: parse_packet, packet_roundtrip, state_file,
+        /// iptables_save].
+        targets: Vec<String>,
+        /// Seconds per target.
+        #[arg(long, value_name = "S", default_value_t = xtask::fuzz::CI_SECONDS)]
+        seconds: u64,
+    },
+    /// Measure what tracing costs: throughput retention, per-hook cost, collector capacity,
+    /// memory and start-up (root; namespaces `pkt-b*`); updates BENCHMARKS.md.
+    Bench {
+        /// One run per condition with 1 s streams (checks that the bench works; writes nothing).
+        #[arg(long)]
+        short: bool,
+        /// Runs per condition [default: 5; --short: 1].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100))]
+        runs: Option<u64>,
+        /// Seconds per stream [default: 3; --short: 1].
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=60))]
+        seconds: Option<u64>,
+        /// Print the tables without updating BENCHMARKS.md.
+        #[arg(long)]
+        no_write: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -107,7 +173,46 @@ fn run(cli: Cli) -> Result<()> {
             no_setup,
         }),
         Task::IntegrationTest { args } => runner::integration_test(&args),
+        Task::VmTest {
+            kernel,
+            hook,
+            jobs,
+            timeout,
+            args,
+        } => xtask::vm::vm_test(&xtask::vm::VmOptions {
+            kernel,
+            hooks: hook,
+            jobs,
+            timeout: Duration::from_secs(timeout),
+            test_args: args,
+        }),
         Task::Test => runner::test_all(),
+        Task::Dist { arch } => {
+            let targets = arch
+                .iter()
+                .map(|a| match a.as_str() {
+                    "x86_64" => Ok(xtask::dist::X86_64),
+                    "aarch64" => Ok(xtask::dist::AARCH64),
+                    other => Err(anyhow::anyhow!(
+                        "unknown --arch {other}: use x86_64 or aarch64"
+                    )),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            xtask::dist::dist(&targets)
+        }
+        Task::DeployCheck => xtask::deploy::check(),
+        Task::Fuzz { targets, seconds } => xtask::fuzz::fuzz(&targets, seconds),
+        Task::Bench {
+            short,
+            runs,
+            seconds,
+            no_write,
+        } => xtask::bench::bench(&xtask::bench::BenchOptions {
+            short,
+            runs: runs.and_then(|n| usize::try_from(n).ok()),
+            seconds,
+            no_write,
+        }),
     }
 }
 

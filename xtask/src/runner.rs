@@ -21,6 +21,12 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
     require_root("`cargo xtask integration-test` (it builds network namespaces and loads eBPF)")?;
     cargo(&["build", "--release", "-p", "tracer-user"]).context("building pktrace")?;
     cargo(&["build", "-p", "xtask"]).context("building xtask")?;
+    // The static binary that ships (tests/tests/dist.rs runs it in the lab); a
+    // `PKTRACE_DIST_BIN` already set names one built before and skips the build.
+    let dist = match std::env::var_os(crate::PKTRACE_DIST_BIN_ENV).filter(|p| !p.is_empty()) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?,
+    };
     let pktrace = target_dir().join("release/pktrace");
     let xtask = target_dir().join("debug/xtask");
     for bin in [&pktrace, &xtask] {
@@ -33,7 +39,8 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
     let mut test = cargo_command(&["test", "--release", "-p", "tests", "--", "--test-threads=1"]);
     test.args(extra)
         .env(PKTRACE_BIN_ENV, &pktrace)
-        .env(XTASK_BIN_ENV, &xtask);
+        .env(XTASK_BIN_ENV, &xtask)
+        .env(crate::PKTRACE_DIST_BIN_ENV, &dist);
     run(&mut test).context("integration tests failed")
 }
 
@@ -59,20 +66,31 @@ struct Tier {
 }
 
 /// Every tier, in order.
-const TIERS: [Tier; 3] = [
+const TIERS: [Tier; 6] = [
     Tier {
         name: "setup",
         run: setup,
     },
     Tier {
-        name: "unit (cargo test)",
+        name: "unit (cargo test, deploy-check)",
         run: unit,
+    },
+    Tier {
+        name: "fuzz (cargo fuzz, 25 s per target)",
+        run: crate::fuzz::ci,
     },
     Tier {
         name: "integration (root, lab)",
         run: || integration_test(&[]),
     },
-    // The vm-test tier (kprobe and fentry paths in qemu) goes here, after integration.
+    Tier {
+        name: "vm (qemu: kprobe, fentry)",
+        run: || crate::vm::vm_test(&crate::vm::VmOptions::default()),
+    },
+    Tier {
+        name: "bench (short)",
+        run: crate::bench::short,
+    },
 ];
 
 /// Runs every tier, stopping at the first failure; prints one final line per tier.
@@ -116,7 +134,9 @@ fn unit() -> Result<()> {
         "tests",
         "--exclude",
         "tracer-ebpf",
-    ])
+    ])?;
+    // The Kubernetes manifests against the API schemas (no cluster needed).
+    crate::deploy::check()
 }
 
 fn cargo(args: &[&str]) -> Result<()> {

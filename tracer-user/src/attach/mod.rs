@@ -4,6 +4,7 @@
 
 pub mod clsact;
 pub mod netfilter;
+pub mod probe;
 pub mod tc;
 
 use aya::{Ebpf, EbpfLoader, maps::HashMap as BpfHashMap};

@@ -187,49 +187,17 @@ impl NetfilterProgram {
             insns,
             license,
             btf: None,
+            attach_btf_id: 0,
+            attach_btf_obj_fd: None,
         })
     }
 
     /// Loads without a verifier log (fast); on failure loads again with one to explain why.
     fn load_request(req: &ProgLoad<'_>) -> Result<Self, AttachError> {
-        let first = match sys::prog_load(req, &mut [], 0) {
-            Ok(fd) => {
-                return Ok(Self {
-                    fd,
-                    name: req.name.to_owned(),
-                });
-            }
-            Err(e) => e,
-        };
-        let mut log = Vec::new();
-        for size in LOG_SIZES {
-            log = vec![0u8; size];
-            match sys::prog_load(req, &mut log, 1) {
-                Ok(fd) => {
-                    return Ok(Self {
-                        fd,
-                        name: req.name.to_owned(),
-                    });
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
-                Err(_) => break,
-            }
-        }
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let log = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
-        let program = req.name.to_owned();
-        if log.is_empty() {
-            Err(AttachError::Load {
-                program,
-                hint: load_hint(&first),
-                source: first,
-            })
-        } else {
-            Err(AttachError::Verifier {
-                program,
-                errno: first,
-                log,
-            })
+        let name = req.name.to_owned();
+        match load_with_log(req) {
+            Ok(fd) => Ok(Self { fd, name }),
+            Err(LoadFailure { errno, log }) => Err(refused(name, errno, log)),
         }
     }
 
@@ -334,17 +302,146 @@ fn map_data(map: &Map) -> &MapData {
     }
 }
 
+/// Why the kernel did not load a program: the first error (without a log) and the verifier
+/// log of the retry, empty when the kernel refused before verification.
+#[derive(Debug)]
+pub struct LoadFailure {
+    pub errno: io::Error,
+    pub log: String,
+}
+
+/// Loads without a verifier log (fast); on failure loads again with one to say why.
+pub fn load_with_log(req: &ProgLoad<'_>) -> Result<OwnedFd, LoadFailure> {
+    let errno = match sys::prog_load(req, &mut [], 0) {
+        Ok(fd) => return Ok(fd),
+        Err(e) => e,
+    };
+    let mut log = Vec::new();
+    for size in LOG_SIZES {
+        log = vec![0u8; size];
+        match sys::prog_load(req, &mut log, 1) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
+            Err(_) => break,
+        }
+    }
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    let log = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
+    Err(LoadFailure { errno, log })
+}
+
+/// A netfilter program load failure as an [`AttachError`].
+fn refused(program: String, errno: io::Error, log: String) -> AttachError {
+    if log.is_empty() {
+        AttachError::Load {
+            program,
+            hint: load_hint(&errno),
+            source: errno,
+        }
+    } else {
+        AttachError::Verifier {
+            program,
+            errno,
+            log,
+        }
+    }
+}
+
+/// What a program of a [`PreparedObject`] is loaded as.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadAs<'a> {
+    pub prog_type: bpf_prog_type,
+    pub expected_attach_type: bpf_attach_type,
+    /// Tracing programs: the kernel function's BTF id, and the module BTF holding it.
+    pub attach_btf_id: u32,
+    pub attach_btf_obj_fd: Option<BorrowedFd<'a>>,
+}
+
+/// The kernel object parsed again and prepared exactly as aya prepared it (globals, BTF,
+/// relocations against aya's maps), to load the programs aya cannot: the netfilter programs
+/// here, the fentry/fexit programs in [`super::probe`].
+pub struct PreparedObject {
+    obj: Object,
+    btf_fd: Option<OwnedFd>,
+}
+
+impl PreparedObject {
+    /// Prepares the kernel object `bytes`, using the maps `ebpf` created from the same bytes.
+    ///
+    /// `globals` must be what was given to `EbpfLoader::override_global` (name and the value's
+    /// bytes, e.g. `KernelOffsets` through [`crate::btf::kernel_offsets_bytes`]): the values the
+    /// programs see are in aya's `.rodata`/`.data` maps, and are patched here too so the object
+    /// is prepared exactly as aya prepared it (sizes are checked, every name must exist). Call
+    /// this before taking maps out of `ebpf` with `take_map`. The steps follow
+    /// `EbpfLoader::load` (aya 0.14, src/bpf.rs): patch globals, fix up and load the object's
+    /// BTF (for `func_info` and `line_info`; the programs load without it if the kernel refuses
+    /// it), CO-RE relocations when there are any, map and call relocations, helper sanitising.
+    pub fn new(
+        bytes: &[u8],
+        globals: &[(&str, &[u8])],
+        ebpf: &aya::Ebpf,
+    ) -> Result<Self, AttachError> {
+        let mut obj = Object::parse(bytes).map_err(AttachError::Parse)?;
+        let patches: HashMap<&str, (&[u8], bool)> =
+            globals.iter().map(|&(n, b)| (n, (b, true))).collect();
+        obj.patch_map_data(patches).map_err(AttachError::Globals)?;
+        let btf_fd = load_object_btf(&mut obj)?;
+        if obj.has_btf_relocations() {
+            let kernel = aya_obj::btf::Btf::from_sys_fs().map_err(AttachError::KernelBtf)?;
+            obj.relocate_btf(&kernel)
+                .map_err(AttachError::CoreRelocation)?;
+        }
+        relocate(&mut obj, ebpf)?;
+        Ok(Self { obj, btf_fd })
+    }
+
+    /// The names of the object's programs that start with `prefix`, sorted.
+    #[must_use]
+    pub fn program_names(&self, prefix: &str) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .obj
+            .programs
+            .keys()
+            .map(String::as_str)
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Loads program `name` as `how`; `Ok(None)` when the object has no such program.
+    pub fn load(&self, name: &str, how: LoadAs<'_>) -> Result<Option<OwnedFd>, LoadFailure> {
+        let Some(program) = self.obj.programs.get(name) else {
+            return Ok(None);
+        };
+        let Some(function) = self.obj.functions.get(&program.function_key()) else {
+            return Ok(None);
+        };
+        let func_info = function.func_info.func_info_bytes();
+        let line_info = function.line_info.line_info_bytes();
+        let btf = self.btf_fd.as_ref().map(|fd| ProgBtf {
+            fd: fd.as_fd(),
+            func_info: &func_info,
+            func_info_rec_size: u32::try_from(function.func_info_rec_size).unwrap_or(0),
+            line_info: &line_info,
+            line_info_rec_size: u32::try_from(function.line_info_rec_size).unwrap_or(0),
+        });
+        load_with_log(&ProgLoad {
+            prog_type: how.prog_type,
+            expected_attach_type: how.expected_attach_type,
+            name,
+            insns: &function.instructions,
+            license: &program.license,
+            btf,
+            attach_btf_id: how.attach_btf_id,
+            attach_btf_obj_fd: how.attach_btf_obj_fd,
+        })
+        .map(Some)
+    }
+}
+
 /// Loads every `nf_*` program of the kernel object `bytes` as a BPF netfilter program, using
-/// the maps `ebpf` created from the same bytes.
-///
-/// `globals` must be what was given to `EbpfLoader::override_global` (name and the value's
-/// bytes, e.g. `KernelOffsets` through [`crate::btf::kernel_offsets_bytes`]): the values the
-/// programs see are in aya's `.rodata`/`.data` maps, and are patched here too so the object is
-/// prepared exactly as aya prepared it (sizes are checked, every name must exist). Call this
-/// before taking maps out of `ebpf` with `take_map`. The steps follow `EbpfLoader::load`
-/// (aya 0.14, src/bpf.rs): patch globals, fix up and load the object's BTF (for `func_info`
-/// and `line_info`; the programs load without it if the kernel refuses it), CO-RE relocations
-/// when there are any, map and call relocations, helper sanitising.
+/// the maps `ebpf` created from the same bytes (see [`PreparedObject::new`] for `globals`).
 ///
 /// # Minimum kernel version
 /// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (net/netfilter/nf_bpf_link.c, v6.4).
@@ -353,29 +450,29 @@ pub fn load_netfilter_programs(
     globals: &[(&str, &[u8])],
     ebpf: &aya::Ebpf,
 ) -> Result<Vec<NetfilterProgram>, AttachError> {
-    let mut obj = Object::parse(bytes).map_err(AttachError::Parse)?;
-    let patches: HashMap<&str, (&[u8], bool)> =
-        globals.iter().map(|&(n, b)| (n, (b, true))).collect();
-    obj.patch_map_data(patches).map_err(AttachError::Globals)?;
-    let btf_fd = load_object_btf(&mut obj)?;
-    if obj.has_btf_relocations() {
-        let kernel = aya_obj::btf::Btf::from_sys_fs().map_err(AttachError::KernelBtf)?;
-        obj.relocate_btf(&kernel)
-            .map_err(AttachError::CoreRelocation)?;
-    }
-    relocate(&mut obj, ebpf)?;
-    let mut names: Vec<&String> = obj
-        .programs
-        .keys()
-        .filter(|n| n.starts_with(PROGRAM_PREFIX))
-        .collect();
+    let prepared = PreparedObject::new(bytes, globals, ebpf)?;
+    let names = prepared.program_names(PROGRAM_PREFIX);
     if names.is_empty() {
         return Err(AttachError::NoPrograms);
     }
-    names.sort();
+    let how = LoadAs {
+        prog_type: bpf_prog_type::BPF_PROG_TYPE_NETFILTER,
+        expected_attach_type: bpf_attach_type::BPF_NETFILTER,
+        attach_btf_id: 0,
+        attach_btf_obj_fd: None,
+    };
     names
         .into_iter()
-        .map(|name| load_one(&obj, name, btf_fd.as_ref()))
+        .map(|name| match prepared.load(name, how) {
+            Ok(Some(fd)) => Ok(NetfilterProgram {
+                fd,
+                name: name.to_owned(),
+            }),
+            Ok(None) => Err(AttachError::MissingFunction {
+                program: name.to_owned(),
+            }),
+            Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
+        })
         .collect()
 }
 
@@ -420,41 +517,8 @@ fn relocate(obj: &mut Object, ebpf: &aya::Ebpf) -> Result<(), AttachError> {
     Ok(())
 }
 
-/// Loads one relocated program of the object.
-fn load_one(
-    obj: &Object,
-    name: &str,
-    btf_fd: Option<&OwnedFd>,
-) -> Result<NetfilterProgram, AttachError> {
-    let missing = || AttachError::MissingFunction {
-        program: name.to_owned(),
-    };
-    let program = obj.programs.get(name).ok_or_else(missing)?;
-    let function = obj
-        .functions
-        .get(&program.function_key())
-        .ok_or_else(missing)?;
-    let func_info = function.func_info.func_info_bytes();
-    let line_info = function.line_info.line_info_bytes();
-    let btf = btf_fd.map(|fd| ProgBtf {
-        fd: fd.as_fd(),
-        func_info: &func_info,
-        func_info_rec_size: u32::try_from(function.func_info_rec_size).unwrap_or(0),
-        line_info: &line_info,
-        line_info_rec_size: u32::try_from(function.line_info_rec_size).unwrap_or(0),
-    });
-    NetfilterProgram::load_request(&ProgLoad {
-        prog_type: bpf_prog_type::BPF_PROG_TYPE_NETFILTER,
-        expected_attach_type: bpf_attach_type::BPF_NETFILTER,
-        name,
-        insns: &function.instructions,
-        license: &program.license,
-        btf,
-    })
-}
-
 /// One eBPF instruction.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
+pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     bpf_insn {
         code,
         _bitfield_align_1: [],

@@ -142,7 +142,7 @@ pub fn attach(
         prog.load().map_err(|source| TcAttachError::Load { program, source })?;
         for iface in ifaces {
             attach_one(prog, iface, ty, mode, created)
-                .map_err(|source| TcAttachError::Attach { program, iface: iface.name.clone(), source })?;
+                .map_err(|source| TcAttachError::Attach { program, iface: crate::output::safe(&iface.name), source })?;
         }
     }
     Ok((mode, swept))

@@ -35,7 +35,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { idle_timeout_ns: 1_000_000_000, max_open: 65_536 }
+        Self {
+            idle_timeout_ns: 1_000_000_000,
+            max_open: 65_536,
+        }
     }
 }
 
@@ -96,7 +99,10 @@ impl Correlator {
 
     /// Takes one event; returns the journeys it completed (and any it evicted).
     pub fn push(&mut self, ev: &Event, done: &mut Vec<Journey>) {
-        let key = JoinKey { fp: ev.fp, proto: ev.tuple.proto };
+        let key = JoinKey {
+            fp: ev.fp,
+            proto: ev.tuple.proto,
+        };
         match ev.kind {
             kind::TC_INGRESS | kind::TC_EGRESS => self.push_tc(ev, key, done),
             kind::NAT => self.push_nat(ev, key, done),
@@ -108,18 +114,27 @@ impl Correlator {
         let ingress = ev.kind == kind::TC_INGRESS;
         let iface = self.iface(ev.ifindex);
         let step = Step {
-            point: if ingress { Point::Ingress } else { Point::Egress },
+            point: if ingress {
+                Point::Ingress
+            } else {
+                Point::Egress
+            },
             iface: Some(iface.name.clone()),
             tuple: ev.tuple,
             orig: None,
             reply: false,
             latency_ns: None,
             ktime_ns: ev.ktime_ns,
+            ip_id: ip_id(ev),
             attribution: None,
         };
         let entering = ingress && iface.edge;
         let leaving = !ingress && iface.edge;
-        let found = if entering { None } else { self.find(key, &ev.tuple) };
+        let found = if entering {
+            None
+        } else {
+            self.find(key, &ev.tuple)
+        };
         match found {
             Some(idx) => {
                 let open = self.append(key, idx, step, ev.tuple);
@@ -128,7 +143,10 @@ impl Correlator {
                     done.push(finish(open, Ending::Left));
                 }
             }
-            None if leaving => done.push(Journey { steps: vec![step], ending: Ending::Left }),
+            None if leaving => done.push(Journey {
+                steps: vec![step],
+                ending: Ending::Left,
+            }),
             None => self.start(key, step, ev.tuple, done),
         }
     }
@@ -144,15 +162,21 @@ impl Correlator {
     }
 
     fn iface(&self, ifindex: u32) -> HostIf {
-        self.ifaces.get(&ifindex).cloned().unwrap_or_else(|| HostIf {
-            name: format!("if{ifindex}"),
-            edge: true,
-        })
+        self.ifaces
+            .get(&ifindex)
+            .cloned()
+            .unwrap_or_else(|| HostIf {
+                name: format!("if{ifindex}"),
+                edge: true,
+            })
     }
 
     /// The open journey with this key whose packet currently is `tuple` (the newest first).
     fn find(&self, key: JoinKey, tuple: &Tuple) -> Option<usize> {
-        self.open.get(&key)?.iter().rposition(|o| o.current == *tuple)
+        self.open
+            .get(&key)?
+            .iter()
+            .rposition(|o| o.current == *tuple)
     }
 
     /// Appends a step in time order; returns the journey's id.
@@ -173,7 +197,12 @@ impl Correlator {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let open = Open { id, current: now, last_ktime: step.ktime_ns, steps: vec![step] };
+        let open = Open {
+            id,
+            current: now,
+            last_ktime: step.ktime_ns,
+            steps: vec![step],
+        };
         self.open.entry(key).or_default().push(open);
         self.order.push_back((id, key));
         self.open_count += 1;
@@ -209,7 +238,10 @@ impl Correlator {
                 if o.last_ktime >= deadline {
                     return true;
                 }
-                done.push(finish(Some(std::mem::replace(o, empty_open())), Ending::TimedOut));
+                done.push(finish(
+                    Some(std::mem::replace(o, empty_open())),
+                    Ending::TimedOut,
+                ));
                 closed += 1;
                 false
             });
@@ -235,11 +267,19 @@ impl Correlator {
 }
 
 fn empty_open() -> Open {
-    Open { id: u64::MAX, current: Tuple::default(), last_ktime: 0, steps: Vec::new() }
+    Open {
+        id: u64::MAX,
+        current: Tuple::default(),
+        last_ktime: 0,
+        steps: Vec::new(),
+    }
 }
 
 fn finish(open: Option<Open>, ending: Ending) -> Journey {
-    Journey { steps: open.map(|o| o.steps).unwrap_or_default(), ending }
+    Journey {
+        steps: open.map(|o| o.steps).unwrap_or_default(),
+        ending,
+    }
 }
 
 /// Turns a NAT event into a step. The hook tells the manipulation (the kernel's
@@ -249,7 +289,11 @@ fn finish(open: Option<Open>, ending: Ending) -> Journey {
 fn nat_step(ev: &Event) -> Step {
     let manip_dst = matches!(ev.hook, hook::PRE_ROUTING | hook::LOCAL_OUT);
     let reply = ev.is_reply();
-    let point = if manip_dst != reply { Point::Dnat } else { Point::Snat };
+    let point = if manip_dst != reply {
+        Point::Dnat
+    } else {
+        Point::Snat
+    };
     let timed = ev.flags & tracer_common::flag::NAT_UNTIMED == 0;
     Step {
         point,
@@ -259,8 +303,15 @@ fn nat_step(ev: &Event) -> Step {
         reply,
         latency_ns: timed.then_some(ev.nat_ns),
         ktime_ns: ev.ktime_ns,
+        ip_id: ip_id(ev),
         attribution: None,
     }
+}
+
+/// The IPv4 identification field of the packet (the fingerprint's `ip_id`); `None` for IPv6,
+/// where the fingerprint holds the flow label instead.
+fn ip_id(ev: &Event) -> Option<u32> {
+    (ev.tuple.family == tracer_common::FAMILY_IPV4).then_some(ev.fp.ip_id)
 }
 
 #[cfg(test)]

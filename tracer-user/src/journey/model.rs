@@ -63,6 +63,9 @@ pub struct Step {
     pub latency_ns: Option<u64>,
     /// Kernel monotonic time of the observation.
     pub ktime_ns: u64,
+    /// IPv4 identification of the packet (unchanged by NAT; with the tuple on the wire it
+    /// joins one node's uplink egress to the next node's ingress in `pktrace merge`).
+    pub ip_id: Option<u32>,
     /// NAT steps: which rule did it.
     pub attribution: Option<Attribution>,
 }
@@ -90,7 +93,9 @@ impl Journey {
     /// Protocol name for output: `tcp`, `udp`, `icmp`, `icmpv6` or the number.
     #[must_use]
     pub fn proto(&self) -> String {
-        self.steps.first().map_or_else(String::new, |s| proto_name(s.tuple.proto))
+        self.steps
+            .first()
+            .map_or_else(String::new, |s| proto_name(s.tuple.proto))
     }
 
     /// Nanoseconds between the first and the last step.
@@ -138,7 +143,11 @@ fn ip(family: u8, a: &[u8; 16]) -> IpAddr {
 /// address for ICMP (and any protocol without ports).
 #[must_use]
 pub fn endpoint(t: &Tuple, source: bool) -> String {
-    let (addr, port) = if source { (src_ip(t), t.sport) } else { (dst_ip(t), t.dport) };
+    let (addr, port) = if source {
+        (src_ip(t), t.sport)
+    } else {
+        (dst_ip(t), t.dport)
+    };
     match t.proto {
         PROTO_TCP | PROTO_UDP => SocketAddr::new(addr, port).to_string(),
         _ => addr.to_string(),
@@ -149,7 +158,10 @@ pub fn endpoint(t: &Tuple, source: bool) -> String {
 #[cfg(test)]
 #[must_use]
 pub fn tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Tuple {
-    let mut t = Tuple { proto, ..Tuple::default() };
+    let mut t = Tuple {
+        proto,
+        ..Tuple::default()
+    };
     for (addr, out) in [(src.ip(), &mut t.saddr), (dst.ip(), &mut t.daddr)] {
         match addr {
             IpAddr::V4(a) => {

@@ -1,8 +1,10 @@
 //! `-o json`: the JSON lines contract of DESIGN.md, one object per line, flushed per line.
 //!
 //! Lines: `{"type":"journey",…}` per journey, `{"type":"loss",…}` when events were lost, and
-//! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending` and `transit_ns`,
-//! and NAT steps `why` when attribution explains itself.
+//! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending`, `transit_ns` and
+//! `start_ktime_ns` (the kernel's monotonic clock at the first step), steps carry `ip_id`
+//! (IPv4), and NAT steps `why` when attribution explains itself. `start_ktime_ns` and `ip_id`
+//! are what `pktrace merge` joins nodes by.
 
 use std::io::{self, Write};
 
@@ -30,10 +32,37 @@ impl JsonSink {
 
 /// Writes `value` as one line in one `write_all`, then flushes.
 fn write_line<T: Serialize>(out: &mut dyn Write, value: &T) -> io::Result<()> {
-    let mut buf = serde_json::to_vec(value)?;
+    let mut buf = Vec::new();
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut buf,
+        TerminalSafe,
+    ))?;
     buf.push(b'\n');
     out.write_all(&buf)?;
     out.flush()
+}
+
+/// serde_json's compact output, plus `\uXXXX` for what JSON may leave raw but a terminal
+/// would obey (C1 controls such as U+009B CSI, DEL, bidi and zero-width characters: the set
+/// [`super::safe`] escapes). Lossless: a reader decodes the very same strings.
+struct TerminalSafe;
+
+impl serde_json::ser::Formatter for TerminalSafe {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if c.is_control() || super::is_invisible_format(c) {
+                w.write_all(&fragment.as_bytes()[start..i])?;
+                write!(w, "\\u{:04x}", u32::from(c))?;
+                start = i + c.len_utf8();
+            }
+        }
+        w.write_all(&fragment.as_bytes()[start..])
+    }
 }
 
 #[derive(Serialize)]
@@ -44,6 +73,7 @@ struct JourneyLine<'a> {
     steps: Vec<StepOut<'a>>,
     ending: &'static str,
     transit_ns: u64,
+    start_ktime_ns: u64,
 }
 
 /// One step. `Option<Option<_>>`: outer `None` leaves the key out (it does not belong to this
@@ -64,6 +94,8 @@ struct StepOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     latency_ns: Option<Option<u64>>,
     t_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +159,7 @@ fn step_out(step: &Step, start_ns: u64) -> StepOut<'_> {
         reply: nat.then_some(step.reply),
         latency_ns: nat.then_some(step.latency_ns),
         t_ns: step.ktime_ns.saturating_sub(start_ns),
+        ip_id: step.ip_id,
         rule: attribution
             .map(|a| a.rule.as_str())
             .filter(|r| !r.is_empty()),
@@ -156,6 +189,7 @@ impl Sink for JsonSink {
             steps: j.steps.iter().map(|s| step_out(s, start)).collect(),
             ending: ending(j.ending),
             transit_ns: j.transit_ns(),
+            start_ktime_ns: start,
         };
         write_line(&mut self.out, &line)
     }
@@ -227,12 +261,16 @@ mod tests {
             service: Some("default/whereami".into()),
             why: None,
         });
+        let mut steps = vec![
+            tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
+            dnat,
+            tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
+        ];
+        for s in &mut steps {
+            s.ip_id = Some(0xbeef);
+        }
         Journey {
-            steps: vec![
-                tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
-                dnat,
-                tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
-            ],
+            steps,
             ending: Ending::Left,
         }
     }
@@ -243,14 +281,14 @@ mod tests {
         let want = json!({"type":"journey","proto":"tcp","pod":"default/ubuntu",
           "steps":[
             {"point":"ingress","iface":"azv47c3ee9d512","src":"10.13.76.46:41234",
-             "dst":"10.0.159.58:80","t_ns":0},
+             "dst":"10.0.159.58:80","t_ns":0,"ip_id":48879},
             {"point":"dnat","src":"10.13.76.46:41234","dst":"10.13.76.26:80",
              "orig_src":"10.13.76.46:41234","orig_dst":"10.0.159.58:80","reply":false,
-             "latency_ns":2710,"t_ns":3120,"rule":"KUBE-SEP-6HBOEI5FVFTJNRJ3",
+             "latency_ns":2710,"t_ns":3120,"ip_id":48879,"rule":"KUBE-SEP-6HBOEI5FVFTJNRJ3",
              "service":"default/whereami"},
             {"point":"egress","iface":"azva4124965a9b","src":"10.13.76.46:41234",
-             "dst":"10.13.76.26:80","t_ns":9410}],
-          "ending":"left","transit_ns":9410});
+             "dst":"10.13.76.26:80","t_ns":9410,"ip_id":48879}],
+          "ending":"left","transit_ns":9410,"start_ktime_ns":1_000_000});
         assert_eq!(out, [want]);
     }
 

@@ -20,20 +20,45 @@ fn ifaces() -> HashMap<u32, HostIf> {
         (ETH0, "eth0", true),
     ]
     .into_iter()
-    .map(|(i, n, edge)| (i, HostIf { name: n.into(), edge }))
+    .map(|(i, n, edge)| {
+        (
+            i,
+            HostIf {
+                name: n.into(),
+                edge,
+            },
+        )
+    })
     .collect()
 }
 
 fn t(proto: u8, src: &str, dst: &str) -> Tuple {
-    tuple(proto, src.parse::<SocketAddr>().unwrap(), dst.parse::<SocketAddr>().unwrap())
+    tuple(
+        proto,
+        src.parse::<SocketAddr>().unwrap(),
+        dst.parse::<SocketAddr>().unwrap(),
+    )
 }
 
 fn fp(n: u32) -> Fingerprint {
-    Fingerprint { ip_id: n, a: n * 7, b: 0, c: 2 }
+    Fingerprint {
+        ip_id: n,
+        a: n * 7,
+        b: 0,
+        c: 2,
+    }
 }
 
 fn tc(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> Event {
-    Event { kind: k, ct_info: ct::NONE, ifindex, ktime_ns: at, fp, tuple, ..Event::default() }
+    Event {
+        kind: k,
+        ct_info: ct::NONE,
+        ifindex,
+        ktime_ns: at,
+        fp,
+        tuple,
+        ..Event::default()
+    }
 }
 
 fn nat(h: u8, ct_info: u8, orig: Tuple, after: Tuple, fp: Fingerprint, at: u64) -> Event {
@@ -72,7 +97,10 @@ fn run(c: &mut Correlator, events: &[Event]) -> Vec<Journey> {
 }
 
 fn points(j: &Journey) -> Vec<(Point, Option<&str>, bool)> {
-    j.steps.iter().map(|s| (s.point, s.iface.as_deref(), s.reply)).collect()
+    j.steps
+        .iter()
+        .map(|s| (s.point, s.iface.as_deref(), s.reply))
+        .collect()
 }
 
 #[test]
@@ -133,7 +161,10 @@ fn reply_of_masquerade_is_snat_reply_and_reply_of_dnat_is_dnat_reply() {
         ],
     );
     assert_eq!(done.len(), 1);
-    assert_eq!((done[0].steps[2].point, done[0].steps[2].reply), (Point::Dnat, true));
+    assert_eq!(
+        (done[0].steps[2].point, done[0].steps[2].reply),
+        (Point::Dnat, true)
+    );
 }
 
 #[test]
@@ -153,7 +184,10 @@ fn masquerade_in_post_routing_is_snat() {
         ],
     );
     assert_eq!(done.len(), 1);
-    assert_eq!((done[0].steps[2].point, done[0].steps[2].reply), (Point::Snat, false));
+    assert_eq!(
+        (done[0].steps[2].point, done[0].steps[2].reply),
+        (Point::Snat, false)
+    );
     assert_eq!(done[0].steps[4].tuple, node);
 }
 
@@ -161,8 +195,9 @@ fn masquerade_in_post_routing_is_snat() {
 fn fifty_interleaved_flows_are_neither_merged_nor_split() {
     let mut c = Correlator::new(ifaces(), Limits::default());
     // Same fingerprint on purpose (worst case): only the tuples tell the flows apart.
-    let per_flow: Vec<Vec<Event>> =
-        (0..50).map(|i| clusterip_packet(40_000 + i, fp(77), 1_000 + u64::from(i))).collect();
+    let per_flow: Vec<Vec<Event>> = (0..50)
+        .map(|i| clusterip_packet(40_000 + i, fp(77), 1_000 + u64::from(i)))
+        .collect();
     let mut interleaved = Vec::new();
     for step in 0..5 {
         for flow in &per_flow {
@@ -212,7 +247,10 @@ fn out_of_order_events_are_sorted_by_time() {
 
 #[test]
 fn the_table_is_bounded() {
-    let limits = Limits { idle_timeout_ns: u64::MAX, max_open: 8 };
+    let limits = Limits {
+        idle_timeout_ns: u64::MAX,
+        max_open: 8,
+    };
     let mut c = Correlator::new(ifaces(), limits);
     let mut done = Vec::new();
     for i in 0..100u16 {
@@ -231,8 +269,17 @@ fn unknown_interfaces_are_named_and_treated_as_edges() {
     let pkt = t(PROTO_TCP, "10.13.76.46:1000", "10.13.1.4:80");
     let done = run(
         &mut c,
-        &[tc(kind::TC_INGRESS, 42, pkt, fp(1), 1), tc(kind::TC_EGRESS, 43, pkt, fp(1), 2)],
+        &[
+            tc(kind::TC_INGRESS, 42, pkt, fp(1), 1),
+            tc(kind::TC_EGRESS, 43, pkt, fp(1), 2),
+        ],
     );
     assert_eq!(done.len(), 1);
-    assert_eq!(points(&done[0]), [(Point::Ingress, Some("if42"), false), (Point::Egress, Some("if43"), false)]);
+    assert_eq!(
+        points(&done[0]),
+        [
+            (Point::Ingress, Some("if42"), false),
+            (Point::Egress, Some("if43"), false)
+        ]
+    );
 }

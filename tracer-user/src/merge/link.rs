@@ -1,0 +1,140 @@
+//! Joining one node's journeys to another's: a journey that leaves node A on an uplink
+//! (last step `egress` on e.g. `eth0`) continues as the journey that enters node B on its
+//! uplink (first step `ingress`) with the same packet on the wire: protocol, `src`, `dst` and
+//! IP id. Candidates found by that key also give the clocks' offsets ([`super::clock`]); once
+//! the clocks are aligned, each departure is linked to at most one arrival, closest in time.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::{clock::NodeClock, input::NodeJourney};
+use crate::config::iface_matches;
+
+/// The packet as seen on the wire between nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct WireKey {
+    proto: String,
+    src: String,
+    dst: String,
+    ip_id: u64,
+}
+
+/// A departure from one node possibly being an arrival at another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// Index of the departing journey.
+    pub from: usize,
+    /// Index of the arriving journey.
+    pub to: usize,
+    pub from_node: usize,
+    pub to_node: usize,
+    /// Arrival time on the arriving node's clock minus departure time on the departing
+    /// node's: the clock offset plus the one-way delay.
+    pub delta_ns: i64,
+}
+
+/// The wire key of step `i` of `j` when it is `point` on an uplink.
+fn wire_key(j: &NodeJourney, i: usize, point: &str, uplinks: &[String]) -> Option<WireKey> {
+    let step = j.steps.get(i)?;
+    let text =
+        |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
+    if step.get("point").and_then(Value::as_str) != Some(point) {
+        return None;
+    }
+    if !iface_matches(uplinks, step.get("iface").and_then(Value::as_str)?) {
+        return None;
+    }
+    Some(WireKey {
+        proto: text(&j.fields, "proto").unwrap_or_default(),
+        src: text(step, "src")?,
+        dst: text(step, "dst")?,
+        ip_id: step.get("ip_id").and_then(Value::as_u64)?,
+    })
+}
+
+/// Every (departure, arrival) pair on different nodes with the same packet on the wire.
+#[must_use]
+pub fn candidates(journeys: &[NodeJourney], uplinks: &[String]) -> Vec<Candidate> {
+    let mut arrivals: HashMap<WireKey, Vec<usize>> = HashMap::new();
+    for (idx, j) in journeys.iter().enumerate() {
+        if let Some(key) = wire_key(j, 0, "ingress", uplinks) {
+            arrivals.entry(key).or_default().push(idx);
+        }
+    }
+    let mut out = Vec::new();
+    for (from, j) in journeys.iter().enumerate() {
+        let last = j.steps.len() - 1;
+        let Some(key) = wire_key(j, last, "egress", uplinks) else {
+            continue;
+        };
+        let departed = j.time_of(last);
+        for &to in arrivals.get(&key).into_iter().flatten() {
+            let arrival = &journeys[to];
+            if arrival.node == j.node {
+                continue;
+            }
+            out.push(Candidate {
+                from,
+                to,
+                from_node: j.node,
+                to_node: arrival.node,
+                delta_ns: arrival.time_of(0).saturating_sub(departed),
+            });
+        }
+    }
+    out
+}
+
+/// Candidates that are the only one for their departure and for their arrival: the samples
+/// the clock offsets are estimated from.
+#[must_use]
+pub fn unambiguous(candidates: &[Candidate]) -> Vec<Candidate> {
+    let mut per_from: HashMap<usize, usize> = HashMap::new();
+    let mut per_to: HashMap<usize, usize> = HashMap::new();
+    for c in candidates {
+        *per_from.entry(c.from).or_default() += 1;
+        *per_to.entry(c.to).or_default() += 1;
+    }
+    candidates
+        .iter()
+        .filter(|c| per_from[&c.from] == 1 && per_to[&c.to] == 1)
+        .copied()
+        .collect()
+}
+
+/// Picks links one-to-one: with the nodes' clocks aligned, each candidate's one-way delay is
+/// known; those within `max_delay_ns` of zero are taken closest first (nodes whose clocks
+/// were not aligned to each other are never linked). Returns `(from, to, delay_ns)`.
+#[must_use]
+pub fn assign(
+    candidates: &[Candidate],
+    clocks: &[NodeClock],
+    max_delay_ns: i64,
+) -> Vec<(usize, usize, i64)> {
+    let mut scored: Vec<(i64, Candidate)> = candidates
+        .iter()
+        .filter_map(|c| {
+            let (a, b) = (&clocks[c.from_node], &clocks[c.to_node]);
+            if a.reference != b.reference {
+                return None;
+            }
+            let delay = c
+                .delta_ns
+                .saturating_sub(b.offset_ns.saturating_sub(a.offset_ns));
+            (delay.abs() <= max_delay_ns).then_some((delay, *c))
+        })
+        .collect();
+    scored.sort_by_key(|(delay, c)| (delay.abs(), c.from, c.to));
+    let (mut linked_from, mut linked_to) = (HashMap::new(), HashMap::new());
+    let mut out = Vec::new();
+    for (delay, c) in scored {
+        if linked_from.contains_key(&c.from) || linked_to.contains_key(&c.to) {
+            continue;
+        }
+        linked_from.insert(c.from, c.to);
+        linked_to.insert(c.to, c.from);
+        out.push((c.from, c.to, delay));
+    }
+    out
+}

@@ -1,0 +1,369 @@
+//! The guest kernel: by default the newest Debian bookworm `linux-image-6.1.0-*-cloud-amd64`,
+//! fetched with `apt-get download` (the only source the VM tier downloads from), unpacked
+//! with `dpkg -x` and given a `modules.dep` with `depmod -b`, all cached under
+//! `~/.cache/pktrace/vm/` and reused. `--kernel` takes a version, a `.deb` or a vmlinuz.
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::cmd::{describe, find_program, is_root, output, run};
+
+/// The package family the default kernel comes from (Debian bookworm's cloud flavour).
+const DEFAULT_PREFIX: &str = "linux-image-6.1.0-";
+const DEFAULT_SUFFIX: &str = "-cloud-amd64";
+/// Marks a kernel directory whose unpacking and depmod finished.
+const COMPLETE: &str = ".complete";
+
+/// A kernel ready to boot, with its modules.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// `uname -r` of the guest, e.g. `6.1.0-41-cloud-amd64`.
+    pub version: String,
+    pub vmlinuz: PathBuf,
+    /// The tree holding `lib/modules/<version>` (`depmod -b`, `modprobe -d`).
+    pub root: PathBuf,
+    /// `config-<version>` when the package has it.
+    pub config: Option<PathBuf>,
+}
+
+impl Kernel {
+    /// `lib/modules/<version>` on the host.
+    #[must_use]
+    pub fn modules_dir(&self) -> PathBuf {
+        self.root.join("lib/modules").join(&self.version)
+    }
+
+    /// Whether the kernel config sets `option` to `y` (unknown config: `None`).
+    #[must_use]
+    pub fn config_enabled(&self, option: &str) -> Option<bool> {
+        let text = fs::read_to_string(self.config.as_ref()?).ok()?;
+        let wanted = format!("{option}=y");
+        Some(text.lines().any(|l| l.trim() == wanted))
+    }
+}
+
+/// The cache of the VM tier: `$XDG_CACHE_HOME/pktrace/vm`, else `~/.cache/pktrace/vm`.
+#[must_use]
+pub fn cache_dir() -> PathBuf {
+    let base = env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
+    base.join("pktrace/vm")
+}
+
+/// Finds or fetches the kernel `spec` names (`None`: the newest bookworm cloud kernel).
+pub fn resolve(spec: Option<&str>) -> Result<Kernel> {
+    let Some(spec) = spec else {
+        return from_apt(&newest_cloud_kernel()?);
+    };
+    let path = Path::new(spec);
+    if spec.ends_with(".deb") {
+        let name = path.file_stem().context("--kernel: .deb without a name")?;
+        let dir = cache_dir().join("kernels").join(name);
+        return unpacked(path, &dir);
+    }
+    if path.is_file() {
+        return from_vmlinuz(path);
+    }
+    if spec.contains('/') || !spec.starts_with(|c: char| c.is_ascii_digit()) {
+        bail!("--kernel {spec}: not a file, and not a kernel version like 6.1.0-41-cloud-amd64");
+    }
+    from_apt(spec)
+}
+
+/// The newest `linux-image-6.1.0-<N>-cloud-amd64` apt knows of, after an `apt-get update`
+/// when it knows none; else the newest one already in the cache.
+fn newest_cloud_kernel() -> Result<String> {
+    if let Some(version) = newest_in(&apt_search()?) {
+        return Ok(version);
+    }
+    if is_root() {
+        eprintln!(
+            "vm-test: apt knows no {DEFAULT_PREFIX}N{DEFAULT_SUFFIX}; running apt-get update"
+        );
+        run(Command::new("apt-get").args(["update", "-qq"])).context("apt-get update")?;
+        if let Some(version) = newest_in(&apt_search()?) {
+            return Ok(version);
+        }
+    }
+    let cached = fs::read_dir(cache_dir().join("kernels"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .map(|name| format!("linux-image-{name}"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    newest_in(&cached.join("\n")).with_context(|| {
+        format!(
+            "no {DEFAULT_PREFIX}N{DEFAULT_SUFFIX} known to apt (Debian bookworm main) nor cached \
+             in {}: run `apt-get update` as root, or pass --kernel",
+            cache_dir().display()
+        )
+    })
+}
+
+fn apt_search() -> Result<String> {
+    let pattern = format!(
+        "^{}[0-9]+{}$",
+        DEFAULT_PREFIX.replace('.', "\\."),
+        DEFAULT_SUFFIX
+    );
+    output(Command::new("apt-cache").args(["search", "--names-only", &pattern]))
+        .context("apt-cache search (the VM tier needs Debian's apt)")
+}
+
+/// The highest ABI number among `linux-image-6.1.0-<N>-cloud-amd64` names starting lines of
+/// `listing` (`apt-cache search` output), as a kernel version.
+#[must_use]
+pub fn newest_in(listing: &str) -> Option<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|name| {
+            let abi = name
+                .strip_prefix(DEFAULT_PREFIX)?
+                .strip_suffix(DEFAULT_SUFFIX)?;
+            abi.parse::<u32>().ok()
+        })
+        .max()
+        .map(|abi| {
+            format!(
+                "{}{abi}{DEFAULT_SUFFIX}",
+                &DEFAULT_PREFIX["linux-image-".len()..]
+            )
+        })
+}
+
+/// The kernel `version` from package `linux-image-<version>`: cached, else downloaded.
+fn from_apt(version: &str) -> Result<Kernel> {
+    let dir = cache_dir().join("kernels").join(version);
+    if dir.join(COMPLETE).exists() {
+        return from_tree(&dir);
+    }
+    let package = format!("linux-image-{version}");
+    let debs = cache_dir().join("debs");
+    let deb = match cached_deb(&debs, &package)? {
+        Some(deb) => deb,
+        None => download(&debs, &package)?,
+    };
+    unpacked(&deb, &dir)
+}
+
+fn cached_deb(debs: &Path, package: &str) -> Result<Option<PathBuf>> {
+    let Ok(entries) = fs::read_dir(debs) else {
+        return Ok(None);
+    };
+    let prefix = format!("{package}_");
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deb"))
+        })
+        .collect();
+    found.sort();
+    Ok(found.pop())
+}
+
+fn download(debs: &Path, package: &str) -> Result<PathBuf> {
+    fs::create_dir_all(debs).with_context(|| format!("creating {}", debs.display()))?;
+    eprintln!(
+        "vm-test: apt-get download {package} (into {})",
+        debs.display()
+    );
+    let mut cmd = Command::new("apt-get");
+    if is_root() {
+        // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
+        cmd.args(["-o", "APT::Sandbox::User=root"]);
+    }
+    cmd.args(["download", "-q", package]).current_dir(debs);
+    run(&mut cmd).with_context(|| {
+        format!(
+            "`{}` failed: is {package} in Debian's apt sources (apt-get update)?",
+            describe(&cmd)
+        )
+    })?;
+    cached_deb(debs, package)?.with_context(|| format!("apt-get download left no {package}_*.deb"))
+}
+
+/// `deb` unpacked into `dir` with modules.dep, reusing a complete earlier unpacking.
+fn unpacked(deb: &Path, dir: &Path) -> Result<Kernel> {
+    if dir.join(COMPLETE).exists() {
+        return from_tree(dir);
+    }
+    if !deb.is_file() {
+        bail!("--kernel {}: no such file", deb.display());
+    }
+    let partial = dir.with_extension("partial");
+    let _ = fs::remove_dir_all(&partial);
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    eprintln!("vm-test: unpacking {}", deb.display());
+    run(Command::new("dpkg").arg("-x").arg(deb).arg(&partial)).context("dpkg -x")?;
+    let kernel = from_tree_unchecked(&partial)?;
+    depmod(&partial, &kernel.version)?;
+    fs::write(partial.join(COMPLETE), "")?;
+    fs::rename(&partial, dir).with_context(|| format!("moving the kernel to {}", dir.display()))?;
+    from_tree(dir)
+}
+
+fn depmod(root: &Path, version: &str) -> Result<()> {
+    let depmod = find_sbin("depmod").context(
+        "depmod not found: install kmod (`cargo xtask setup` does) to index the modules",
+    )?;
+    run(Command::new(depmod).arg("-b").arg(root).arg(version)).context("depmod")
+}
+
+/// `program` on PATH or in the sbin directories (not always on a user's PATH).
+#[must_use]
+pub fn find_sbin(program: &str) -> Option<PathBuf> {
+    find_program(program).or_else(|| {
+        ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .map(|dir| Path::new(dir).join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+fn from_tree(dir: &Path) -> Result<Kernel> {
+    let kernel = from_tree_unchecked(dir)?;
+    if !kernel.modules_dir().join("modules.dep").exists() {
+        bail!("{} has no modules.dep", kernel.modules_dir().display());
+    }
+    Ok(kernel)
+}
+
+/// The kernel of an unpacked package: the only `lib/modules/<version>` and its vmlinuz.
+fn from_tree_unchecked(dir: &Path) -> Result<Kernel> {
+    let modules = dir.join("lib/modules");
+    let mut versions: Vec<String> = fs::read_dir(&modules)
+        .with_context(|| {
+            format!(
+                "{} has no lib/modules: not a kernel image package?",
+                dir.display()
+            )
+        })?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    let version = match versions.len() {
+        1 => versions.remove(0),
+        _ => bail!(
+            "expected one kernel in {}, found {versions:?}",
+            modules.display()
+        ),
+    };
+    let vmlinuz = dir.join("boot").join(format!("vmlinuz-{version}"));
+    if !vmlinuz.is_file() {
+        bail!("{} is missing", vmlinuz.display());
+    }
+    let config = Some(dir.join("boot").join(format!("config-{version}"))).filter(|p| p.is_file());
+    Ok(Kernel {
+        version,
+        vmlinuz,
+        root: dir.to_path_buf(),
+        config,
+    })
+}
+
+/// A kernel given as its vmlinuz; the modules are looked for next to it (`X/boot/vmlinuz-V`
+/// with `X/lib/modules/V`), then in the host's `/lib/modules/V`.
+fn from_vmlinuz(path: &Path) -> Result<Kernel> {
+    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let from_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("vmlinuz-"))
+        .map(str::to_owned);
+    let version = from_name
+        .or_else(|| bzimage_version(&bytes))
+        .with_context(|| format!("{}: not a bzImage with a version string", path.display()))?;
+    let path = fs::canonicalize(path)?;
+    let beside = path.parent().and_then(Path::parent).map(Path::to_path_buf);
+    let root = beside
+        .filter(|r| r.join("lib/modules").join(&version).is_dir())
+        .or_else(|| {
+            Some(PathBuf::from("/")).filter(|r| r.join("lib/modules").join(&version).is_dir())
+        })
+        .with_context(|| {
+            format!(
+                "no lib/modules/{version} next to {} nor on this host",
+                path.display()
+            )
+        })?;
+    let config = [
+        path.with_file_name(format!("config-{version}")),
+        root.join("boot").join(format!("config-{version}")),
+    ]
+    .into_iter()
+    .find(|p| p.is_file());
+    let kernel = Kernel {
+        version,
+        vmlinuz: path,
+        root,
+        config,
+    };
+    if !kernel.modules_dir().join("modules.dep").exists() {
+        if kernel.root == Path::new("/") {
+            bail!(
+                "/lib/modules/{} has no modules.dep: run depmod",
+                kernel.version
+            );
+        }
+        depmod(&kernel.root, &kernel.version)?;
+    }
+    Ok(kernel)
+}
+
+/// The version in a bzImage's header (`kernel_version` at 0x20e points at a string 0x200
+/// further; Documentation/arch/x86/boot.rst), e.g. `6.1.0-41-cloud-amd64`.
+#[must_use]
+pub fn bzimage_version(image: &[u8]) -> Option<String> {
+    if image.get(0x202..0x206)? != b"HdrS" {
+        return None;
+    }
+    let pointer = u16::from_le_bytes([*image.get(0x20e)?, *image.get(0x20f)?]);
+    let start = usize::from(pointer) + 0x200;
+    let text = image.get(start..(start + 256).min(image.len()))?;
+    let end = text.iter().position(|&b| b == 0 || b == b' ')?;
+    let version = std::str::from_utf8(&text[..end]).ok()?;
+    (!version.is_empty()).then(|| version.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_highest_abi_of_the_cloud_flavour() {
+        let listing = "linux-image-6.1.0-9-cloud-amd64 - Linux 6.1 for x86-64 cloud (signed)\n\
+                       linux-image-6.1.0-41-cloud-amd64 - Linux 6.1 for x86-64 cloud (signed)\n\
+                       linux-image-6.1.0-41-cloud-amd64-unsigned - Linux 6.1\n\
+                       linux-image-6.1.0-50-amd64 - Linux 6.1 for 64-bit PCs\n";
+        assert_eq!(newest_in(listing).as_deref(), Some("6.1.0-41-cloud-amd64"));
+        assert_eq!(newest_in(""), None);
+    }
+
+    #[test]
+    fn reads_the_version_from_a_bzimage_header() {
+        let mut image = vec![0u8; 0x1000];
+        image[0x202..0x206].copy_from_slice(b"HdrS");
+        image[0x20e..0x210].copy_from_slice(&0x0400u16.to_le_bytes());
+        let text = b"6.1.0-41-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP\0";
+        image[0x600..0x600 + text.len()].copy_from_slice(text);
+        assert_eq!(
+            bzimage_version(&image).as_deref(),
+            Some("6.1.0-41-cloud-amd64")
+        );
+        image[0x202] = 0;
+        assert_eq!(bzimage_version(&image), None);
+    }
+}

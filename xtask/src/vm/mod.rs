@@ -1,0 +1,335 @@
+//! `cargo xtask vm-test`: the integration tests inside a qemu guest running a Debian kernel,
+//! once per NAT hook (`--nat-hook kprobe`, `fentry`, …), because this host's kernel refuses
+//! those hooks (DESIGN.md "Tests", VM-NOTES.md).
+//!
+//! Steps: [`kernel`] (apt-get download, cached) → [`payload`] (pktrace, xtask, the test
+//! binaries) → [`initramfs`] (tools, libraries, [`modules`], payload, [`init`] script, laid
+//! out as an [`image`]) → [`pack`] ([`cpio`], lz4) → [`qemu`] (TCG, time-out, console
+//! streamed and logged) → [`report`] (markers and libtest lines, summary, verdict).
+
+pub mod cpio;
+pub mod image;
+pub mod init;
+pub mod initramfs;
+pub mod kernel;
+pub mod modules;
+pub mod pack;
+pub mod payload;
+pub mod plan;
+pub mod qemu;
+pub mod report;
+
+use std::{
+    fs,
+    io::{self, Write as _},
+    path::{Path, PathBuf},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use self::{
+    init::AUTO,
+    qemu::{Ending, QemuConfig},
+};
+use crate::target_dir;
+
+/// The hooks `vm-test` runs by default.
+pub const DEFAULT_HOOKS: [&str; 2] = ["kprobe", "fentry"];
+/// Values `--hook` accepts: pktrace's `--nat-hook` values.
+pub const HOOKS: [&str; 5] = ["kprobe", "fentry", "netfilter", "conntrack", AUTO];
+/// Default time-out of a VM.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Guest memory (MiB).
+const MEMORY_MB: u32 = 1536;
+
+/// Options of `cargo xtask vm-test`.
+#[derive(Debug, Clone)]
+pub struct VmOptions {
+    /// A kernel version (`6.1.0-41-cloud-amd64`), a `.deb` or a vmlinuz; default: the newest
+    /// bookworm cloud kernel.
+    pub kernel: Option<String>,
+    /// `--nat-hook` values, one round of tests each (`auto`: pktrace chooses).
+    pub hooks: Vec<String>,
+    /// VMs run side by side, sharing the (hook, test binary) runs (0: one per CPU, as many as
+    /// the memory holds). Each is single-threaded TCG: this is what uses a second CPU.
+    pub jobs: usize,
+    /// Time-out of each VM.
+    pub timeout: Duration,
+    /// Arguments for every test binary (e.g. a name filter).
+    pub test_args: Vec<String>,
+}
+
+impl Default for VmOptions {
+    fn default() -> Self {
+        Self {
+            kernel: None,
+            hooks: DEFAULT_HOOKS.map(str::to_owned).to_vec(),
+            jobs: 0,
+            timeout: DEFAULT_TIMEOUT,
+            test_args: Vec::new(),
+        }
+    }
+}
+
+/// One VM: its share of the runs and what its console said.
+struct Vm {
+    tag: String,
+    runs: Vec<plan::Run>,
+    log: PathBuf,
+    console: Result<qemu::Console>,
+    report: report::Report,
+}
+
+/// Builds everything, boots the guests, runs the tests per hook and prints the summary;
+/// fails if any run failed, or a guest never got to the end.
+pub fn vm_test(options: &VmOptions) -> Result<()> {
+    let start = Instant::now();
+    check_hooks(&options.hooks)?;
+    let kernel = kernel::resolve(options.kernel.as_deref())?;
+    eprintln!(
+        "vm-test: kernel {} ({})",
+        kernel.version,
+        kernel.vmlinuz.display()
+    );
+    let prepared = Instant::now();
+    let payload = payload::build()?;
+    let built = Instant::now();
+    let out_dir = target_dir().join("vm-test");
+    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    remove_old_logs(&out_dir);
+    let binaries: Vec<String> = payload.tests.iter().map(|(n, _)| n.clone()).collect();
+    let runs = plan::runs(&options.hooks, &binaries);
+    let initrd = pack::pack(&kernel, &payload, &runs, &options.test_args, &out_dir)?;
+    let packed = Instant::now();
+
+    let weights: Vec<(String, usize)> = payload
+        .tests
+        .iter()
+        .map(|(name, path)| (name.clone(), plan::weight_of(path, &options.test_args)))
+        .collect();
+    let weight = |binary: &str| weights.iter().find(|(n, _)| n == binary).map_or(1, |w| w.1);
+    let jobs = plan::jobs(options.jobs, runs.len(), MEMORY_MB);
+    let base = QemuConfig {
+        vmlinuz: kernel.vmlinuz.clone(),
+        initrd,
+        memory_mb: MEMORY_MB,
+        timeout: options.timeout,
+        log: PathBuf::new(),
+        init_env: Vec::new(),
+    };
+    let vms = run_vms(plan::deal(&runs, jobs, weight), &base, &out_dir);
+    summarize(
+        &vms,
+        &runs,
+        &kernel.version,
+        options,
+        [start, prepared, built, packed],
+        &out_dir,
+    )
+}
+
+/// Boots a VM per share of the runs, side by side, each with `base`'s settings, its own
+/// console log and its runs on the kernel command line; returns when all have ended.
+fn run_vms(shares: Vec<Vec<plan::Run>>, base: &QemuConfig, out_dir: &Path) -> Vec<Vm> {
+    let count = shares.len();
+    thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(i, runs)| {
+                let tag = if count > 1 {
+                    format!("vm{}", i + 1)
+                } else {
+                    "vm".to_owned()
+                };
+                let specs: Vec<String> = runs.iter().map(plan::Run::spec).collect();
+                eprintln!("vm-test: {tag} runs {}", specs.join(" "));
+                let config = QemuConfig {
+                    log: out_dir.join(format!("console-{tag}.log")),
+                    init_env: vec![format!("{}={}", init::RUNS_VAR, specs.join(","))],
+                    ..base.clone()
+                };
+                scope.spawn(move || boot(tag, runs, config, count > 1))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a VM thread panicked"))
+            .collect()
+    })
+}
+
+/// Runs one VM to its end, echoing its console (tagged when there are several).
+fn boot(tag: String, runs: Vec<plan::Run>, config: QemuConfig, tagged: bool) -> Vm {
+    let console = qemu::run(&config, |line| {
+        // A closed stdout (`| head`) must not stop the VM.
+        let mut out = io::stdout().lock();
+        let _ = if tagged {
+            writeln!(out, "[{tag}] {line}")
+        } else {
+            writeln!(out, "{line}")
+        };
+    });
+    let report = console
+        .as_ref()
+        .map(|c| report::parse(&c.lines))
+        .unwrap_or_default();
+    Vm {
+        tag,
+        runs,
+        log: config.log,
+        console,
+        report,
+    }
+}
+
+/// Prints the timings, the per-run and per-test tables (runs in `order`); fails when
+/// anything failed.
+fn summarize(
+    vms: &[Vm],
+    order: &[plan::Run],
+    kernel: &str,
+    options: &VmOptions,
+    [start, prepared, built, packed]: [Instant; 4],
+    out_dir: &Path,
+) -> Result<()> {
+    let mut failures = Vec::new();
+    let mut all = report::Report::default();
+    eprintln!();
+    eprintln!("vm-test summary: kernel {kernel}");
+    eprintln!(
+        "  kernel ready {:.1} s, builds {:.1} s, initramfs {:.1} s",
+        secs(prepared - start),
+        secs(built - prepared),
+        secs(packed - built),
+    );
+    for vm in vms {
+        let tag = &vm.tag;
+        match &vm.console {
+            Ok(console) => {
+                eprintln!(
+                    "  {tag}: qemu {:.1} s (CPU {:.1} s){}; {}; console {}",
+                    secs(console.elapsed),
+                    secs(console.cpu),
+                    ending(console.ending, options.timeout),
+                    timings(&vm.report),
+                    vm.log.display()
+                );
+                let expected: Vec<(String, String)> = vm
+                    .runs
+                    .iter()
+                    .map(|r| (r.hook.clone(), r.binary.clone()))
+                    .collect();
+                failures.extend(
+                    report::failures(&vm.report, &expected)
+                        .into_iter()
+                        .map(|f| format!("{tag}: {f}")),
+                );
+            }
+            Err(err) => failures.push(format!("{tag}: {err:#}")),
+        }
+        for alarm in &vm.report.alarms {
+            eprintln!("  {tag}: kernel/init: {alarm}");
+        }
+        all.runs.extend(vm.report.runs.iter().cloned());
+    }
+    all.runs.sort_by_key(|r| {
+        order
+            .iter()
+            .position(|o| o.hook == r.hook && o.binary == r.binary)
+    });
+    eprint!("{}", indent(&report::table(&all, &options.hooks)));
+    eprintln!("  total {:.1} s", secs(start.elapsed()));
+    if all.runs.iter().all(|r| r.tests.is_empty()) {
+        eprintln!("vm-test: warning: no test ran (does the filter match any?)");
+    }
+    if failures.is_empty() {
+        eprintln!("vm-test: every run passed");
+        return Ok(());
+    }
+    for failure in &failures {
+        eprintln!("vm-test: FAILED {failure}");
+    }
+    bail!(
+        "vm-test failed ({} problem(s); console logs in {})",
+        failures.len(),
+        out_dir.display()
+    )
+}
+
+/// Removes the console logs of an earlier run (it may have had more VMs).
+fn remove_old_logs(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("console-") && name.ends_with(".log") {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn ending(ending: Ending, timeout: Duration) -> String {
+    match ending {
+        Ending::TimedOut => format!(" (killed after the {} s time-out)", timeout.as_secs()),
+        Ending::Exited(status) if !status.success() => format!(" (qemu {status})"),
+        Ending::Exited(_) => String::new(),
+    }
+}
+
+fn check_hooks(hooks: &[String]) -> Result<()> {
+    if hooks.is_empty() {
+        bail!("--hook: give at least one of {}", HOOKS.join(", "));
+    }
+    for hook in hooks {
+        if !HOOKS.contains(&hook.as_str()) {
+            bail!("--hook {hook}: not one of {}", HOOKS.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// Guest-side timings from the markers.
+fn timings(report: &report::Report) -> String {
+    let Some((host_at, uptime)) = report.init else {
+        return "/init never started".to_owned();
+    };
+    let mut text = format!(
+        "/init at {:.1} s after qemu started (guest uptime {uptime:.1} s)",
+        secs(host_at)
+    );
+    if let Some(modules) = report.modules {
+        text.push_str(&format!(", modules loaded in {:.1} s", modules - uptime));
+    }
+    if let Some(done) = report.done {
+        text.push_str(&format!(
+            ", tests {:.1} s",
+            done - report.modules.unwrap_or(uptime)
+        ));
+    }
+    text
+}
+
+fn secs(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64()
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_are_checked() {
+        assert!(check_hooks(&["kprobe".into(), "auto".into()]).is_ok());
+        assert!(check_hooks(&["kprobes".into()]).is_err());
+        assert!(check_hooks(&[]).is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! The test payload: pktrace and xtask (release) and the integration test binaries of the
+//! `tests` crate, whose paths cargo reports (`--no-run --message-format=json`).
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::initramfs::Payload;
+use crate::{cmd::describe, target_dir, workspace_root};
+
+/// Builds pktrace and xtask (release), the static musl pktrace that ships (as the integration
+/// tier does: `PKTRACE_DIST_BIN` names one built before and skips that build) and the
+/// integration test binaries; returns their paths.
+pub fn build() -> Result<Payload> {
+    cargo(&["build", "--release", "-p", "tracer-user", "-p", "xtask"])
+        .context("building pktrace and xtask")?;
+    let pktrace = target_dir().join("release/pktrace");
+    let xtask = target_dir().join("release/xtask");
+    for bin in [&pktrace, &xtask] {
+        if !bin.is_file() {
+            bail!("{} is missing after the build", bin.display());
+        }
+    }
+    let mut cmd = cargo_command(&[
+        "test",
+        "--release",
+        "-p",
+        "tests",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("starting `{}`", describe(&cmd)))?;
+    if !out.status.success() {
+        bail!("`{}` failed ({})", describe(&cmd), out.status);
+    }
+    let tests = test_executables(&String::from_utf8_lossy(&out.stdout));
+    if tests.is_empty() {
+        bail!("`{}` listed no test executables", describe(&cmd));
+    }
+    let dist = match std::env::var_os(crate::PKTRACE_DIST_BIN_ENV).filter(|p| !p.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?,
+    };
+    Ok(Payload {
+        pktrace,
+        xtask,
+        dist: Some(dist),
+        tests,
+    })
+}
+
+/// The test executables in cargo's JSON messages, as (target name, path), integration tests
+/// first, without duplicates.
+#[must_use]
+pub fn test_executables(messages: &str) -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(bool, String, PathBuf)> = Vec::new();
+    for line in messages.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+            continue;
+        }
+        let (Some(exe), Some(name)) = (msg["executable"].as_str(), msg["target"]["name"].as_str())
+        else {
+            continue;
+        };
+        let is_lib = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k != "test"));
+        if !found.iter().any(|(_, n, _)| n == name) {
+            found.push((is_lib, name.to_owned(), PathBuf::from(exe)));
+        }
+    }
+    found.sort_by_key(|(is_lib, _, _)| *is_lib);
+    found.into_iter().map(|(_, n, p)| (n, p)).collect()
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    crate::cmd::run(&mut cargo_command(args))
+}
+
+fn cargo_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(args).current_dir(workspace_root());
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_test_executables_in_cargo_messages() {
+        let messages = [
+            r#"{"reason":"compiler-artifact","target":{"name":"tests","kind":["lib"]},"profile":{"test":true},"executable":"/t/release/deps/tests-1"}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"journeys","kind":["test"]},"profile":{"test":true},"executable":"/t/release/deps/journeys-2"}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"xtask","kind":["lib"]},"profile":{"test":false},"executable":null}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+            "not json",
+        ]
+        .join("\n");
+        assert_eq!(
+            test_executables(&messages),
+            [
+                (
+                    "journeys".to_owned(),
+                    PathBuf::from("/t/release/deps/journeys-2")
+                ),
+                ("tests".to_owned(), PathBuf::from("/t/release/deps/tests-1")),
+            ]
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! Boots the guest in qemu under TCG (the only accelerator that runs stock kernels here; see
+//! VM-NOTES.md), with the serial console on stdout: every line goes to a log file and to the
+//! terminal as it comes, stamped with the host time since qemu started. A time-out kills it.
+
+use std::{
+    fs::File,
+    io::{BufRead as _, BufReader, Read, Write as _},
+    os::unix::process::{CommandExt as _, ExitStatusExt as _},
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::cmd::{describe, find_program};
+
+/// How a VM is started.
+#[derive(Debug, Clone)]
+pub struct QemuConfig {
+    pub vmlinuz: PathBuf,
+    pub initrd: PathBuf,
+    pub memory_mb: u32,
+    pub timeout: Duration,
+    /// The console log written as the VM runs.
+    pub log: PathBuf,
+    /// `name=value` words added to the kernel command line (the kernel passes them to
+    /// `/init` as environment variables).
+    pub init_env: Vec<String>,
+}
+
+/// How the VM ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// qemu exited (the guest powered off, or rebooted after a panic: `-no-reboot`).
+    Exited(ExitStatus),
+    /// Killed after the time-out.
+    TimedOut,
+}
+
+/// The console, line by line, with the host time each line arrived.
+#[derive(Debug, Clone)]
+pub struct Console {
+    pub lines: Vec<(Duration, String)>,
+    pub ending: Ending,
+    pub elapsed: Duration,
+    /// CPU time qemu used (user + system): with `elapsed`, how much of a CPU it got.
+    pub cpu: Duration,
+}
+
+/// The qemu command line for `config` (`-nic none`: the guest's only network is the lab's).
+pub fn command(config: &QemuConfig) -> Result<Command> {
+    let qemu = find_program("qemu-system-x86_64").context(
+        "qemu-system-x86_64 not found: install qemu-system-x86 (`cargo xtask setup` does)",
+    )?;
+    let mut cmd = Command::new(qemu);
+    cmd.args(["-machine", "pc,accel=tcg", "-cpu", "max"])
+        .args(["-m", &config.memory_mb.to_string(), "-smp", "1"])
+        .args(["-nographic", "-no-reboot", "-nic", "none"])
+        .arg("-kernel")
+        .arg(&config.vmlinuz)
+        .arg("-initrd")
+        .arg(&config.initrd)
+        .arg("-append")
+        .arg(
+            ["console=ttyS0", "panic=-1", "quiet"]
+                .into_iter()
+                .chain(config.init_env.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    Ok(cmd)
+}
+
+/// Runs the VM to its end or the time-out; `echo` sees every console line as it arrives.
+pub fn run(config: &QemuConfig, mut echo: impl FnMut(&str)) -> Result<Console> {
+    let mut cmd = command(config)?;
+    eprintln!("vm-test: {}", describe(&cmd));
+    let mut log =
+        File::create(&config.log).with_context(|| format!("creating {}", config.log.display()))?;
+    let start = Instant::now();
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            // qemu dies with the thread that started it, even if xtask is killed.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting `{}`", describe(&cmd)))?;
+    let (tx, rx) = mpsc::channel();
+    let readers = [
+        forward(
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            "",
+            &tx,
+            start,
+        ),
+        forward(
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            "qemu: ",
+            &tx,
+            start,
+        ),
+    ];
+    drop(tx);
+    let mut lines = Vec::new();
+    let deadline = start + config.timeout;
+    let (ending, cpu) = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((at, text)) => {
+                let _ = writeln!(log, "{text}");
+                echo(&text);
+                lines.push((at, text));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let (status, cpu) = reap(&child)?;
+                break (Ending::Exited(status), cpu);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let cpu = reap(&child).map(|(_, cpu)| cpu).unwrap_or_default();
+                let note = format!(
+                    "vm-test: killed qemu after the {} s time-out",
+                    config.timeout.as_secs()
+                );
+                let _ = writeln!(log, "{note}");
+                break (Ending::TimedOut, cpu);
+            }
+        }
+    };
+    for reader in readers.into_iter().flatten() {
+        let _ = reader.join();
+    }
+    Ok(Console {
+        lines,
+        ending,
+        elapsed: start.elapsed(),
+        cpu,
+    })
+}
+
+/// Waits for `child` like `Child::wait`, also returning the CPU time it used (`wait4`).
+fn reap(child: &Child) -> Result<(ExitStatus, Duration)> {
+    let pid = i32::try_from(child.id()).context("pid out of range")?;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our own unreaped child; both pointers are valid for the call.
+        let got = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) };
+        if got == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err).context("waiting for qemu");
+        }
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    Ok((
+        ExitStatus::from_raw(status),
+        time(usage.ru_utime) + time(usage.ru_stime),
+    ))
+}
+
+/// A thread sending each line of `stream` (carriage returns dropped) to `tx`.
+fn forward(
+    stream: Option<Box<dyn Read + Send>>,
+    prefix: &'static str,
+    tx: &mpsc::Sender<(Duration, String)>,
+    start: Instant,
+) -> Option<thread::JoinHandle<()>> {
+    let stream = stream?;
+    let tx = tx.clone();
+    Some(thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = printable(&String::from_utf8_lossy(&buf));
+                    if tx
+                        .send((start.elapsed(), format!("{prefix}{text}")))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// `text` without terminal escape sequences (the firmware clears the screen) and other
+/// control characters but tabs.
+#[must_use]
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => {
+                if chars.next() == Some('[') {
+                    for c in chars.by_ref() {
+                        if c.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+            }
+            '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drops_escape_sequences_and_carriage_returns() {
+        assert_eq!(printable("\x1bc\x1b[?7l\x1b[2JSeaBIOS\r\n"), "SeaBIOS");
+        assert_eq!(printable("test a ... ok\r"), "test a ... ok");
+        assert_eq!(printable("a\tb"), "a\tb");
+    }
+}
