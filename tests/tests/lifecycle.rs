@@ -75,7 +75,7 @@ fn ours_loaded() -> Vec<String> {
         let out = Command::new("bpftool").args([what, "show"]).output().expect("bpftool");
         let text = String::from_utf8_lossy(&out.stdout);
         for line in text.lines() {
-            let ours = ["tc_ingress", "tc_egress", "nf_pre_", "nf_post_", "nf_out_", "nf_in_"]
+            let ours = ["tc_ingress", "tc_egress", "nf_pre_", "nf_post_", "nf_out_", "nf_in_", "nat_"]
                 .iter()
                 .any(|name| line.contains(&format!("name {name}")));
             if ours {
