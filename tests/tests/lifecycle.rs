@@ -68,6 +68,15 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
     assert!(incomplete.is_empty(), "journeys that did not leave the node: {incomplete:?}");
 }
 
+/// tcx links exist from Linux 6.6 (pktrace uses them there unless told otherwise).
+fn kernel_has_tcx() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (6, 6)
+}
+
 /// Our programs and links as bpftool lists them.
 fn ours_loaded() -> Vec<String> {
     let mut found = Vec::new();
@@ -103,6 +112,13 @@ fn tc_state() -> String {
 
 #[test]
 fn sigkill_leaves_no_program_link_filter_or_qdisc() {
+    if !kernel_has_tcx() {
+        // clsact filters (and the programs they hold) outlive SIGKILL by design of the
+        // kernel; the next pktrace removes them: see
+        // clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left.
+        eprintln!("skipped: this kernel has no tcx (< 6.6), so tc programs are clsact filters");
+        return;
+    }
     let _lab = LabGuard::new();
     assert!(ours_loaded().is_empty(), "programs of ours loaded before the test: {:?}", ours_loaded());
     let tc_before = tc_state();

@@ -41,6 +41,9 @@ pub const DEFAULT_HOOKS: [&str; 2] = ["kprobe", "fentry"];
 pub const HOOKS: [&str; 5] = ["kprobe", "fentry", "netfilter", "conntrack", AUTO];
 /// Default time-out of a VM.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a guest may take to start `/init` (it takes 3–10 s here) before it is booted
+/// again, once: a boot that fails is no test result.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Guest memory (MiB).
 const MEMORY_MB: u32 = 1536;
 
@@ -116,6 +119,8 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
         initrd,
         memory_mb: MEMORY_MB,
         timeout: options.timeout,
+        boot_timeout: BOOT_TIMEOUT,
+        boot_marker: format!("{} init ", init::MARKER),
         log: PathBuf::new(),
         init_env: Vec::new(),
     };
@@ -161,9 +166,10 @@ fn run_vms(shares: Vec<Vec<plan::Run>>, base: &QemuConfig, out_dir: &Path) -> Ve
     })
 }
 
-/// Runs one VM to its end, echoing its console (tagged when there are several).
+/// Runs one VM to its end, echoing its console (tagged when there are several); boots it a
+/// second time when the first boot never reached `/init` (its console is kept aside).
 fn boot(tag: String, runs: Vec<plan::Run>, config: QemuConfig, tagged: bool) -> Vm {
-    let console = qemu::run(&config, |line| {
+    let echo = |line: &str| {
         // A closed stdout (`| head`) must not stop the VM.
         let mut out = io::stdout().lock();
         let _ = if tagged {
@@ -171,11 +177,19 @@ fn boot(tag: String, runs: Vec<plan::Run>, config: QemuConfig, tagged: bool) -> 
         } else {
             writeln!(out, "{line}")
         };
-    });
-    let report = console
-        .as_ref()
-        .map(|c| report::parse(&c.lines))
-        .unwrap_or_default();
+    };
+    let mut console = qemu::run(&config, echo);
+    let mut report = parse(&console);
+    if console.is_ok() && report.init.is_none() {
+        let kept = config.log.with_extension("failed-boot.log");
+        let _ = fs::rename(&config.log, &kept);
+        eprintln!(
+            "vm-test: {tag} did not reach /init (console {}); booting it again",
+            kept.display()
+        );
+        console = qemu::run(&config, echo);
+        report = parse(&console);
+    }
     Vm {
         tag,
         runs,
@@ -183,6 +197,13 @@ fn boot(tag: String, runs: Vec<plan::Run>, config: QemuConfig, tagged: bool) -> 
         console,
         report,
     }
+}
+
+fn parse(console: &Result<qemu::Console>) -> report::Report {
+    console
+        .as_ref()
+        .map(|c| report::parse(&c.lines))
+        .unwrap_or_default()
 }
 
 /// Prints the timings, the per-run and per-test tables (runs in `order`); fails when
@@ -276,6 +297,7 @@ fn remove_old_logs(dir: &Path) {
 fn ending(ending: Ending, timeout: Duration) -> String {
     match ending {
         Ending::TimedOut => format!(" (killed after the {} s time-out)", timeout.as_secs()),
+        Ending::BootTimedOut => " (killed: no /init before the boot time-out)".to_owned(),
         Ending::Exited(status) if !status.success() => format!(" (qemu {status})"),
         Ending::Exited(_) => String::new(),
     }

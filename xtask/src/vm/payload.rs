@@ -55,8 +55,8 @@ pub fn build() -> Result<Payload> {
     })
 }
 
-/// The test executables in cargo's JSON messages, as (target name, path), integration tests
-/// first, without duplicates.
+/// The test executables in cargo's JSON messages, as (target name, path): integration tests
+/// by name, then the library's unit tests; without duplicates.
 #[must_use]
 pub fn test_executables(messages: &str) -> Vec<(String, PathBuf)> {
     let mut found: Vec<(bool, String, PathBuf)> = Vec::new();
@@ -78,7 +78,7 @@ pub fn test_executables(messages: &str) -> Vec<(String, PathBuf)> {
             found.push((is_lib, name.to_owned(), PathBuf::from(exe)));
         }
     }
-    found.sort_by_key(|(is_lib, _, _)| *is_lib);
+    found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     found.into_iter().map(|(_, n, p)| (n, p)).collect()
 }
 
@@ -100,6 +100,7 @@ mod tests {
     fn finds_test_executables_in_cargo_messages() {
         let messages = [
             r#"{"reason":"compiler-artifact","target":{"name":"tests","kind":["lib"]},"profile":{"test":true},"executable":"/t/release/deps/tests-1"}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"lifecycle","kind":["test"]},"profile":{"test":true},"executable":"/t/release/deps/lifecycle-3"}"#,
             r#"{"reason":"compiler-artifact","target":{"name":"journeys","kind":["test"]},"profile":{"test":true},"executable":"/t/release/deps/journeys-2"}"#,
             r#"{"reason":"compiler-artifact","target":{"name":"xtask","kind":["lib"]},"profile":{"test":false},"executable":null}"#,
             r#"{"reason":"build-finished","success":true}"#,
@@ -112,6 +113,10 @@ mod tests {
                 (
                     "journeys".to_owned(),
                     PathBuf::from("/t/release/deps/journeys-2")
+                ),
+                (
+                    "lifecycle".to_owned(),
+                    PathBuf::from("/t/release/deps/lifecycle-3")
                 ),
                 ("tests".to_owned(), PathBuf::from("/t/release/deps/tests-1")),
             ]
