@@ -207,4 +207,36 @@ fn dist_binary_traces_pod_ubuntu_to_the_cluster_ip_with_its_dnat() {
         assert!(j["start_ktime_ns"].as_u64().is_some_and(|t| t > 0), "{j}");
         assert!(steps(j).iter().all(|s| s["ip_id"].is_u64()), "{j}");
     }
+    merge_reads_real_output(&bin, &trace);
+}
+
+/// `pktrace merge` takes this real output (one node: nothing to link) and keeps every journey.
+fn merge_reads_real_output(bin: &Path, trace: &Trace) {
+    let file = std::env::temp_dir().join(format!("pktrace-dist-{}.jsonl", std::process::id()));
+    let text: Vec<String> = trace.lines.iter().map(ToString::to_string).collect();
+    fs::write(&file, text.join("\n")).unwrap();
+    let out = Command::new(bin)
+        .arg("merge")
+        .arg(format!("lab={}", file.display()))
+        .output()
+        .unwrap();
+    fs::remove_file(&file).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect(l))
+        .collect();
+    let (merge, journeys) = lines.split_last().expect("output");
+    assert_eq!(merge["type"], "merge");
+    assert_eq!(merge["journeys_in"], trace.journeys().len(), "{merge}");
+    assert_eq!(journeys.len(), trace.journeys().len());
+    assert!(
+        journeys
+            .iter()
+            .all(|j| steps(j).iter().all(|s| s["node"] == "lab"))
+    );
 }
