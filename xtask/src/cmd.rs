@@ -121,3 +121,31 @@ pub fn require_root(what: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Fails naming the programs (and their Debian packages) missing from PATH; `who` says what
+/// needs them.
+pub fn require_programs(needed: &[(&str, &str)], who: &str) -> Result<()> {
+    let missing: Vec<String> = needed
+        .iter()
+        .filter(|(program, _)| find_program(program).is_none())
+        .map(|(program, package)| format!("{program} ({package})"))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{who} needs {} on PATH: run `cargo xtask setup` (as root, PATH must hold /usr/sbin)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Blocks until this process holds an exclusive lock on `path`; released when the file drops.
+pub fn exclusive_lock(path: &str) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+    // SAFETY: the descriptor is valid for the call; flock blocks until the lock is ours.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {path}"));
+    }
+    Ok(file)
+}

@@ -35,7 +35,8 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
         }
     }
     // One lab per machine: concurrent runs (two checkouts, a developer and CI) take turns.
-    let _turn = exclusive(INTEGRATION_LOCK)?;
+    eprintln!("integration-test: waiting for other lab runs to finish ({INTEGRATION_LOCK})");
+    let _turn = crate::cmd::exclusive_lock(INTEGRATION_LOCK)?;
     let mut test = cargo_command(&["test", "--release", "-p", "tests", "--", "--test-threads=1"]);
     test.args(extra)
         .env(PKTRACE_BIN_ENV, &pktrace)
@@ -46,18 +47,6 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
 
 /// Held for the whole of an integration run (outside the lab's own directory).
 const INTEGRATION_LOCK: &str = "/run/pktrace-integration.lock";
-
-/// Blocks until this process holds an exclusive lock on `path`; released when dropped.
-fn exclusive(path: &str) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd as _;
-    let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
-    eprintln!("integration-test: waiting for other lab runs to finish ({path})");
-    // SAFETY: the descriptor is valid for the call; flock blocks until the lock is ours.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {path}"));
-    }
-    Ok(file)
-}
 
 /// One tier of `cargo xtask test`.
 struct Tier {

@@ -33,7 +33,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::{
     PKTRACE_BIN_ENV,
-    cmd::{find_program, require_root, run},
+    cmd::{require_root, run},
     target_dir, workspace_root,
 };
 
@@ -185,17 +185,7 @@ fn report(machine: &doc::Machine, opts: &BenchOptions, results: &Results) -> Res
 }
 
 fn preflight() -> Result<()> {
-    let missing: Vec<String> = NEEDED
-        .iter()
-        .filter(|(program, _)| find_program(program).is_none())
-        .map(|(program, package)| format!("{program} ({package})"))
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "the bench needs {} on PATH: run `cargo xtask setup`",
-            missing.join(", ")
-        );
-    }
+    crate::cmd::require_programs(&NEEDED, "the bench")?;
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     ensure!(
         cpus > proc::TRACER_CPU,

@@ -20,7 +20,6 @@ use crate::{
     lab::{
         netns::{self, in_ns, ip, sysctl},
         servers::kill_all_in,
-        wiring::{BRIDGE_NF_CALL_IPTABLES, bridge_netfilter_available},
     },
 };
 
@@ -203,19 +202,7 @@ fn remove(ns: &str) -> Result<()> {
 }
 
 fn node() -> Result<()> {
-    for (key, value) in [
-        ("net.ipv4.ip_forward", "1"),
-        ("net.ipv4.conf.all.send_redirects", "0"),
-        ("net.ipv4.conf.default.send_redirects", "0"),
-        ("net.ipv4.conf.all.rp_filter", "0"),
-        ("net.ipv4.conf.default.rp_filter", "0"),
-    ] {
-        sysctl(NODE_NS, key, value)?;
-    }
-    // Like the lab (and an AKS node): bridged IPv4 passes iptables where the kernel has it.
-    if bridge_netfilter_available() {
-        sysctl(NODE_NS, BRIDGE_NF_CALL_IPTABLES, "1")?;
-    }
+    crate::lab::wiring::node_sysctls(NODE_NS)?;
     ip(
         NODE_NS,
         &format!("link add {BRIDGE} address {BRIDGE_MAC} type bridge"),

@@ -15,12 +15,11 @@ pub mod wiring;
 
 use std::{
     fs::{self, File},
-    os::fd::AsRawFd as _,
     path::Path,
     time::SystemTime,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
 pub use self::{
     client::{client_tcp, client_udp},
@@ -29,7 +28,7 @@ pub use self::{
     topology::{LAB_DIR, NODE_NS, PODS, STATE_FILE, UBUNTU},
     wiring::NAT_RULES,
 };
-use crate::cmd::{find_program, require_root};
+use crate::cmd::{exclusive_lock, require_programs, require_root};
 
 /// Serializes `up`/`down` between processes (outside `LAB_DIR`, which `down` removes).
 const LOCK_FILE: &str = "/run/pktrace-lab.lock";
@@ -123,26 +122,10 @@ fn teardown() -> Result<bool> {
 
 fn preflight() -> Result<()> {
     require_root("the lab (network namespaces)")?;
-    let missing: Vec<String> = NEEDED
-        .iter()
-        .filter(|(program, _)| find_program(program).is_none())
-        .map(|(program, package)| format!("{program} ({package})"))
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "the lab needs {} on PATH: run `cargo xtask setup` (as root, PATH must hold /usr/sbin)",
-            missing.join(", ")
-        );
-    }
-    Ok(())
+    require_programs(&NEEDED, "the lab")
 }
 
 /// An exclusive lock on `LOCK_FILE`, held until the file is dropped.
 fn lock() -> Result<File> {
-    let file = File::create(LOCK_FILE).with_context(|| format!("creating {LOCK_FILE}"))?;
-    // SAFETY: the descriptor is valid for the call; flock blocks until the lock is ours.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("locking the lab");
-    }
-    Ok(file)
+    exclusive_lock(LOCK_FILE)
 }

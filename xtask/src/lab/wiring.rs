@@ -47,8 +47,13 @@ pub fn bridge_netfilter_available() -> bool {
     std::path::Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
 }
 
-fn node() -> Result<()> {
-    // Defaults first, so every interface created afterwards inherits them.
+/// The sysctls of a node namespace (the lab's and the bench's): it routes, sends no
+/// redirects, does no reverse-path filtering, and, like an AKS node, passes bridged IPv4
+/// traffic through iptables (br_netfilter) where the kernel has it. The module is never loaded
+/// (that would change the root namespace's bridges); the namespace's own switch is pinned when
+/// it exists, so the node behaves the same whatever the machine's default. Set these before
+/// creating interfaces: they inherit the defaults.
+pub fn node_sysctls(ns: &str) -> Result<()> {
     for (key, value) in [
         ("net.ipv4.ip_forward", "1"),
         ("net.ipv4.conf.all.send_redirects", "0"),
@@ -56,15 +61,16 @@ fn node() -> Result<()> {
         ("net.ipv4.conf.all.rp_filter", "0"),
         ("net.ipv4.conf.default.rp_filter", "0"),
     ] {
-        sysctl(NODE_NS, key, value)?;
+        sysctl(ns, key, value)?;
     }
-    // Like an AKS node, bridged IPv4 traffic passes iptables (br_netfilter) where the kernel
-    // has it: the lab never loads the module (that would change the root namespace's bridges),
-    // but pins the namespace's own switch when it exists, so the lab behaves the same whatever
-    // the machine's default.
     if bridge_netfilter_available() {
-        sysctl(NODE_NS, BRIDGE_NF_CALL_IPTABLES, "1")?;
+        sysctl(ns, BRIDGE_NF_CALL_IPTABLES, "1")?;
     }
+    Ok(())
+}
+
+fn node() -> Result<()> {
+    node_sysctls(NODE_NS)?;
     let (bridge_mac, prefix) = (mac_string(BRIDGE_MAC), POD_SUBNET.1);
     ip(
         NODE_NS,
