@@ -12,43 +12,43 @@
 //! Conditions pktrace cannot check (ipsets, connmark, unknown interfaces, …) are assumed to
 //! hold, and the `why` text says so.
 
+mod decide;
 mod eval;
 mod host;
+mod ipset;
+mod nft;
 mod rules;
+mod ruleset;
+mod session;
+mod source;
 
-use std::{
-    collections::HashSet,
-    fmt::Write as _,
-    io,
-    process::{Command, Stdio},
-};
+use std::{collections::HashSet, fmt::Write as _, io};
 
+use eval::Hit;
 pub use eval::PacketCtx;
-use eval::{Hit, Steer, Walk, render_facts};
-pub use rules::NatRules;
-use rules::{BUILTIN, NatTo, Rule, Target, Test, in_range};
-use tracer_common::{PROTO_TCP, PROTO_UDP, Tuple};
+#[cfg(test)]
+use rules::NatRules;
+use rules::{Rule, Test};
+pub use ruleset::Ruleset;
+pub use session::Explainer;
+use tracer_common::Tuple;
 
-use crate::journey::{Attribution, Journey, Point, Step, dst_ip};
+use crate::journey::{Attribution, Journey, Point, Step, src_ip};
 
-/// Commands tried in order for the nat table (nft-based distributions may keep kube-proxy's
-/// rules in the legacy backend, or the other way round).
-const SAVE_COMMANDS: [&str; 3] = ["iptables-save", "iptables-legacy-save", "iptables-nft-save"];
-
-/// Why the nat table could not be read; the caller reports it once and traces on without
-/// attribution.
+/// Why the node's NAT rules (or ipsets) could not be read; the caller reports it once and
+/// traces on with less attribution.
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// None of the commands exists.
     #[error(
-        "cannot read the nat table: none of {tried} is installed; install iptables to see \
-         which rule did each NAT step (tracing goes on without it)"
+        "none of {tried} is installed (here or on the node); install it to see which rule did \
+         each NAT step (tracing goes on without it)"
     )]
     NotInstalled { tried: String },
     /// A command ran and failed.
     #[error(
-        "`{command} -t nat` failed ({status}): {stderr}; run as root (CAP_NET_ADMIN) to see \
-         which rule did each NAT step (tracing goes on without it)"
+        "`{command}` failed ({status}): {stderr}; run as root (CAP_NET_ADMIN) to see which \
+         rule did each NAT step (tracing goes on without it)"
     )]
     Failed {
         command: String,
@@ -56,7 +56,7 @@ pub enum ExplainError {
         stderr: String,
     },
     /// A command exists but could not be started.
-    #[error("cannot run `{command} -t nat`: {err}; rule attribution is off (tracing goes on)")]
+    #[error("cannot run `{command}`: {err}; rule attribution is off (tracing goes on)")]
     Spawn { command: String, err: io::Error },
 }
 
@@ -96,62 +96,29 @@ impl NatDecision {
     }
 }
 
-impl NatRules {
-    /// Reads the nat table with `iptables-save -t nat` (then the legacy and nft variants),
-    /// taking the first that shows rules.
-    ///
-    /// # Errors
-    /// No variant is installed, or all failed (usually: not root).
-    pub fn load() -> Result<Self, ExplainError> {
-        Self::load_with(&SAVE_COMMANDS)
-    }
+/// Attribution of NAT steps by a nat table (or several, in the kernel's order).
+pub trait Attribute {
+    /// The `MASQUERADE`/`SNAT` rule nat POSTROUTING applies to `pre` (the packet before
+    /// SNAT), or `None` when the packet leaves untranslated.
+    fn snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision>;
 
-    fn load_with(commands: &[&str]) -> Result<Self, ExplainError> {
-        let (mut failure, mut empty) = (None, None);
-        // In pktrace's container image there is no iptables: then the node's own, if any.
-        let local = commands.iter().map(|&c| (c.to_owned(), Command::new(c)));
-        let on_host = commands.iter().filter_map(|&c| host::command(c));
-        for (command, mut cmd) in local.chain(on_host) {
-            let out = match cmd.args(["-t", "nat"]).stdin(Stdio::null()).output() {
-                Ok(out) => out,
-                Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-                Err(err) => {
-                    failure.get_or_insert(ExplainError::Spawn { command, err });
-                    continue;
-                }
-            };
-            if !out.status.success() {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                let stderr = crate::output::safe(stderr.lines().next().unwrap_or("").trim());
-                let status = out.status.to_string();
-                failure.get_or_insert(ExplainError::Failed {
-                    command,
-                    status,
-                    stderr,
-                });
-                continue;
-            }
-            let rules = Self::parse(&String::from_utf8_lossy(&out.stdout));
-            if rules.rule_count() > 0 {
-                return Ok(rules);
-            }
-            empty.get_or_insert(rules);
-        }
-        let tried = commands.join(", ");
-        empty.ok_or_else(|| failure.unwrap_or(ExplainError::NotInstalled { tried }))
-    }
+    /// Why nat POSTROUTING leaves `pre` untranslated; `None` when it does translate.
+    fn no_snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision>;
+
+    /// The DNAT rule that rewrote `pre` into `post`, with the path that led to it.
+    fn dnat_decision(&self, pre: &Tuple, post: &Tuple, ctx: &PacketCtx) -> Option<NatDecision>;
 
     /// Attributes one NAT step; `None` for tc steps and when no rule explains the rewrite.
     #[must_use]
     #[cfg(test)]
-    pub fn attribute(&self, step: &Step, ctx: &PacketCtx) -> Option<Attribution> {
+    fn attribute(&self, step: &Step, ctx: &PacketCtx) -> Option<Attribution> {
         self.decide(step, ctx).map(|d| d.attribution(step.reply))
     }
 
     /// Attributes every NAT step of a journey (leaving steps no rule explains as they are).
     /// DNAT steps go first: the mark their rules set (KUBE-MARK-MASQ) is carried into the
     /// SNAT evaluation, so `ctx.mark` may be the mark the packet arrived with.
-    pub fn attribute_journey(&self, journey: &mut Journey, ctx: &PacketCtx) {
+    fn attribute_journey(&self, journey: &mut Journey, ctx: &PacketCtx) {
         let mut snat_ctx = ctx.clone();
         for point in [Point::Dnat, Point::Snat] {
             for step in journey.steps.iter_mut().filter(|s| s.point == point) {
@@ -164,6 +131,39 @@ impl NatRules {
                     snat_ctx.mark = decision.mark;
                 }
             }
+        }
+        self.explain_no_snat(journey, &snat_ctx);
+    }
+
+    /// For an original-direction journey that leaves without SNAT: why not, on its last
+    /// egress step.
+    fn explain_no_snat(&self, journey: &mut Journey, ctx: &PacketCtx) {
+        let steps = &journey.steps;
+        if steps
+            .iter()
+            .any(|s| s.point == Point::Snat || (s.point.is_nat() && s.reply))
+        {
+            return;
+        }
+        let dnat = steps.iter().rfind(|s| s.point == Point::Dnat);
+        let Some(first) = steps.first() else { return };
+        let pre = dnat.map_or(first.tuple, |s| s.tuple);
+        if dnat.is_none() && !ctx.sources.contains(&src_ip(&first.tuple)) {
+            return;
+        }
+        let Some(egress) = journey.steps.iter_mut().rfind(|s| s.point == Point::Egress) else {
+            return;
+        };
+        let ctx = PacketCtx {
+            out_iface: egress.iface.clone(),
+            ..ctx.clone()
+        };
+        if let Some(d) = self.no_snat_decision(&pre, &ctx) {
+            egress.attribution = Some(Attribution {
+                rule: d.chain,
+                service: None,
+                why: Some(d.why),
+            });
         }
     }
 
@@ -186,216 +186,6 @@ impl NatRules {
             Point::Snat => self.snat_decision(&step.tuple.reversed(), &ctx),
             Point::Ingress | Point::Egress => None,
         }
-    }
-
-    /// The `MASQUERADE`/`SNAT` rule nat POSTROUTING applies to `pre` (the packet before
-    /// SNAT), or `None` when the packet leaves untranslated (`RETURN`, `ACCEPT`, end of chain).
-    #[must_use]
-    pub fn snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
-        let hit = Walk::new(self, ctx, *pre, None).run("POSTROUTING")?;
-        if !matches!(hit.rule.target, Target::Masquerade | Target::Snat(_)) {
-            return None;
-        }
-        let facts = match (render_facts(&hit.facts), hit.notes.is_empty()) {
-            (f, _) if !f.is_empty() => format!(": {f}"),
-            (_, true) => ": every packet reaching it".to_owned(),
-            (_, false) => String::new(),
-        };
-        let (target, chain, n) = (hit.rule.target.name(), hit.chain, hit.index + 1);
-        let why = format!("{target} by {chain} rule {n}{facts}{}", assumed(&hit.notes));
-        Some(decision(&hit, None, why))
-    }
-
-    /// The DNAT rule that rewrote `pre` into `post`, found among the rules whose
-    /// `--to-destination` covers `post`'s destination, with the path that led to it.
-    #[must_use]
-    pub fn dnat_decision(&self, pre: &Tuple, post: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
-        let candidates = self.dnat_candidates(post);
-        let first = *candidates.first()?;
-        let steer = Steer {
-            reaching: self.reaching(&candidates),
-            candidates,
-        };
-        for hook in ["PREROUTING", "OUTPUT"] {
-            let Some(hit) = Walk::new(self, ctx, *pre, Some(&steer)).run(hook) else {
-                continue;
-            };
-            if steer.candidates.contains(&(hit.chain, hit.index)) {
-                return Some(self.dnat_from_hit(&hit));
-            }
-        }
-        self.dnat_without_replay(first, pre, ctx.mark)
-    }
-
-    /// DNAT rules that could have produced `post`'s destination.
-    fn dnat_candidates(&self, post: &Tuple) -> Vec<(&str, usize)> {
-        let ip = dst_ip(post);
-        let covers = |to: &NatTo| match post.proto {
-            PROTO_TCP | PROTO_UDP => to.covers(ip, post.dport),
-            _ => in_range(ip, to.lo, to.hi),
-        };
-        let mut out = Vec::new();
-        for chain in self.chains() {
-            for (i, rule) in chain.rules.iter().enumerate() {
-                if matches!(&rule.target, Target::Dnat(Some(to)) if covers(to))
-                    && proto_allows(rule, post.proto)
-                {
-                    out.push((chain.name.as_str(), i));
-                }
-            }
-        }
-        out
-    }
-
-    /// Chains from which a jump path leads to one of the candidates' chains.
-    fn reaching<'a>(&'a self, candidates: &[(&'a str, usize)]) -> HashSet<&'a str> {
-        let mut set: HashSet<&str> = candidates.iter().map(|&(c, _)| c).collect();
-        loop {
-            let before = set.len();
-            for chain in self.chains() {
-                let jumps_in = chain.rules.iter().any(|r| match &r.target {
-                    Target::Jump(n) | Target::Goto(n) => set.contains(n.as_str()),
-                    _ => false,
-                });
-                if jumps_in {
-                    set.insert(chain.name.as_str());
-                }
-            }
-            if set.len() == before {
-                return set;
-            }
-        }
-    }
-
-    fn dnat_from_hit(&self, hit: &Hit<'_>) -> NatDecision {
-        let service = service_of(hit.rule).or_else(|| {
-            hit.jumps
-                .iter()
-                .rev()
-                .find_map(|&(c, i)| self.rule_at(c, i).and_then(service_of))
-        });
-        let mut parts: Vec<String> = Vec::new();
-        let via: Vec<&str> = hit
-            .path
-            .iter()
-            .copied()
-            .filter(|c| !BUILTIN.contains(c) && *c != "KUBE-SERVICES" && *c != hit.chain)
-            .collect();
-        match (&service, via.is_empty()) {
-            (Some(s), true) => parts.push(format!("service {s}")),
-            (Some(s), false) => parts.push(format!("service {s} via {}", via.join(" → "))),
-            (None, false) => parts.push(format!("via {}", via.join(" → "))),
-            (None, true) => {}
-        }
-        parts.extend(self.endpoints(hit));
-        let dnat_rules = self.chain(hit.chain).map_or(0, |c| {
-            c.rules
-                .iter()
-                .filter(|r| matches!(r.target, Target::Dnat(_)))
-                .count()
-        });
-        let mut why = format!("DNAT by {}", hit.chain);
-        if dnat_rules > 1 || BUILTIN.contains(&hit.chain) {
-            let _ = write!(why, " rule {}", hit.index + 1);
-        }
-        if !parts.is_empty() {
-            let _ = write!(why, " ({})", parts.join(", "));
-        }
-        why.push_str(&assumed(&hit.notes));
-        decision(hit, service, why)
-    }
-
-    /// `1 of 2 endpoints`: the position of the hit's chain among the endpoint chains its
-    /// parent (a KUBE-SVC chain) spreads over.
-    fn endpoints(&self, hit: &Hit<'_>) -> Option<String> {
-        let &(parent, _) = hit.jumps.last()?;
-        if BUILTIN.contains(&parent) || parent == "KUBE-SERVICES" {
-            return None;
-        }
-        let is_endpoint = |name: &str| {
-            name.starts_with("KUBE-SEP-")
-                || self
-                    .chain(name)
-                    .is_some_and(|c| c.rules.iter().any(|r| matches!(r.target, Target::Dnat(_))))
-        };
-        let endpoints: Vec<&str> = self
-            .chain(parent)?
-            .rules
-            .iter()
-            .filter_map(|r| match &r.target {
-                Target::Jump(n) | Target::Goto(n) if is_endpoint(n) => Some(n.as_str()),
-                _ => None,
-            })
-            .collect();
-        let k = endpoints.iter().position(|&e| e == hit.chain)? + 1;
-        Some(if endpoints.len() == 1 {
-            "its only endpoint".into()
-        } else {
-            format!("{k} of {} endpoints", endpoints.len())
-        })
-    }
-
-    /// When the replay did not reach a candidate (rules changed, or conditions pktrace cannot
-    /// see): the first candidate, with the jumps that lead to it found backwards.
-    fn dnat_without_replay(
-        &self,
-        (chain, index): (&str, usize),
-        pre: &Tuple,
-        mark: u32,
-    ) -> Option<NatDecision> {
-        let rule = self.rule_at(chain, index)?;
-        let mut jumps: Vec<(&str, usize)> = Vec::new();
-        let mut current = chain;
-        while jumps.len() < 8 && !BUILTIN.contains(&current) {
-            let Some(parent) = self.parent_of(current, pre, &jumps) else {
-                break;
-            };
-            jumps.insert(0, parent);
-            current = parent.0;
-        }
-        let mut path: Vec<&str> = jumps.iter().map(|&(c, _)| c).collect();
-        path.push(chain);
-        let notes = vec!["path found backwards, not replayed".to_owned()];
-        let hit = Hit {
-            chain,
-            index,
-            rule,
-            path,
-            jumps,
-            facts: Vec::new(),
-            notes,
-            mark,
-        };
-        Some(self.dnat_from_hit(&hit))
-    }
-
-    /// A rule jumping to `chain` whose destination tests (if any) admit `pre`.
-    fn parent_of<'a>(
-        &'a self,
-        chain: &str,
-        pre: &Tuple,
-        seen: &[(&str, usize)],
-    ) -> Option<(&'a str, usize)> {
-        let dst = dst_ip(pre);
-        let admits = |r: &Rule| {
-            r.conds
-                .iter()
-                .all(|c| !matches!(&c.test, Test::Dst(n) if n.contains(dst) == c.negated))
-        };
-        self.chains().find_map(|c| {
-            let name = c.name.as_str();
-            if name == chain || seen.iter().any(|&(s, _)| s == name) {
-                return None;
-            }
-            let i = c.rules.iter().position(|r| {
-                matches!(&r.target, Target::Jump(n) | Target::Goto(n) if n == chain) && admits(r)
-            })?;
-            Some((name, i))
-        })
-    }
-
-    fn rule_at(&self, chain: &str, index: usize) -> Option<&Rule> {
-        self.chain(chain)?.rules.get(index)
     }
 }
 
@@ -457,5 +247,7 @@ fn service_of(rule: &Rule) -> Option<String> {
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod seed_tests;
 #[cfg(test)]
 mod tests;

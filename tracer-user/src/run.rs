@@ -1,13 +1,11 @@
 //! One tracing session: resolve → attach → collect → join → explain → output → summary.
 
 use std::{
-    collections::HashMap,
     io::{self, Write},
     net::IpAddr,
     time::Duration,
 };
 
-use tracer_common::Tuple;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{Signal, SignalKind, signal},
@@ -18,9 +16,9 @@ use crate::{
     attach::{self, Globals, tc},
     collect::{Collector, Counters},
     config::{Config, Target},
-    explain::{NatRules, PacketCtx},
+    explain::Explainer,
     journey::{
-        Attribution, Journey, Point,
+        Journey,
         correlate::{Correlator, Limits},
     },
     nat::{self, NatAttachment},
@@ -29,10 +27,6 @@ use crate::{
     summary::Summary,
 };
 
-/// The NAT steps of a journey: (point, reply, before, after).
-type NatKey = Vec<(Point, bool, Tuple, Tuple)>;
-/// Most cached attributions (one per distinct connection and direction).
-const EXPLAIN_CACHE: usize = 4096;
 
 /// How often the collector drains the ring buffer when the kernel did not wake it.
 const DRAIN_EVERY: Duration = Duration::from_millis(20);
@@ -146,9 +140,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let mut session = Session {
         correlator: Correlator::new(tc::host_ifs(&ifaces), Limits::default()),
         summary: Summary::new(),
-        rules: load_rules(),
-        explained: HashMap::new(),
-        local_addrs: nat::local_addrs(),
+        explainer: Explainer::start(nat::local_addrs(), subject.addrs.clone()),
         journeys: 0,
         limit: cfg.limits.count,
         lost_reported: 0,
@@ -170,17 +162,6 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let end = end.and_then(|()| sink.summary(&session.summary));
     drop(nat_attachment);
     result.and(end.or_else(ignore_broken_pipe)).or_else(ignore_broken_pipe).map_err(RunError::Output)
-}
-
-/// The node's nat rules for attribution; without them pktrace still traces, and says so once.
-fn load_rules() -> Option<NatRules> {
-    match NatRules::load() {
-        Ok(rules) => Some(rules),
-        Err(e) => {
-            eprintln!("pktrace: NAT steps will not name their rules: {e}");
-            None
-        }
-    }
 }
 
 fn ignore_broken_pipe(e: io::Error) -> io::Result<()> {
@@ -206,10 +187,8 @@ fn announce(subject: &Subject, ifaces: &[tc::Iface], mode: tc::TcMode, nat: &Nat
 struct Session {
     correlator: Correlator,
     summary: Summary,
-    rules: Option<NatRules>,
-    /// Attributions already worked out, per sequence of NAT steps.
-    explained: HashMap<NatKey, Vec<Option<Attribution>>>,
-    local_addrs: Vec<IpAddr>,
+    /// Names the rule of each NAT step (rules re-read when they change).
+    explainer: Explainer,
     journeys: u64,
     limit: Option<u64>,
     lost_reported: u64,
@@ -273,7 +252,7 @@ impl Session {
             if j.steps.is_empty() || self.limit.is_some_and(|n| self.journeys >= n) {
                 continue;
             }
-            self.explain(&mut j);
+            self.explainer.explain(&mut j);
             self.journeys += 1;
             self.summary.record(&j);
             sink.journey(&j)?;
@@ -281,42 +260,18 @@ impl Session {
         Ok(())
     }
 
-    /// Names the rule of each NAT step. The journey is replayed from its first packet (mark 0
-    /// as it arrives), so marks set on the way (KUBE-MARK-MASQ) count for the SNAT decision.
-    ///
-    /// Every packet of a connection takes the same NAT steps, so the answer is cached per
-    /// sequence of translations (the replay dominated the collector's time under load).
-    fn explain(&mut self, j: &mut Journey) {
-        let Some(rules) = &self.rules else { return };
-        let key: NatKey = j
-            .steps
-            .iter()
-            .filter(|s| s.point.is_nat())
-            .map(|s| (s.point, s.reply, s.orig.unwrap_or_default(), s.tuple))
-            .collect();
-        if key.is_empty() {
-            return;
-        }
-        if let Some(known) = self.explained.get(&key) {
-            let nat = j.steps.iter_mut().filter(|s| s.point.is_nat());
-            for (step, attribution) in nat.zip(known) {
-                step.attribution.clone_from(attribution);
-            }
-            return;
-        }
-        let ctx = PacketCtx { mark: 0, local_addrs: self.local_addrs.clone(), out_iface: None };
-        rules.attribute_journey(j, &ctx);
-        if self.explained.len() >= EXPLAIN_CACHE {
-            self.explained.clear();
-        }
-        let answers = j.steps.iter().filter(|s| s.point.is_nat()).map(|s| s.attribution.clone()).collect();
-        self.explained.insert(key, answers);
-    }
-
     /// Reports new losses and closes idle journeys.
     fn housekeeping(&mut self, collector: &Collector, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
         if let Ok(c) = collector.counters() {
             self.counters = c;
+        }
+        if let Some(update) = self.explainer.refresh() {
+            eprintln!(
+                "pktrace: nat rules changed: re-read in {} ms, in use {} ms after the poller saw it ({})",
+                update.read_cost.as_millis(),
+                update.seen.elapsed().as_millis(),
+                update.rules.describe()
+            );
         }
         let lost = self.counters.ringbuf_full;
         if lost > self.lost_reported {

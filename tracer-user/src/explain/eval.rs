@@ -6,7 +6,10 @@ use std::{collections::HashSet, net::IpAddr};
 
 use tracer_common::{PROTO_TCP, PROTO_UDP, Tuple};
 
-use super::rules::{Cond, NatRules, Rule, Target, Test, in_range};
+use super::{
+    ipset::Probe,
+    rules::{Cond, Key, MapKey, MapRef, NatRules, Rule, SetRef, Target, Test, Val, in_range},
+};
 use crate::journey::{dst_ip, src_ip};
 
 /// Deepest chain nesting followed (iptables itself stops loops; a dump might not).
@@ -27,6 +30,9 @@ pub struct PacketCtx {
     /// the nat hooks pktrace replays (POSTROUTING, and PREROUTING for DNAT) are explained
     /// from the tuple alone.
     pub out_iface: Option<String>,
+    /// The traced addresses: a journey without SNAT is explained ("no SNAT: …") when it
+    /// starts at one of them or was DNATed (an original-direction packet either way).
+    pub sources: Vec<IpAddr>,
 }
 
 /// Where a walk reached a NAT target.
@@ -55,28 +61,67 @@ pub(super) enum Fact {
     NotIn {
         who: IpAddr,
         net: String,
+        /// What the rule's owner calls these prefixes (`nonMasqueradeCIDRs`).
+        label: Option<&'static str>,
     },
     Text(String),
 }
 
-/// `203.0.113.80 not in 10.13.0.0/16, 168.63.129.16/32; mark 0x4000 (KUBE-MARK-MASQ)`.
+/// `203.0.113.80 not in nonMasqueradeCIDRs 10.13.0.0/16, 168.63.129.16/32; mark 0x4000
+/// (KUBE-MARK-MASQ), src 10.13.76.46 in ipset X`: prefixes grouped per address and label,
+/// then the other facts.
 pub(super) fn render_facts(facts: &[Fact]) -> String {
     let mut parts: Vec<String> = Vec::new();
-    let mut grouped: Vec<(IpAddr, Vec<&str>)> = Vec::new();
+    let mut grouped: Vec<(IpAddr, Option<&str>, Vec<&str>)> = Vec::new();
     for fact in facts {
         match fact {
-            Fact::NotIn { who, net } => match grouped.iter_mut().find(|(w, _)| w == who) {
-                Some((_, nets)) => nets.push(net),
-                None => grouped.push((*who, vec![net])),
-            },
+            Fact::NotIn { who, net, label } => {
+                match grouped.iter_mut().find(|(w, l, _)| w == who && l == label) {
+                    Some((_, _, nets)) => nets.push(net),
+                    None => grouped.push((*who, *label, vec![net])),
+                }
+            }
             Fact::Text(t) if !parts.contains(t) => parts.push(t.clone()),
             Fact::Text(_) => {}
         }
     }
-    let not_in = grouped
-        .into_iter()
-        .map(|(who, nets)| format!("{who} not in {}", nets.join(", ")));
-    not_in.chain(parts).collect::<Vec<_>>().join("; ")
+    let not_in = grouped.into_iter().map(|(who, label, nets)| {
+        let label = label.map(|l| format!("{l} ")).unwrap_or_default();
+        format!("{who} not in {label}{}", nets.join(", "))
+    });
+    let mut out: Vec<String> = not_in.collect();
+    if !parts.is_empty() {
+        out.push(parts.join(", "));
+    }
+    out.join("; ")
+}
+
+/// What the component that wrote `rule` calls the prefixes it exempts from masquerading,
+/// from its comment (ip-masq-agent's `nonMasqueradeCIDRs`, kubelet's kubenet
+/// `--non-masquerade-cidr`).
+pub(super) fn cidr_label(rule: &Rule) -> Option<&'static str> {
+    let comment = rule.comment.as_deref()?;
+    if comment.starts_with("ip-masq-agent") {
+        Some("nonMasqueradeCIDRs")
+    } else if comment.starts_with("kubenet") {
+        Some("non-masquerade-cidr")
+    } else {
+        None
+    }
+}
+
+/// Why a walk ended without NAT.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Miss<'a> {
+    /// The last `RETURN` taken (chain, 0-based index, why it matched).
+    pub returned: Option<(&'a str, usize, Vec<Fact>)>,
+    /// NAT rules passed over, with the first condition that failed, in walk order.
+    pub skipped: Vec<(&'a str, usize, &'a Rule, Option<&'a Cond>)>,
+    /// A rule that ended the table without NAT (`ACCEPT`, …).
+    pub stopped: Option<(&'a str, usize)>,
+    pub notes: Vec<String>,
+    /// The mark after the walk.
+    pub mark: u32,
 }
 
 /// Whether a condition holds: known, or assumed with the reason.
@@ -110,6 +155,7 @@ pub(super) struct Walk<'a> {
     jumps: Vec<(&'a str, usize)>,
     notes: Vec<String>,
     budget: usize,
+    miss: Miss<'a>,
 }
 
 impl<'a> Walk<'a> {
@@ -130,14 +176,33 @@ impl<'a> Walk<'a> {
             jumps: Vec::new(),
             notes: Vec::new(),
             budget: MAX_RULES,
+            miss: Miss::default(),
         }
     }
 
+    /// Starts with `mark` instead of the context's (rules of an earlier chain set it).
+    #[must_use]
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.mark = mark;
+        self
+    }
+
     /// Walks hook chain `hook` (e.g. `POSTROUTING`); the NAT rule reached, if any.
-    pub fn run(mut self, hook: &'a str) -> Option<Hit<'a>> {
+    pub fn run(self, hook: &'a str) -> Option<Hit<'a>> {
+        self.verdict(hook).ok()
+    }
+
+    /// Walks hook chain `hook`: the NAT rule reached, or why none was.
+    #[expect(clippy::result_large_err, reason = "one per walk, moved once")]
+    pub fn verdict(mut self, hook: &'a str) -> Result<Hit<'a>, Miss<'a>> {
         match self.chain(hook) {
-            Flow::Done(hit) => hit,
-            Flow::Return => None,
+            Flow::Done(Some(hit)) => Ok(hit),
+            Flow::Done(None) | Flow::Return => {
+                let mut miss = self.miss;
+                miss.notes = self.notes;
+                miss.mark = self.mark;
+                Err(miss)
+            }
         }
     }
 
@@ -170,13 +235,29 @@ impl<'a> Walk<'a> {
                 Err(failed) => Some(failed),
             };
             if let Some(failed) = failed {
-                if rule.target == Target::Return {
-                    passed.extend(failed.and_then(|c| self.fact(c)));
+                match rule.target {
+                    Target::Return => {
+                        passed.extend(failed.and_then(|c| self.fact(c, cidr_label(rule))));
+                    }
+                    Target::Dnat(_) | Target::Snat(_) | Target::Masquerade => {
+                        self.miss.skipped.push((name, index, rule, failed));
+                    }
+                    _ => {}
                 }
                 continue;
             }
-            match &rule.target {
-                Target::Return => return Flow::Return,
+            let target = match &rule.target {
+                Target::Vmap { keys, map } => match self.vmap(keys, map) {
+                    Some(t) => t,
+                    None => continue,
+                },
+                t => t,
+            };
+            match target {
+                Target::Return => {
+                    self.miss.returned = Some((name, index, self.facts(rule)));
+                    return Flow::Return;
+                }
                 Target::None => {}
                 Target::Mark { clear, xor } => self.mark = (self.mark & !clear) ^ xor,
                 Target::Jump(next) | Target::Goto(next) => {
@@ -204,7 +285,12 @@ impl<'a> Walk<'a> {
                     };
                     return Flow::Done(Some(self.hit(name, index, rule, facts)));
                 }
-                Target::Stop(_) => return Flow::Done(None),
+                Target::Stop(_) => {
+                    self.miss.stopped = Some((name, index));
+                    return Flow::Done(None);
+                }
+                // A map whose verdict is another map: nft does not allow it.
+                Target::Vmap { .. } => {}
             }
         }
         Flow::Return
@@ -269,9 +355,93 @@ impl<'a> Walk<'a> {
                 hi,
             } => in_range(if *is_dst { dst } else { src }, *lo, *hi),
             Test::Statistic => return self.statistic(chain, index, rule),
+            Test::Set(m) => match self.rules.ipsets.test(m, &self.probe()) {
+                Ok(b) => b,
+                Err(why) => return Truth::Assumed(why),
+            },
+            Test::InSet { keys, set } => match self.in_set(keys, set) {
+                Some(b) => b,
+                None => return Truth::Assumed(format!("set lookup on {keys:?} not checked")),
+            },
+            // A new connection's ct mark is 0, whatever the mask.
+            Test::CtMark { value, .. } => *value == 0,
             Test::Unknown(text) => return Truth::Assumed(format!("`{text}` not checked")),
         };
         Truth::Known(known != cond.negated)
+    }
+
+    /// The packet's value of an nftables key; `None` when pktrace cannot know it.
+    fn key(&self, key: &Key) -> Option<KeyVal<'_>> {
+        Some(match key {
+            Key::Saddr => KeyVal::Ip(src_ip(&self.pkt)),
+            Key::Daddr => KeyVal::Ip(dst_ip(&self.pkt)),
+            Key::L4proto => KeyVal::Num(u64::from(self.pkt.proto)),
+            Key::Sport if has_ports(self.pkt.proto) => KeyVal::Num(u64::from(self.pkt.sport)),
+            Key::Dport if has_ports(self.pkt.proto) => KeyVal::Num(u64::from(self.pkt.dport)),
+            // Without ports the field is missing: nothing matches it.
+            Key::Sport | Key::Dport => KeyVal::Missing,
+            Key::Mark => KeyVal::Num(u64::from(self.mark)),
+            Key::Oifname => KeyVal::Str(self.ctx.out_iface.as_deref()?),
+            Key::Iifname | Key::Other(_) => return None,
+        })
+    }
+
+    /// Whether the concatenation of `keys` is an element of `set`.
+    fn in_set(&self, keys: &[Key], set: &SetRef) -> Option<bool> {
+        let elems = self.rules.set_elems(set)?;
+        let vals: Vec<KeyVal<'_>> = keys.iter().map(|k| self.key(k)).collect::<Option<_>>()?;
+        Some(elems.iter().any(|e| elem_matches(e, &vals)))
+    }
+
+    /// The verdict a verdict map gives the packet (`None`: no element, the rule goes on).
+    /// Random maps (`numgen`) follow the steering like `statistic`.
+    fn vmap(&mut self, keys: &MapKey, map: &'a MapRef) -> Option<&'a Target> {
+        let Some(elems) = self.rules.map_elems(map) else {
+            self.notes
+                .push(format!("verdict map {map:?} not found; assumed no verdict"));
+            return None;
+        };
+        match keys {
+            MapKey::Random => {
+                let steered = self.steer.and_then(|steer| {
+                    elems.iter().find(|(_, t)| {
+                        matches!(t, Target::Jump(n) | Target::Goto(n) if steer.reaching.contains(n.as_str()))
+                    })
+                });
+                if steered.is_none() {
+                    self.notes
+                        .push("random `numgen` verdict assumed to be the first".into());
+                }
+                steered.or_else(|| elems.first()).map(|(_, t)| t)
+            }
+            MapKey::Fields(keys) => {
+                let Some(vals) = keys.iter().map(|k| self.key(k)).collect::<Option<Vec<_>>>()
+                else {
+                    self.notes.push(format!(
+                        "verdict map on {keys:?} not checked; assumed no verdict"
+                    ));
+                    return None;
+                };
+                elems
+                    .iter()
+                    .find(|(e, _)| elem_matches(e, &vals))
+                    .map(|(_, t)| t)
+            }
+        }
+    }
+
+    /// The packet as the ipset test sees it.
+    fn probe(&self) -> Probe<'_> {
+        Probe {
+            src: src_ip(&self.pkt),
+            dst: dst_ip(&self.pkt),
+            sport: self.pkt.sport,
+            dport: self.pkt.dport,
+            proto: self.pkt.proto,
+            mark: self.mark,
+            in_iface: None,
+            out_iface: self.ctx.out_iface.as_deref(),
+        }
     }
 
     fn iface(&self, name: Option<&str>, flag: &str, pat: &str, negated: bool) -> Truth {
@@ -311,8 +481,9 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// The packet's state for condition `cond`, as a fact (none for dull ones).
-    fn fact(&self, cond: &Cond) -> Option<Fact> {
+    /// The packet's state for condition `cond`, as a fact (none for dull ones); `label`
+    /// names the rule's prefixes.
+    pub(super) fn fact(&self, cond: &Cond, label: Option<&'static str>) -> Option<Fact> {
         let (src, dst) = (src_ip(&self.pkt), dst_ip(&self.pkt));
         Some(match &cond.test {
             Test::Src(net) | Test::Dst(net) => {
@@ -321,12 +492,14 @@ impl<'a> Walk<'a> {
                 } else {
                     dst
                 };
+                let named = label.map(|l| format!("{l} ")).unwrap_or_default();
                 if net.contains(who) {
-                    Fact::Text(format!("{who} in {net}"))
+                    Fact::Text(format!("{who} in {named}{net}"))
                 } else {
                     Fact::NotIn {
                         who,
                         net: net.to_string(),
+                        label,
                     }
                 }
             }
@@ -342,6 +515,7 @@ impl<'a> Walk<'a> {
                     Fact::NotIn {
                         who,
                         net: format!("{lo}-{hi}"),
+                        label,
                     }
                 }
             }
@@ -366,13 +540,28 @@ impl<'a> Walk<'a> {
                 ))
             }
             Test::Dport(_) => Fact::Text(format!("dport {}", self.pkt.dport)),
+            Test::Set(m) => {
+                let probe = self.probe();
+                let is = self.rules.ipsets.test(m, &probe).ok()?;
+                Fact::Text(format!(
+                    "{} {} {} ipset {}",
+                    m.flags(),
+                    m.values(&probe),
+                    if is { "in" } else { "not in" },
+                    m.name
+                ))
+            }
             _ => return None,
         })
     }
 
     /// Facts for every condition of a rule that matched.
     fn facts(&self, rule: &Rule) -> Vec<Fact> {
-        rule.conds.iter().filter_map(|c| self.fact(c)).collect()
+        let label = cidr_label(rule);
+        rule.conds
+            .iter()
+            .filter_map(|c| self.fact(c, label))
+            .collect()
     }
 
     /// ` (KUBE-MARK-MASQ)` when a chain sets these mark bits (clears then sets them; a plain
@@ -383,6 +572,31 @@ impl<'a> Walk<'a> {
         });
         setter.map(|c| format!(" ({})", c.name)).unwrap_or_default()
     }
+}
+
+/// A packet value an nftables key yields.
+#[derive(Clone, Copy, Debug)]
+enum KeyVal<'a> {
+    Ip(IpAddr),
+    Num(u64),
+    Str(&'a str),
+    /// The packet has no such field (ports of ICMP).
+    Missing,
+}
+
+/// Whether one set element (a concatenation) holds the packet's values.
+fn elem_matches(elem: &[Val], vals: &[KeyVal<'_>]) -> bool {
+    elem.len() == vals.len()
+        && elem.iter().zip(vals).all(|(e, v)| match (e, v) {
+            (Val::Net(net), KeyVal::Ip(ip)) => net.contains(*ip),
+            (Val::Range(lo, hi), KeyVal::Ip(ip)) => in_range(*ip, *lo, *hi),
+            (Val::Num(lo, hi), KeyVal::Num(n)) => (*lo..=*hi).contains(n),
+            (Val::Str(pat), KeyVal::Str(name)) => match pat.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => pat == name,
+            },
+            _ => false,
+        })
 }
 
 /// iptables interface match: exact, or a prefix when the pattern ends with `+`.
@@ -429,13 +643,15 @@ mod tests {
                     Fact::NotIn {
                         who: ip,
                         net: "10.13.0.0/16".into(),
+                        label: Some("nonMasqueradeCIDRs"),
                     },
                     Fact::NotIn {
                         who: ip,
                         net: "168.63.129.16/32".into(),
+                        label: Some("nonMasqueradeCIDRs"),
                     },
                 ],
-                "203.0.113.80 not in 10.13.0.0/16, 168.63.129.16/32",
+                "203.0.113.80 not in nonMasqueradeCIDRs 10.13.0.0/16, 168.63.129.16/32",
             ),
             (
                 vec![
@@ -444,6 +660,7 @@ mod tests {
                     Fact::NotIn {
                         who: ip,
                         net: "a".into(),
+                        label: None,
                     },
                 ],
                 "203.0.113.80 not in a; mark 0x4000",

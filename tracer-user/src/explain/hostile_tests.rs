@@ -30,6 +30,7 @@ fn ctx() -> PacketCtx {
         mark: 0,
         local_addrs: vec!["10.13.76.4".parse::<IpAddr>().unwrap()],
         out_iface: Some("eth0".into()),
+        sources: Vec::new(),
     }
 }
 
@@ -86,7 +87,7 @@ fn unknown_matches_and_targets_degrade_to_notes() {
         "bpf",
         "target CT is not modelled",
         "NFQUEUE",
-        "match-set",
+        "ipset KUBE-LOOP-BACK not read",
     ] {
         assert!(snat.why.contains(note), "{note}: {}", snat.why);
     }

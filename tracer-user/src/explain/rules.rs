@@ -4,14 +4,56 @@
 
 use std::{collections::HashMap, net::IpAddr};
 
+use super::ipset::{IpSets, SetMatch};
+
 /// Chains the kernel calls; the rest are reached by jumps.
 pub const BUILTIN: [&str; 4] = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"];
 
-/// The nat table.
+/// A netfilter hook the nat table sits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Hook {
+    Prerouting,
+    Input,
+    Output,
+    Postrouting,
+}
+
+impl Hook {
+    /// The iptables built-in chain and its nat priority (`NF_IP_PRI_NAT_DST`/`_SRC`).
+    #[must_use]
+    pub const fn builtin(self) -> (i32, &'static str) {
+        match self {
+            Self::Prerouting => (-100, "PREROUTING"),
+            Self::Input => (100, "INPUT"),
+            Self::Output => (-100, "OUTPUT"),
+            Self::Postrouting => (100, "POSTROUTING"),
+        }
+    }
+}
+
+/// A base chain: where the kernel enters the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Base {
+    pub hook: Hook,
+    pub priority: i32,
+    pub chain: String,
+}
+
+/// One nat table: iptables' (legacy or nft backend) or a native nftables table.
 #[derive(Clone, Debug, Default)]
 pub struct NatRules {
+    /// Where the rules come from, for messages (`iptables-nft`, `nft table ip kube-proxy`).
+    pub label: String,
+    /// Base chains; empty means iptables' built-in ones.
+    pub bases: Vec<Base>,
     chains: Vec<Chain>,
     by_name: HashMap<String, usize>,
+    /// nftables named sets: elements, each a concatenation of values.
+    pub nft_sets: HashMap<String, Vec<Vec<Val>>>,
+    /// nftables named verdict maps.
+    pub nft_maps: HashMap<String, Vec<(Vec<Val>, Target)>>,
+    /// The node's ipsets, for `-m set` (empty when none were read).
+    pub ipsets: IpSets,
     /// Lines that were neither comments, chain declarations nor rules of the nat table.
     pub skipped_lines: usize,
 }
@@ -70,6 +112,18 @@ pub enum Test {
     },
     /// `-m statistic …`: random or nth, unknowable per packet.
     Statistic,
+    /// `-m set --match-set NAME src|dst|…`.
+    Set(SetMatch),
+    /// nftables: the packet's `keys` (concatenated) are in a set, named or inline.
+    InSet {
+        keys: Vec<Key>,
+        set: SetRef,
+    },
+    /// nftables `ct mark & mask == value`: pktrace sees new connections, whose mark is 0.
+    CtMark {
+        value: u32,
+        mask: u32,
+    },
     /// Anything else, as written (module and tokens).
     Unknown(String),
 }
@@ -97,6 +151,59 @@ pub enum Target {
     Stop(String),
     /// No `-j`: counts and goes on.
     None,
+    /// nftables verdict map: the verdict of the element the packet's keys select.
+    Vmap {
+        keys: MapKey,
+        map: MapRef,
+    },
+}
+
+/// A packet field nftables rules look up (`ip daddr . meta l4proto . th dport`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Key {
+    Saddr,
+    Daddr,
+    L4proto,
+    Sport,
+    Dport,
+    Mark,
+    Iifname,
+    Oifname,
+    /// A field pktrace does not model, as nft names it.
+    Other(String),
+}
+
+/// One value of a set element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Val {
+    Net(Cidr),
+    Range(IpAddr, IpAddr),
+    /// Numbers (ports, protocols, marks) as an inclusive range.
+    Num(u64, u64),
+    /// Interface names; a trailing `*` is a wildcard.
+    Str(String),
+}
+
+/// A set a rule tests: by name (in [`NatRules::nft_sets`]) or written in the rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetRef {
+    Named(String),
+    Inline(Vec<Vec<Val>>),
+}
+
+/// What a verdict map is keyed by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapKey {
+    Fields(Vec<Key>),
+    /// `numgen random mod N`: random like `statistic`.
+    Random,
+}
+
+/// A verdict map: by name (in [`NatRules::nft_maps`]) or written in the rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapRef {
+    Named(String),
+    Inline(Vec<(Vec<Val>, Target)>),
 }
 
 impl Target {
@@ -110,6 +217,7 @@ impl Target {
             Self::Snat(_) => "SNAT",
             Self::Masquerade => "MASQUERADE",
             Self::Mark { .. } => "MARK",
+            Self::Vmap { .. } => "vmap",
             Self::None => "",
         }
     }
@@ -265,6 +373,60 @@ impl NatRules {
         self.chains.iter()
     }
 
+    /// The base chains on `hook`, in priority order.
+    #[must_use]
+    pub fn bases_of(&self, hook: Hook) -> Vec<(i32, &str)> {
+        if self.bases.is_empty() {
+            let (priority, chain) = hook.builtin();
+            return vec![(priority, chain)];
+        }
+        let mut out: Vec<(i32, &str)> = self
+            .bases
+            .iter()
+            .filter(|b| b.hook == hook)
+            .map(|b| (b.priority, b.chain.as_str()))
+            .collect();
+        out.sort_by_key(|&(p, _)| p);
+        out
+    }
+
+    /// Elements of a set reference.
+    #[must_use]
+    pub fn set_elems<'a>(&'a self, set: &'a SetRef) -> Option<&'a [Vec<Val>]> {
+        match set {
+            SetRef::Named(n) => self.nft_sets.get(n).map(Vec::as_slice),
+            SetRef::Inline(e) => Some(e),
+        }
+    }
+
+    /// Elements of a verdict map reference.
+    #[must_use]
+    pub fn map_elems<'a>(&'a self, map: &'a MapRef) -> Option<&'a [(Vec<Val>, Target)]> {
+        match map {
+            MapRef::Named(n) => self.nft_maps.get(n).map(Vec::as_slice),
+            MapRef::Inline(e) => Some(e),
+        }
+    }
+
+    /// Adds a chain (nftables tables are built, not parsed from text).
+    pub fn push_rule(&mut self, chain: &str, rule: Rule) {
+        self.chain_mut(chain).rules.push(rule);
+    }
+
+    /// Declares a chain without rules.
+    pub fn declare(&mut self, chain: &str) {
+        self.chain_mut(chain);
+    }
+
+    /// True when a rule tests an ipset (then the sets are worth reading).
+    #[must_use]
+    pub fn uses_ipsets(&self) -> bool {
+        self.chains
+            .iter()
+            .flat_map(|c| &c.rules)
+            .any(|r| r.conds.iter().any(|c| matches!(c.test, Test::Set(_))))
+    }
+
     /// Number of rules in the table.
     #[must_use]
     pub fn rule_count(&self) -> usize {
@@ -396,6 +558,23 @@ impl RuleParser<'_> {
                     .and_then(ip_range)
                     .map(|(lo, hi)| Test::Range { dst, lo, hi })
             }
+            "--match-set" | "--set" if self.module == "set" => self.match_set(),
+            "--return-nomatch" if self.module == "set" => {
+                self.i += 1;
+                if let Some(Cond {
+                    test: Test::Set(m), ..
+                }) = rule.conds.last_mut()
+                {
+                    m.return_nomatch = true;
+                }
+                return;
+            }
+            "--update-counters" | "--update-subcounters" if self.module == "set" => {
+                // `! --update-counters` changes bookkeeping, not the match.
+                self.negated = false;
+                self.i += 1;
+                return;
+            }
             _ if self.module == "statistic" => {
                 self.skip_option();
                 return;
@@ -404,6 +583,27 @@ impl RuleParser<'_> {
         };
         let test = test.unwrap_or_else(|| Test::Unknown(format!("{tok} (unreadable value)")));
         self.push(rule, test);
+    }
+
+    /// `NAME src,dst`.
+    fn match_set(&mut self) -> Option<Test> {
+        self.i += 1;
+        let name = self.tokens.get(self.i)?.clone();
+        let flags = self.tokens.get(self.i + 1)?;
+        self.i += 2;
+        let dst = flags
+            .split(',')
+            .map(|f| match f {
+                "src" => Some(false),
+                "dst" => Some(true),
+                _ => None,
+            })
+            .collect::<Option<Vec<bool>>>()?;
+        Some(Test::Set(SetMatch {
+            name,
+            dst,
+            return_nomatch: false,
+        }))
     }
 
     fn cidr(&mut self, src: bool) -> Option<Test> {
@@ -665,13 +865,24 @@ mod tests {
                 None,
             ),
             (
-                "-A C -m set --match-set cali40masq-ipam-pools src -m set ! --match-set all dst -j MASQUERADE --random-fully",
+                "-A C -m set --match-set cali40masq-ipam-pools src -m set ! --match-set all dst,src --return-nomatch ! --update-counters -j MASQUERADE --random-fully",
                 vec![
                     cond(
                         false,
-                        Test::Unknown("-m set --match-set cali40masq-ipam-pools src".into()),
+                        Test::Set(SetMatch {
+                            name: "cali40masq-ipam-pools".into(),
+                            dst: vec![false],
+                            return_nomatch: false,
+                        }),
                     ),
-                    cond(true, Test::Unknown("-m set --match-set all dst".into())),
+                    cond(
+                        true,
+                        Test::Set(SetMatch {
+                            name: "all".into(),
+                            dst: vec![true, false],
+                            return_nomatch: true,
+                        }),
+                    ),
                 ],
                 Target::Masquerade,
                 None,

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 
-use super::*;
+use super::{rules::Target, *};
 use crate::journey::{Ending, tuple};
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
@@ -49,6 +49,7 @@ fn ctx(mark: u32, out_iface: Option<&str>) -> PacketCtx {
             "10.220.2.4".parse().unwrap(),
         ],
         out_iface: out_iface.map(str::to_owned),
+        sources: vec!["10.13.76.46".parse().unwrap()],
     }
 }
 
@@ -283,7 +284,7 @@ fn snat_decisions() {
                 "IP-MASQ-AGENT",
                 3,
                 &[
-                    "MASQUERADE by IP-MASQ-AGENT rule 3: 203.0.113.80 not in 10.13.0.0/16, 168.63.129.16/32",
+                    "MASQUERADE by IP-MASQ-AGENT rule 3: 203.0.113.80 not in nonMasqueradeCIDRs 10.13.0.0/16, 168.63.129.16/32",
                 ],
                 0,
             )),
@@ -334,7 +335,7 @@ fn snat_decisions() {
             want: Some((
                 "POSTROUTING",
                 2,
-                &["rule 2: 172.17.0.2 in 172.17.0.0/16; out not docker0"],
+                &["rule 2: 172.17.0.2 in 172.17.0.0/16, out not docker0"],
                 0,
             )),
         },
@@ -369,7 +370,7 @@ fn snat_decisions() {
                 "IP-MASQ-AGENT",
                 4,
                 &[
-                    "MASQUERADE by IP-MASQ-AGENT rule 4: 198.51.100.10 not in 10.220.0.0/16, 10.220.2.0/24, 10.200.0.0/16",
+                    "MASQUERADE by IP-MASQ-AGENT rule 4: 198.51.100.10 not in nonMasqueradeCIDRs 10.220.0.0/16, 10.220.2.0/24, 10.200.0.0/16",
                 ],
                 0,
             )),
@@ -413,8 +414,8 @@ fn snat_decisions() {
                 "cali-nat-outgoing",
                 1,
                 &["MASQUERADE by cali-nat-outgoing rule 1 [assumed: \
-                     `-m set --match-set cali40masq-ipam-pools src` not checked; \
-                     `-m set --match-set cali40all-ipam-pools dst` not checked]"],
+                     ipset cali40masq-ipam-pools not read; \
+                     ipset cali40all-ipam-pools not read]"],
                 0,
             )),
         },
@@ -620,17 +621,23 @@ fn service_names_from_comments() {
 
 #[test]
 fn loading_reports_what_to_do() {
-    let missing = NatRules::load_with(&["/nonexistent/iptables-save"]).unwrap_err();
+    let missing = source::run("/nonexistent/iptables-save", &["-t", "nat"])
+        .err()
+        .unwrap();
     assert!(
         matches!(missing, ExplainError::NotInstalled { .. }),
         "{missing}"
     );
-    assert!(missing.to_string().contains("install iptables"));
-    let failed = NatRules::load_with(&["/nonexistent/iptables-save", "false"]).unwrap_err();
+    assert!(missing.to_string().contains("install it"), "{missing}");
+    let failed = source::run("false", &["-t", "nat"]).err().unwrap();
     assert!(matches!(failed, ExplainError::Failed { .. }), "{failed}");
-    assert!(failed.to_string().contains("run as root"));
-    let empty = NatRules::load_with(&["false", "true"]).unwrap();
-    assert_eq!(empty.rule_count(), 0);
+    assert!(failed.to_string().contains("run as root"), "{failed}");
+    assert!(
+        failed.to_string().contains("`false -t nat` failed"),
+        "{failed}"
+    );
+    let empty = source::run("true", &["-t", "nat"]).ok().unwrap();
+    assert_eq!(NatRules::parse(&empty.stdout).rule_count(), 0);
 }
 
 #[test]

@@ -1,0 +1,517 @@
+//! Native nftables nat rules from `nft -j list ruleset` (libnftables' JSON, Debian 12's nft
+//! 1.0.6 and later), turned into the same model as iptables dumps: `type nat` base chains
+//! on prerouting/input/output/postrouting with their priorities, rules of conditions and one
+//! verdict, named sets and verdict maps (kube-proxy's nftables mode: `ip daddr . meta
+//! l4proto . th dport vmap @service-ips`, `numgen random mod N vmap { … }`).
+//!
+//! The `ip nat`/`ip6 nat` tables iptables-nft makes are not native: their rules use xt
+//! compat expressions and are read through `iptables-nft-save` instead, so they are skipped
+//! here (as is any table holding `xt` expressions).
+
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+use super::rules::{
+    Base, Cidr, Cond, Hook, Key, MapKey, MapRef, NatRules, NatTo, Rule, SetRef, Target, Test, Val,
+};
+
+/// Why the JSON could not be read at all (a rule pktrace cannot read only becomes unknown).
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    #[error("`nft -j list ruleset` printed no JSON ({0}); is nft older than 0.9?")]
+    Json(#[from] serde_json::Error),
+    #[error("`nft -j list ruleset` printed JSON without an `nftables` list")]
+    Shape,
+}
+
+/// The native nat tables in `json`; `skip_iptables_nat`: the `nat` tables of families
+/// ip/ip6 belong to iptables-nft (read elsewhere).
+///
+/// # Errors
+/// The text is not nft's JSON.
+pub fn parse(json: &str, skip_iptables_nat: bool) -> Result<Vec<NatRules>, NftError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let items = doc
+        .get("nftables")
+        .and_then(Value::as_array)
+        .ok_or(NftError::Shape)?;
+    let mut tables: Vec<((String, String), NatRules)> = Vec::new();
+    let mut xt: Vec<(String, String)> = Vec::new();
+    let table_of = |tables: &mut Vec<((String, String), NatRules)>, o: &Value| {
+        let id = (text(o, "family"), text(o, "table"));
+        if let Some(i) = tables.iter().position(|(k, _)| *k == id) {
+            return i;
+        }
+        let mut table = NatRules::default();
+        table.label = format!("nft table {} {}", id.0, id.1);
+        tables.push((id, table));
+        tables.len() - 1
+    };
+    for item in items {
+        if let Some(c) = item.get("chain") {
+            let i = table_of(&mut tables, c);
+            let t = &mut tables[i].1;
+            let name = text(c, "name");
+            t.declare(&name);
+            if let Some(base) = base_chain(c, &name) {
+                t.bases.push(base);
+            }
+        } else if let Some(r) = item.get("rule") {
+            let i = table_of(&mut tables, r);
+            let exprs = r
+                .get("expr")
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice);
+            if exprs.iter().any(|e| e.get("xt").is_some()) {
+                xt.push(tables[i].0.clone());
+            }
+            let comment = r.get("comment").and_then(Value::as_str).map(str::to_owned);
+            let chain = text(r, "chain");
+            for rule in rules_of(exprs, comment) {
+                tables[i].1.push_rule(&chain, rule);
+            }
+        } else if let Some(s) = item.get("set") {
+            let i = table_of(&mut tables, s);
+            let elems = elems(s.get("elem"));
+            tables[i].1.nft_sets.insert(text(s, "name"), elems);
+        } else if let Some(m) = item.get("map") {
+            let i = table_of(&mut tables, m);
+            if m.get("map").and_then(Value::as_str) == Some("verdict") {
+                let elems = map_elems(m.get("elem"));
+                tables[i].1.nft_maps.insert(text(m, "name"), elems);
+            }
+        }
+    }
+    Ok(tables
+        .into_iter()
+        .filter(|(id, t)| {
+            let iptables = skip_iptables_nat && id.1 == "nat" && (id.0 == "ip" || id.0 == "ip6");
+            !t.bases.is_empty() && !iptables && !xt.contains(id)
+        })
+        .map(|(_, t)| t)
+        .collect())
+}
+
+fn text(o: &Value, key: &str) -> String {
+    o.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A `type nat` chain on a hook pktrace replays.
+fn base_chain(c: &Value, name: &str) -> Option<Base> {
+    if c.get("type").and_then(Value::as_str) != Some("nat") {
+        return None;
+    }
+    let hook = match c.get("hook").and_then(Value::as_str)? {
+        "prerouting" => Hook::Prerouting,
+        "input" => Hook::Input,
+        "output" => Hook::Output,
+        "postrouting" => Hook::Postrouting,
+        _ => return None,
+    };
+    let priority = match c.get("prio") {
+        Some(Value::Number(n)) => i32::try_from(n.as_i64()?).ok()?,
+        // Older nft prints named priorities as words.
+        Some(Value::String(s)) => match s.as_str() {
+            "dstnat" => -100,
+            "srcnat" => 100,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    Some(Base {
+        hook,
+        priority,
+        chain: name.to_owned(),
+    })
+}
+
+/// One nft rule as rules of the model: its conditions, then one rule per statement that acts
+/// (a `meta mark set` before a `jump` becomes two rules with the same conditions).
+fn rules_of(exprs: &[Value], comment: Option<String>) -> Vec<Rule> {
+    let mut conds = Vec::new();
+    let mut out = Vec::new();
+    for e in exprs {
+        if let Some(m) = e.get("match") {
+            conds.extend(match_cond(m));
+            continue;
+        }
+        if let Some(target) = statement(e) {
+            out.push(Rule {
+                conds: conds.clone(),
+                target,
+                comment: comment.clone(),
+            });
+        }
+    }
+    if out.is_empty() {
+        out.push(Rule {
+            conds,
+            target: Target::None,
+            comment,
+        });
+    }
+    out
+}
+
+/// A statement that decides or changes something; counters and logs are `None`.
+fn statement(e: &Value) -> Option<Target> {
+    let (name, body) = e.as_object()?.iter().next()?;
+    Some(match name.as_str() {
+        "jump" => Target::Jump(text(body, "target")),
+        "goto" => Target::Goto(text(body, "target")),
+        "return" => Target::Return,
+        "accept" | "drop" | "reject" | "queue" | "redirect" | "tproxy" => {
+            Target::Stop(name.to_ascii_uppercase())
+        }
+        "dnat" => Target::Dnat(nat_to(body)),
+        "snat" => Target::Snat(nat_to(body)),
+        "masquerade" => Target::Masquerade,
+        "mangle" => mangle(body)?,
+        "vmap" => {
+            let keys = match body.get("key")? {
+                k if k.get("numgen").is_some() => MapKey::Random,
+                k => MapKey::Fields(keys_of(k)),
+            };
+            let map = match body.get("data")? {
+                Value::String(s) => MapRef::Named(s.trim_start_matches('@').to_owned()),
+                Value::Object(o) => MapRef::Inline(map_elems(o.get("set"))),
+                _ => return None,
+            };
+            Target::Vmap { keys, map }
+        }
+        _ => return None,
+    })
+}
+
+/// `meta mark set …` as (mark & !clear) ^ xor.
+fn mangle(body: &Value) -> Option<Target> {
+    let key = body.get("key")?.get("meta")?.get("key")?.as_str()?;
+    if key != "mark" {
+        return None;
+    }
+    let (clear, xor) = mark_expr(body.get("value")?)?;
+    Some(Target::Mark { clear, xor })
+}
+
+/// The mark expression as (clear, xor) applied to the old mark.
+fn mark_expr(v: &Value) -> Option<(u32, u32)> {
+    if let Some(n) = number(v) {
+        return Some((u32::MAX, n));
+    }
+    if v.get("meta").is_some() {
+        return Some((0, 0));
+    }
+    let (op, args) = v.as_object()?.iter().next()?;
+    let args = args.as_array()?;
+    let (inner, x) = (mark_expr(args.first()?)?, number(args.get(1)?)?);
+    let (c, y) = inner;
+    Some(match op.as_str() {
+        "|" => (c | x, (y & !x) | x),
+        "&" => (c | !x, y & x),
+        "^" => (c, y ^ x),
+        _ => return None,
+    })
+}
+
+fn number(v: &Value) -> Option<u32> {
+    match v {
+        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Value::String(s) => s
+            .strip_prefix("0x")
+            .and_then(|h| u32::from_str_radix(h, 16).ok()),
+        _ => None,
+    }
+}
+
+/// `dnat to 10.0.0.1:80` → `{"addr": "10.0.0.1", "port": 80}`.
+fn nat_to(body: &Value) -> Option<NatTo> {
+    let (lo, hi) = match body.get("addr")? {
+        Value::String(s) => {
+            let ip: IpAddr = s.parse().ok()?;
+            (ip, ip)
+        }
+        v => {
+            let r = v.get("range")?.as_array()?;
+            (
+                r.first()?.as_str()?.parse().ok()?,
+                r.get(1)?.as_str()?.parse().ok()?,
+            )
+        }
+    };
+    let ports = match body.get("port") {
+        None => None,
+        Some(Value::Number(n)) => {
+            let p = u16::try_from(n.as_u64()?).ok()?;
+            Some((p, p))
+        }
+        Some(v) => {
+            let r = v.get("range")?.as_array()?;
+            let p = |i: usize| r.get(i)?.as_u64().and_then(|n| u16::try_from(n).ok());
+            Some((p(0)?, p(1)?))
+        }
+    };
+    Some(NatTo { lo, hi, ports })
+}
+
+/// A `match` expression as conditions (a port match also implies its protocol).
+fn match_cond(m: &Value) -> Vec<Cond> {
+    let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
+    let negated = op == "!=";
+    let (Some(left), Some(right)) = (m.get("left"), m.get("right")) else {
+        return vec![unknown(m)];
+    };
+    let cond = |test| Cond { negated, test };
+    // `meta mark & 0x4000 == 0x4000`, `ct mark & …`.
+    if let Some(args) = left.get("&").and_then(Value::as_array)
+        && let (Some(what), Some(mask), Some(value)) =
+            (args.first(), args.get(1).and_then(number), number(right))
+    {
+        return match mark_key(what) {
+            Some(true) => vec![cond(Test::Mark { value, mask })],
+            Some(false) => vec![cond(Test::CtMark { value, mask })],
+            None => vec![unknown(m)],
+        };
+    }
+    if let Some(meta) = mark_key(left) {
+        let Some(value) = number(right) else {
+            return vec![unknown(m)];
+        };
+        let mask = u32::MAX;
+        return vec![cond(if meta {
+            Test::Mark { value, mask }
+        } else {
+            Test::CtMark { value, mask }
+        })];
+    }
+    if let Some(fib) = left.get("fib") {
+        let dst = fib.to_string().contains("daddr");
+        return match right.as_str() {
+            Some(kind) if fib.get("result").and_then(Value::as_str) == Some("type") => {
+                vec![cond(Test::AddrType {
+                    dst,
+                    kind: kind.to_ascii_uppercase(),
+                })]
+            }
+            _ => vec![unknown(m)],
+        };
+    }
+    if left
+        .get("ct")
+        .is_some_and(|c| c.get("key").and_then(Value::as_str) == Some("state"))
+    {
+        // nat chains only see a connection's first packet: `ct state new` holds.
+        let new = right.to_string().contains("new");
+        return vec![Cond {
+            negated: false,
+            test: Test::Proto(if new != negated { 0 } else { 255 }),
+        }];
+    }
+    let keys = keys_of(left);
+    if keys.iter().any(|k| matches!(k, Key::Other(_))) {
+        return vec![unknown(m)];
+    }
+    let implied: Vec<Cond> = keys_proto(left)
+        .map(|p| Cond {
+            negated: false,
+            test: Test::Proto(p),
+        })
+        .into_iter()
+        .collect();
+    let test = match (keys.as_slice(), right) {
+        (_, Value::String(s)) if s.starts_with('@') => Test::InSet {
+            keys,
+            set: SetRef::Named(s[1..].to_owned()),
+        },
+        ([key], v) if v.get("set").is_none() => match (key, value(v)) {
+            (Key::Saddr, Some(Val::Net(c))) => Test::Src(c),
+            (Key::Daddr, Some(Val::Net(c))) => Test::Dst(c),
+            (Key::Saddr | Key::Daddr, Some(Val::Range(lo, hi))) => Test::Range {
+                dst: *key == Key::Daddr,
+                lo,
+                hi,
+            },
+            (Key::L4proto, Some(Val::Num(p, _))) => Test::Proto(u8::try_from(p).unwrap_or(255)),
+            (Key::Dport | Key::Sport, Some(Val::Num(lo, hi))) => {
+                let r = vec![(port(lo), port(hi))];
+                if *key == Key::Dport {
+                    Test::Dport(r)
+                } else {
+                    Test::Sport(r)
+                }
+            }
+            (Key::Oifname | Key::Iifname, Some(Val::Str(name))) => {
+                let pat = name
+                    .strip_suffix('*')
+                    .map_or(name.clone(), |p| format!("{p}+"));
+                if *key == Key::Oifname {
+                    Test::OutIface(pat)
+                } else {
+                    Test::InIface(pat)
+                }
+            }
+            _ => return vec![unknown(m)],
+        },
+        (_, v) => Test::InSet {
+            keys,
+            set: SetRef::Inline(elems(v.get("set").or(Some(v)))),
+        },
+    };
+    let mut out = implied;
+    out.push(cond(test));
+    out
+}
+
+/// `Some(true)` for `meta mark`, `Some(false)` for `ct mark`.
+fn mark_key(v: &Value) -> Option<bool> {
+    let key = |kind: &str| v.get(kind)?.get("key")?.as_str();
+    match (key("meta"), key("ct")) {
+        (Some("mark"), _) => Some(true),
+        (_, Some("mark")) => Some(false),
+        _ => None,
+    }
+}
+
+fn port(n: u64) -> u16 {
+    u16::try_from(n).unwrap_or(u16::MAX)
+}
+
+/// `tcp dport` implies `meta l4proto tcp`.
+fn keys_proto(left: &Value) -> Option<u8> {
+    let proto = left.get("payload")?.get("protocol")?.as_str()?;
+    match proto {
+        "tcp" => Some(6),
+        "udp" => Some(17),
+        "sctp" => Some(132),
+        _ => None,
+    }
+}
+
+fn unknown(m: &Value) -> Cond {
+    Cond {
+        negated: false,
+        test: Test::Unknown(m.to_string()),
+    }
+}
+
+/// The packet fields of a key expression (one, or a `concat`).
+fn keys_of(v: &Value) -> Vec<Key> {
+    if let Some(parts) = v.get("concat").and_then(Value::as_array) {
+        return parts.iter().flat_map(keys_of).collect();
+    }
+    let key = if let Some(p) = v.get("payload") {
+        let field = p.get("field").and_then(Value::as_str).unwrap_or("");
+        let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("");
+        match (proto, field) {
+            ("ip" | "ip6", "saddr") => Key::Saddr,
+            ("ip" | "ip6", "daddr") => Key::Daddr,
+            ("ip", "protocol") | ("ip6", "nexthdr") => Key::L4proto,
+            ("th" | "tcp" | "udp" | "sctp", "dport") => Key::Dport,
+            ("th" | "tcp" | "udp" | "sctp", "sport") => Key::Sport,
+            _ => Key::Other(format!("{proto} {field}")),
+        }
+    } else if let Some(m) = v.get("meta") {
+        match m.get("key").and_then(Value::as_str).unwrap_or("") {
+            "l4proto" => Key::L4proto,
+            "mark" => Key::Mark,
+            "iifname" => Key::Iifname,
+            "oifname" => Key::Oifname,
+            other => Key::Other(format!("meta {other}")),
+        }
+    } else {
+        Key::Other(v.to_string())
+    };
+    vec![key]
+}
+
+/// One value: an address, prefix, range, number, protocol or service name, interface.
+fn value(v: &Value) -> Option<Val> {
+    match v {
+        Value::Number(n) => n.as_u64().map(|n| Val::Num(n, n)),
+        Value::String(s) => Some(if let Some(p) = proto_number(s) {
+            Val::Num(p, p)
+        } else if let Some(c) = Cidr::parse(s) {
+            Val::Net(c)
+        } else {
+            Val::Str(s.clone())
+        }),
+        Value::Object(o) => {
+            if let Some(p) = o.get("prefix") {
+                let addr = p.get("addr")?.as_str()?;
+                let len = p.get("len")?.as_u64()?;
+                Cidr::parse(&format!("{addr}/{len}")).map(Val::Net)
+            } else if let Some(r) = o.get("range").and_then(Value::as_array) {
+                match (value(r.first()?)?, value(r.get(1)?)?) {
+                    (Val::Net(a), Val::Net(b)) => Some(Val::Range(a.addr, b.addr)),
+                    (Val::Num(a, _), Val::Num(b, _)) => Some(Val::Num(a, b)),
+                    _ => None,
+                }
+            } else if let Some(e) = o.get("elem") {
+                value(e.get("val")?)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+fn proto_number(s: &str) -> Option<u64> {
+    Some(match s {
+        "tcp" => 6,
+        "udp" => 17,
+        "icmp" => 1,
+        "sctp" => 132,
+        "icmpv6" => 58,
+        _ => return None,
+    })
+}
+
+/// Set elements: each a value or a `concat` of values.
+fn elems(v: Option<&Value>) -> Vec<Vec<Val>> {
+    let Some(list) = v.and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter().filter_map(elem).collect()
+}
+
+fn elem(v: &Value) -> Option<Vec<Val>> {
+    let v = v.get("elem").and_then(|e| e.get("val")).unwrap_or(v);
+    match v.get("concat").and_then(Value::as_array) {
+        Some(parts) => parts.iter().map(value).collect(),
+        None => value(v).map(|x| vec![x]),
+    }
+}
+
+/// Verdict map elements: `[key, verdict]` pairs.
+fn map_elems(v: Option<&Value>) -> Vec<(Vec<Val>, Target)> {
+    let Some(list) = v.and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|pair| {
+            let pair = pair.as_array()?;
+            Some((elem(pair.first()?)?, statement(pair.get(1)?)?))
+        })
+        .collect()
+}
+
+/// Service `namespace/name` from kube-proxy's nftables chain names
+/// (`service-ULMVA6XW-ns1/svc1/tcp/p80`, `endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80`,
+/// `external-…`).
+#[must_use]
+pub fn service_of_chain(chain: &str) -> Option<String> {
+    let rest = ["service-", "endpoint-", "external-"]
+        .iter()
+        .find_map(|p| chain.strip_prefix(p))?;
+    let (_, named) = rest.split_once('-')?;
+    let mut parts = named.split('/');
+    let (ns, name) = (parts.next()?, parts.next()?);
+    (!ns.is_empty() && !name.is_empty()).then(|| format!("{ns}/{name}"))
+}
+
+#[cfg(test)]
+mod tests;
