@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let pods = match resolve::parse_pods(path, data) {
         Ok(pods) => pods,
         Err(e) => {
-            assert!(matches!(e, resolve::ResolveError::Corrupt { .. }), "{e:?}");
+            assert!(matches!(e, resolve::StateFileError::Corrupt { .. }), "{e:?}");
             assert_one_safe_line(&e.to_string());
             return;
         }
@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
     for pod in pods.iter().take(LOOKUPS) {
         match resolve::find_pod(path, data, &pod.namespace, &pod.name) {
             Ok(found) => assert_eq!(&found, pod),
-            Err(e @ resolve::ResolveError::NoAddress { .. }) => {
+            Err(e @ resolve::StateFileError::NoAddress { .. }) => {
                 assert!(pod.ips.is_empty());
                 assert_one_safe_line(&e.to_string());
             }
@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
         ];
         for (namespace, name) in lookups {
             if let Err(e) = resolve::find_pod(path, data, namespace, name) {
-                assert!(e.is_usage() || matches!(e, resolve::ResolveError::NoAddress { .. }));
+                assert!(e.is_usage() || matches!(e, resolve::StateFileError::NoAddress { .. }));
                 assert_one_safe_line(&e.to_string());
             }
         }

@@ -21,6 +21,9 @@ mod user {
     pub mod explain;
     pub mod journey;
     pub mod output;
+    // Only the state file parser: the rest of `resolve` (crictl, the Kubernetes API) needs
+    // processes and a network.
+    #[path = "resolve/state_file.rs"]
     pub mod resolve;
     pub mod summary;
 }

@@ -124,9 +124,16 @@ pub struct Args {
     )]
     pub interfaces: Vec<String>,
 
-    /// Azure CNI state file used to resolve --pod.
+    /// Azure CNI state file used to resolve --pod (first; then crictl, then the Kubernetes
+    /// API).
     #[arg(long, value_name = "PATH", default_value = "/var/run/azure-vnet.json")]
     pub state_file: PathBuf,
+
+    /// Kubeconfig used to resolve --pod through the Kubernetes API when neither the state
+    /// file nor crictl knows it (default: $KUBECONFIG, the kubelet's kubeconfig,
+    /// ~/.kube/config, then the service account in a pod).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
 
     /// File to create once every hook is attached (for scripts and tests).
     #[arg(long, value_name = "PATH")]

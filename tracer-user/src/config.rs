@@ -37,7 +37,7 @@ pub enum NatHook {
 /// Whose packets to trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// A pod, resolved later through the CNI state file.
+    /// A pod, resolved later ([`crate::resolve`]).
     Pod { namespace: String, name: String },
     /// These addresses (`--pod-ip`), without duplicates.
     Ips(Vec<IpAddr>),
@@ -67,6 +67,8 @@ pub struct Config {
     /// Interface names and globs to attach to; see [`iface_matches`].
     pub interfaces: Vec<String>,
     pub state_file: PathBuf,
+    /// `--kubeconfig`, for resolving `--pod` through the Kubernetes API.
+    pub kubeconfig: Option<PathBuf>,
     pub ready_file: Option<PathBuf>,
     pub nat_hook: NatHook,
     pub verbose: u8,
@@ -116,6 +118,7 @@ impl Config {
             },
             interfaces,
             state_file: args.state_file,
+            kubeconfig: args.kubeconfig,
             ready_file: args.ready_file,
             nat_hook: args.nat_hook,
             verbose: args.verbose,

@@ -16,6 +16,11 @@ mod config;
 mod explain;
 mod generate;
 mod journey;
+#[expect(
+    dead_code,
+    reason = "shared with kubectl-pktrace; pktrace only reads pods (resolve::kube)"
+)]
+mod kube;
 mod merge;
 mod nat;
 mod output;

@@ -78,8 +78,15 @@ struct Subject {
 fn subject(cfg: &Config) -> Result<Subject, RunError> {
     Ok(match &cfg.target {
         Target::Pod { namespace, name } => {
-            let pod = resolve::resolve_pod(&cfg.state_file, namespace, name)?;
-            Subject { label: pod.label(), addrs: pod.ips }
+            let sources = resolve::Sources::for_node(&cfg.state_file, cfg.kubeconfig.as_deref());
+            let found = resolve::resolve(&sources, namespace, name)?;
+            for line in &found.fallbacks {
+                eprintln!("pktrace: {line}");
+            }
+            if !found.fallbacks.is_empty() || cfg.verbose > 0 {
+                eprintln!("pktrace: pod {} found through {}", output::safe(&found.pod.label()), found.via);
+            }
+            Subject { label: found.pod.label(), addrs: found.pod.ips }
         }
         Target::Ips(ips) => Subject {
             label: ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),

@@ -43,6 +43,9 @@ fn run(bin: &str, args: &[&str]) -> (i32, String) {
     let out: Output = Command::new(bin)
         .args(args)
         .env_remove("KUBECONFIG")
+        // No credentials or runtime of the machine running the tests: only the state file.
+        .env("HOME", "/nonexistent")
+        .env("PKTRACE_CRICTL", "/nonexistent/crictl")
         .output()
         .unwrap_or_else(|e| panic!("running {bin}: {e}"));
     let elapsed = start.elapsed();
@@ -82,34 +85,38 @@ fn broken_state_files_exit_1_with_what_to_do() {
         (
             "missing",
             dir.0.join("absent.json"),
-            "no Azure CNI state file at",
+            "absent.json: not found;",
         ),
-        (
-            "a directory",
-            dir.0.clone(),
-            "cannot read the Azure CNI state file",
-        ),
+        ("a directory", dir.0.clone(), ": cannot read it: "),
         (
             "corrupt",
             dir.file(
                 "corrupt.json",
                 b"{\"Network\": {\"ExternalInterfaces\": [1,",
             ),
-            "is corrupt at line 1",
+            "corrupt at line 1",
         ),
         (
             "binary",
             dir.file("binary.json", &[0xff, 0xfe, 0, 0x1b, b'[', b'2', b'J']),
-            "is corrupt",
+            ": corrupt at line",
         ),
-        ("1 GiB", sparse, "is too large (1073741824 bytes"),
-        ("endless", PathBuf::from("/dev/zero"), "is too large"),
+        ("1 GiB", sparse, ": too large (1073741824 bytes"),
+        ("endless", PathBuf::from("/dev/zero"), ": too large"),
     ];
     for (name, path, want) in cases {
         let (code, stderr) = pktrace(&path, "ubuntu", "default");
         assert_eq!(code, 1, "{name}: {stderr}");
-        assert!(stderr.starts_with("pktrace: "), "{name}: {stderr}");
+        assert!(
+            stderr.starts_with("pktrace: cannot resolve pod default/ubuntu: state file "),
+            "{name}: {stderr}"
+        );
         assert!(stderr.contains(want), "{name}: {stderr}");
+        assert!(
+            stderr.contains("; crictl: not installed"),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains("; kubernetes API: "), "{name}: {stderr}");
         assert!(stderr.contains("--pod-ip IP"), "{name}: {stderr}");
         assert_one_clean_line(&stderr);
     }
@@ -143,6 +150,46 @@ fn hostile_pod_names_are_printed_escaped() {
     let (code, stderr) = pktrace(&state, "starting\u{9b}", "kube\nsystem");
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("has no IP address"), "{stderr}");
+    assert_one_clean_line(&stderr);
+}
+
+/// A kubeconfig pointing to a closed port: pktrace --pod gives up at once, in one line.
+#[test]
+fn pktrace_fails_fast_when_the_api_server_is_not_there() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = Scratch::new("pktrace-kubeconfig");
+    let config = dir.file(
+        "config",
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  \
+             cluster:\n    server: https://127.0.0.1:{port}\ncontexts:\n- name: c\n  context: \
+             {{cluster: k, user: u}}\nusers:\n- name: u\n  user:\n    token: t\n"
+        )
+        .as_bytes(),
+    );
+    let absent = dir.0.join("absent.json");
+    let (code, stderr) = run(
+        env!("CARGO_BIN_EXE_pktrace"),
+        &[
+            "--pod",
+            "ubuntu",
+            "--state-file",
+            absent.to_str().unwrap(),
+            "--kubeconfig",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "; kubernetes API https://127.0.0.1:{port}: cannot connect"
+        )),
+        "{stderr}"
+    );
     assert_one_clean_line(&stderr);
 }
 

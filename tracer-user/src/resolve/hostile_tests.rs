@@ -11,7 +11,6 @@ use std::{
 use super::*;
 use crate::{
     output::{Sink as _, test_support::Shared, text::TextSink},
-    run::RunError,
     summary::Summary,
 };
 
@@ -50,12 +49,12 @@ fn assert_printable(msg: &str) {
 }
 
 /// A file-level error: one printable line with a way out, and exit code 1 (not 2).
-fn assert_node_error(err: ResolveError, want: &str) {
+fn assert_node_error(err: StateFileError, want: &str) {
     let msg = err.to_string();
     assert!(msg.contains(want), "{msg}");
     assert!(msg.contains("--pod-ip IP"), "{msg}");
     assert_printable(&msg);
-    assert!(!RunError::Resolve(err).is_usage(), "{msg}");
+    assert!(!err.is_usage(), "{msg}");
 }
 
 #[test]
@@ -77,7 +76,7 @@ fn refuses_a_200_mb_state_file_without_parsing_it() {
     assert!(size > 200 << 20);
     let err = resolve_pod(&big.0, "default", "ubuntu").unwrap_err();
     assert!(
-        matches!(err, ResolveError::TooLarge { size: s, .. } if s == size),
+        matches!(err, StateFileError::TooLarge { size: s, .. } if s == size),
         "{err}"
     );
     assert!(err.to_string().contains("the limit is 64 MiB"), "{err}");
@@ -91,7 +90,7 @@ fn refuses_without_reading_what_its_size_says_is_too_large() {
     File::create(&sparse.0).unwrap().set_len(8 << 30).unwrap();
     let err = resolve_pod(&sparse.0, "default", "ubuntu").unwrap_err();
     assert!(
-        matches!(err, ResolveError::TooLarge { size, .. } if size == 8 << 30),
+        matches!(err, StateFileError::TooLarge { size, .. } if size == 8 << 30),
         "{err}"
     );
     assert_eq!(cni_layout(&sparse.0), None);
@@ -104,7 +103,7 @@ fn stops_reading_a_file_that_never_ends() {
     assert!(
         matches!(
             err,
-            ResolveError::TooLarge {
+            StateFileError::TooLarge {
                 size: 1001,
                 limit: 1000,
                 ..
@@ -113,7 +112,7 @@ fn stops_reading_a_file_that_never_ends() {
         "{err}"
     );
     let err = resolve_pod(Path::new("/dev/zero"), "default", "ubuntu").unwrap_err();
-    assert!(matches!(err, ResolveError::TooLarge { size, .. } if size == MAX_STATE_FILE + 1));
+    assert!(matches!(err, StateFileError::TooLarge { size, .. } if size == MAX_STATE_FILE + 1));
     assert_node_error(err, "too large");
 }
 
@@ -124,7 +123,7 @@ fn the_limit_is_inclusive() {
     let over = Temp::with("over", &[b' '; 101]);
     assert!(matches!(
         read(&over.0, 100),
-        Err(ResolveError::TooLarge { size: 101, .. })
+        Err(StateFileError::TooLarge { size: 101, .. })
     ));
     let empty = Temp::with("empty", b"");
     assert!(read(&empty.0, 100).unwrap().is_empty());
@@ -152,7 +151,10 @@ fn corrupt_state_files() {
     for (name, bytes) in cases {
         let file = Temp::with("corrupt", &bytes);
         let err = resolve_pod(&file.0, "default", "ubuntu").unwrap_err();
-        assert!(matches!(err, ResolveError::Corrupt { .. }), "{name}: {err}");
+        assert!(
+            matches!(err, StateFileError::Corrupt { .. }),
+            "{name}: {err}"
+        );
         assert_node_error(err, "is corrupt at line");
         assert_eq!(cni_layout(&file.0), None, "{name}");
     }
@@ -162,7 +164,7 @@ fn corrupt_state_files() {
 fn missing_and_unreadable_state_files() {
     let missing = std::env::temp_dir().join("pktrace-hostile-no-such-dir/azure-vnet.json");
     let err = resolve_pod(&missing, "default", "ubuntu").unwrap_err();
-    assert!(matches!(err, ResolveError::Missing { .. }), "{err}");
+    assert!(matches!(err, StateFileError::Missing { .. }), "{err}");
     assert_node_error(err, "no Azure CNI state file at");
     // A directory, and a path through a regular file (root reads any file, so permissions
     // cannot make one unreadable in a test run as root).
@@ -172,7 +174,7 @@ fn missing_and_unreadable_state_files() {
     ] {
         let err = resolve_pod(&path, "default", "ubuntu").unwrap_err();
         assert!(
-            matches!(err, ResolveError::Unreadable { .. }),
+            matches!(err, StateFileError::Unreadable { .. }),
             "{}: {err}",
             path.display()
         );
@@ -233,7 +235,7 @@ fn hostile_names_are_escaped_in_every_message() {
         match found {
             Ok(p) => assert_eq!(&p, pod),
             Err(e) => {
-                assert!(matches!(e, ResolveError::NoAddress { .. }), "{e}");
+                assert!(matches!(e, StateFileError::NoAddress { .. }), "{e}");
                 assert_printable(&e.to_string());
             }
         }

@@ -4,8 +4,8 @@
 //! there in a short-lived privileged pod ([`pod_spec`], like `kubectl debug node/…`), streams
 //! its output and deletes the pod when pktrace ends or on Ctrl-C ([`session`]).
 
-mod api;
-mod kubeconfig;
+#[path = "../../kube/mod.rs"]
+mod kube;
 mod pod_spec;
 mod session;
 
@@ -18,6 +18,7 @@ use clap::Parser;
 
 use crate::{
     api::Api,
+    kube::{api, kubeconfig},
     kubeconfig::{ClusterAccess, Kubeconfig},
     session::{Plan, Stop},
 };
@@ -101,7 +102,7 @@ fn main() -> ExitCode {
         Err(_) if cli.dry_run && cli.node.is_some() => ClusterAccess::default(),
         Err(e) => return fail(&anyhow::Error::new(e), 1),
     };
-    let api = match Api::new(&access) {
+    let api = match Api::new(&access, api::CALL_TIMEOUT) {
         Ok(api) => Arc::new(api),
         Err(e) => return fail(&anyhow::Error::new(e), 1),
     };

@@ -1,7 +1,6 @@
-//! The plugin against a fake API server ([`fake_api`]): which node it picks, the pod it
+//! The plugin against a fake API server ([`crate::kube::fake_api`]): which node it picks, the pod it
 //! creates, the arguments it passes, that it always cleans up, and how it logs in.
 
-mod fake_api;
 mod kubeconfig_tests;
 
 use std::{sync::Arc, thread, time::Duration};
@@ -9,9 +8,9 @@ use std::{sync::Arc, thread, time::Duration};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use self::fake_api::{FakeApi, Request, SUFFIX, Scenario, Tls};
 use crate::{
     api::{Api, ApiError},
+    kube::fake_api::{FakeApi, Request, SUFFIX, Scenario, Tls},
     kubeconfig::{ClusterAccess, Kubeconfig},
     session::{self, Plan, SessionError, Stop},
 };
@@ -57,7 +56,7 @@ fn api_for(fake: &FakeApi) -> Arc<Api> {
         token: Some(TOKEN.into()),
         ..ClusterAccess::default()
     };
-    Arc::new(Api::new(&access).unwrap())
+    Arc::new(Api::new(&access, crate::api::CALL_TIMEOUT).unwrap())
 }
 
 /// Runs the plugin's session against `fake`: (result, stdout).
@@ -424,7 +423,7 @@ fn kubeconfig(server: &str, cluster: &str, user: &str) -> Kubeconfig {
 
 fn run_with(config: &Kubeconfig) -> Result<u8, SessionError> {
     let access = config.access(None).unwrap();
-    let api = Arc::new(Api::new(&access)?);
+    let api = Arc::new(Api::new(&access, crate::api::CALL_TIMEOUT)?);
     session::run(&plan(&[]), &api, &Stop::default(), &mut Vec::new())
 }
 

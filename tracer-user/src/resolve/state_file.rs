@@ -1,4 +1,5 @@
-//! Pod → addresses → host veth, from the Azure CNI state file (`/var/run/azure-vnet.json`).
+//! Pod → addresses → host veth, from the Azure CNI state file (`/var/run/azure-vnet.json`):
+//! the first source of [`super::resolve`].
 //!
 //! The file's shape (see `../shared/fixtures/azure-vnet.json`):
 //! `Network.ExternalInterfaces.<if>.Networks.<net>.Endpoints.<id>` with `PODName`,
@@ -56,9 +57,9 @@ pub struct CniLayout {
     pub bridge: Option<String>,
 }
 
-/// Why a pod could not be resolved.
+/// Why the state file could not resolve a pod.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub enum StateFileError {
     /// The state file does not exist.
     #[error(
         "no Azure CNI state file at {}: not an Azure CNI node? use --state-file PATH, or \
@@ -114,19 +115,50 @@ pub enum ResolveError {
     },
 }
 
-impl ResolveError {
+impl StateFileError {
     /// True when the user asked for something that is not there (exit 2); false for a
     /// problem with the node's files (exit 1).
     #[must_use]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "the resolver classifies by variant; the fuzz target uses it"
+        )
+    )]
     pub const fn is_usage(&self) -> bool {
         matches!(self, Self::PodNotFound(_))
+    }
+
+    /// The failure in a few words, after `state file PATH: ` (the resolver's fallback lines).
+    #[must_use]
+    pub fn brief(&self) -> String {
+        match self {
+            Self::Missing { .. } => "not found".into(),
+            Self::Unreadable { err, .. } => format!("cannot read it: {err}"),
+            Self::TooLarge { size, limit, .. } => {
+                format!(
+                    "too large ({size} bytes or more, the limit is {} MiB)",
+                    limit >> 20
+                )
+            }
+            Self::Corrupt {
+                line, column, err, ..
+            } => format!(
+                "corrupt at line {line}, column {column} ({})",
+                json_reason(err)
+            ),
+            Self::PodNotFound(_) => "no such pod on this node".into(),
+            Self::NoAddress { .. } => "the pod has no IP address yet".into(),
+        }
     }
 }
 
 /// What the "pod not found" message needs.
 #[derive(Debug)]
 pub struct NotFound {
-    pub path: PathBuf,
+    /// Where the pods were listed: the state file's path, or `crictl`.
+    pub source: String,
     pub namespace: String,
     pub name: String,
     /// Pods of that namespace on this node, sorted.
@@ -137,12 +169,15 @@ pub struct NotFound {
     pub other_namespaces: Vec<String>,
 }
 
-fn not_found_message(nf: &NotFound) -> String {
+/// The message of a pod that is not there: the pods of its namespace, close names ("did you
+/// mean") and other namespaces holding that name.
+#[must_use]
+pub fn not_found_message(nf: &NotFound) -> String {
     let mut m = format!(
         "pod '{}' not found in namespace '{}' on this node (according to {})",
         safe(&nf.name),
         safe(&nf.namespace),
-        nf.path.display()
+        nf.source
     );
     if !nf.suggestions.is_empty() {
         let names: Vec<String> = nf
@@ -253,17 +288,17 @@ fn json_reason(err: &serde_json::Error) -> String {
 
 /// Reads the state file, refusing one over `limit` bytes without reading it (or, when its size
 /// says less than it holds, as soon as the limit is passed).
-fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ResolveError> {
+fn read(path: &Path, limit: u64) -> Result<Vec<u8>, StateFileError> {
     let failed = |err: io::Error| match err.kind() {
-        io::ErrorKind::NotFound => ResolveError::Missing {
+        io::ErrorKind::NotFound => StateFileError::Missing {
             path: path.to_owned(),
         },
-        _ => ResolveError::Unreadable {
+        _ => StateFileError::Unreadable {
             path: path.to_owned(),
             err,
         },
     };
-    let too_large = |size: u64| ResolveError::TooLarge {
+    let too_large = |size: u64| StateFileError::TooLarge {
         path: path.to_owned(),
         size,
         limit,
@@ -287,9 +322,9 @@ fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ResolveError> {
 }
 
 /// Parses state-file contents; `path` only names the file in errors.
-fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, ResolveError> {
+fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateFileError> {
     let state: Option<StateFile> =
-        serde_json::from_slice(bytes).map_err(|err| ResolveError::Corrupt {
+        serde_json::from_slice(bytes).map_err(|err| StateFileError::Corrupt {
             path: path.to_owned(),
             line: err.line(),
             column: err.column(),
@@ -298,7 +333,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, ResolveError> {
     Ok(state.unwrap_or_default())
 }
 
-fn load(path: &Path) -> Result<StateFile, ResolveError> {
+fn load(path: &Path) -> Result<StateFile, StateFileError> {
     parse(path, &read(path, MAX_STATE_FILE)?)
 }
 
@@ -360,7 +395,7 @@ fn nonempty(s: Option<&String>) -> Option<&str> {
     not(test),
     expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")
 )]
-pub fn list_pods(state_file: &Path) -> Result<Vec<PodTarget>, ResolveError> {
+pub fn list_pods(state_file: &Path) -> Result<Vec<PodTarget>, StateFileError> {
     Ok(pods(&load(state_file)?))
 }
 
@@ -368,21 +403,21 @@ pub fn list_pods(state_file: &Path) -> Result<Vec<PodTarget>, ResolveError> {
 /// the file in errors. Pure: the fuzz target's entry point.
 ///
 /// # Errors
-/// [`ResolveError::Corrupt`].
-pub fn parse_pods(path: &Path, bytes: &[u8]) -> Result<Vec<PodTarget>, ResolveError> {
+/// [`StateFileError::Corrupt`].
+pub fn parse_pods(path: &Path, bytes: &[u8]) -> Result<Vec<PodTarget>, StateFileError> {
     Ok(pods(&parse(path, bytes)?))
 }
 
 /// Finds pod `namespace/name` in the state file.
 ///
 /// # Errors
-/// File errors; [`ResolveError::PodNotFound`] (with suggestions) when it is not there;
-/// [`ResolveError::NoAddress`] when it has no IP yet.
+/// File errors; [`StateFileError::PodNotFound`] (with suggestions) when it is not there;
+/// [`StateFileError::NoAddress`] when it has no IP yet.
 pub fn resolve_pod(
     state_file: &Path,
     namespace: &str,
     name: &str,
-) -> Result<PodTarget, ResolveError> {
+) -> Result<PodTarget, StateFileError> {
     find_pod(
         state_file,
         &read(state_file, MAX_STATE_FILE)?,
@@ -400,25 +435,30 @@ pub fn find_pod(
     bytes: &[u8],
     namespace: &str,
     name: &str,
-) -> Result<PodTarget, ResolveError> {
+) -> Result<PodTarget, StateFileError> {
     let all = parse_pods(path, bytes)?;
     let found = all
         .iter()
         .find(|p| p.namespace == namespace && p.name == name);
     match found {
-        Some(pod) if pod.ips.is_empty() => Err(ResolveError::NoAddress {
+        Some(pod) if pod.ips.is_empty() => Err(StateFileError::NoAddress {
             path: path.to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }),
         Some(pod) => Ok(pod.clone()),
-        None => Err(ResolveError::PodNotFound(Box::new(not_found(
-            path, &all, namespace, name,
+        None => Err(StateFileError::PodNotFound(Box::new(not_found(
+            &path.display().to_string(),
+            &all,
+            namespace,
+            name,
         )))),
     }
 }
 
-fn not_found(path: &Path, all: &[PodTarget], namespace: &str, name: &str) -> NotFound {
+/// What to say about pod `namespace/name` missing from `all` (the pods `source` lists).
+#[must_use]
+pub fn not_found(source: &str, all: &[PodTarget], namespace: &str, name: &str) -> NotFound {
     let in_namespace: Vec<String> = all
         .iter()
         .filter(|p| p.namespace == namespace)
@@ -431,7 +471,7 @@ fn not_found(path: &Path, all: &[PodTarget], namespace: &str, name: &str) -> Not
         .collect();
     other_namespaces.dedup();
     NotFound {
-        path: path.to_owned(),
+        source: source.to_owned(),
         namespace: namespace.to_owned(),
         name: name.to_owned(),
         suggestions: suggest(name, &in_namespace),
@@ -500,6 +540,7 @@ pub fn cni_layout(state_file: &Path) -> Option<CniLayout> {
 }
 
 #[cfg(test)]
+#[path = "hostile_tests.rs"]
 mod hostile_tests;
 #[cfg(test)]
 mod tests {
@@ -507,7 +548,7 @@ mod tests {
 
     use super::*;
 
-    const FIXTURE: &str = include_str!("../tests-data/azure-vnet.json");
+    const FIXTURE: &str = include_str!("../../tests-data/azure-vnet.json");
 
     /// Writes `content` to a fresh file in the temp dir and returns its path.
     fn file(content: &str) -> PathBuf {
@@ -687,7 +728,7 @@ mod tests {
         );
         let err = resolve_pod(&path, "ns", "p").unwrap_err();
         assert!(
-            matches!(err, ResolveError::NoAddress { .. }) && !err.is_usage(),
+            matches!(err, StateFileError::NoAddress { .. }) && !err.is_usage(),
             "{err}"
         );
         assert_eq!(

@@ -9,10 +9,10 @@ use ureq::{
     tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig},
 };
 
-use crate::kubeconfig::ClusterAccess;
+use super::kubeconfig::ClusterAccess;
 
-/// How long connecting and each non-streaming call may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long connecting and each non-streaming call may take, unless the caller says.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Failures talking to the API server.
 #[derive(Debug, thiserror::Error)]
@@ -56,17 +56,20 @@ impl ApiError {
 /// A client for one API server as one user.
 pub struct Api {
     agent: Agent,
+    /// Limit of each non-streaming call, connecting and name resolution included.
+    call_timeout: Duration,
     server: String,
     authorization: Option<String>,
 }
 
 impl Api {
     /// A client for `access`: its CA (or no verification when `insecure-skip-tls-verify`),
-    /// client certificate and bearer token.
+    /// client certificate and bearer token. Connecting and each non-streaming call (name
+    /// resolution included) end after `call_timeout` ([`CALL_TIMEOUT`] for most callers).
     ///
     /// # Errors
     /// A certificate or key is not PEM.
-    pub fn new(access: &ClusterAccess) -> Result<Self, ApiError> {
+    pub fn new(access: &ClusterAccess, call_timeout: Duration) -> Result<Self, ApiError> {
         let mut tls = TlsConfig::builder().disable_verification(access.insecure_skip_tls_verify);
         if let Some(ca) = &access.ca_pem {
             let certs = certificates(ca, "certificate authority")?;
@@ -81,11 +84,17 @@ impl Api {
         let config = Agent::config_builder()
             .tls_config(tls.build())
             .http_status_as_error(false)
-            .timeout_connect(Some(CALL_TIMEOUT))
-            .user_agent(concat!("kubectl-pktrace/", env!("CARGO_PKG_VERSION")))
+            .timeout_connect(Some(call_timeout))
+            .timeout_resolve(Some(call_timeout))
+            .user_agent(concat!(
+                env!("CARGO_BIN_NAME"),
+                "/",
+                env!("CARGO_PKG_VERSION")
+            ))
             .build();
         Ok(Self {
             agent: config.new_agent(),
+            call_timeout,
             server: access.server.clone(),
             authorization: access.token.as_ref().map(|t| format!("Bearer {t}")),
         })
@@ -147,7 +156,7 @@ impl Api {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ApiError> {
-        let response = self.send(method, path, body, Some(CALL_TIMEOUT))?;
+        let response = self.send(method, path, body, Some(self.call_timeout))?;
         let code = response.status().as_u16();
         let reader = response.into_body().into_reader();
         if !(200..300).contains(&code) {
