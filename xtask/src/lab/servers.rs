@@ -55,13 +55,23 @@ pub fn start(ns: &str, server: Server) -> Result<i32> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(errors);
-    // SAFETY: setsid is async-signal-safe; it detaches the server from our session and
-    // terminal so it outlives this process and ignores the terminal's Ctrl-C.
+    // SAFETY: setsid and close_range are async-signal-safe syscalls. setsid detaches the
+    // server from our session and terminal so it outlives this process and ignores the
+    // terminal's Ctrl-C. close_range marks every inherited descriptor close-on-exec: a lock
+    // held by whoever ran `lab up` (`flock /run/pktrace-integration.lock cargo xtask lab up`
+    // passes its descriptor down) must not live on in the servers and block every later lab
+    // run until they are killed. Kernels before 5.11 lack the flag: then nothing changes.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            libc::syscall(
+                libc::SYS_close_range,
+                3_u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
             Ok(())
         });
     }
