@@ -540,6 +540,26 @@ impl<'a> Walk<'a> {
                 ))
             }
             Test::Dport(_) => Fact::Text(format!("dport {}", self.pkt.dport)),
+            Test::InSet {
+                keys,
+                set: SetRef::Named(name),
+            } => {
+                let is = self.in_set(keys, &SetRef::Named(name.clone()))?;
+                let vals: Vec<String> = keys
+                    .iter()
+                    .filter_map(|k| self.key(k).map(|v| v.to_string()))
+                    .collect();
+                let keys: Vec<String> = keys
+                    .iter()
+                    .map(|k| format!("{k:?}").to_lowercase())
+                    .collect();
+                Fact::Text(format!(
+                    "{} {} {} set @{name}",
+                    keys.join("."),
+                    vals.join("."),
+                    if is { "in" } else { "not in" }
+                ))
+            }
             Test::Set(m) => {
                 let probe = self.probe();
                 let is = self.rules.ipsets.test(m, &probe).ok()?;
@@ -582,6 +602,17 @@ enum KeyVal<'a> {
     Str(&'a str),
     /// The packet has no such field (ports of ICMP).
     Missing,
+}
+
+impl std::fmt::Display for KeyVal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ip(ip) => write!(f, "{ip}"),
+            Self::Num(n) => write!(f, "{n}"),
+            Self::Str(s) => write!(f, "{s}"),
+            Self::Missing => write!(f, "-"),
+        }
+    }
 }
 
 /// Whether one set element (a concatenation) holds the packet's values.

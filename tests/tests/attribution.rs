@@ -1,0 +1,156 @@
+//! Issue 4 (attribution): journeys name the rule that did each NAT step, say why a packet left
+//! without SNAT, and follow the node's rules when they change while pktrace runs.
+
+use std::{
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    LabGuard,
+    trace::{Pktrace, nat_steps, steps},
+};
+use xtask::lab::{self, NODE_NS, UBUNTU, in_ns};
+
+const POD: &str = "10.13.76.46";
+/// The internet host: MASQUERADEd by IP-MASQ-AGENT's last rule.
+const INTERNET: &str = "203.0.113.80:80";
+/// The rule the test inserts: same effect (MASQUERADE), another rule, so only the
+/// attribution changes.
+const INSERTED: [&str; 11] = [
+    "-I",
+    "IP-MASQ-AGENT",
+    "1",
+    "-d",
+    "203.0.113.80/32",
+    "-m",
+    "comment",
+    "--comment",
+    "pktrace test: inserted while tracing",
+    "-j",
+    "MASQUERADE",
+];
+/// Connections made after the change, one per interval.
+const PROBES: u32 = 16;
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Deletes the inserted rule on drop (the lab going down would too; this keeps the lab
+/// as it was for a test that follows without taking it down).
+struct InsertedRule;
+
+impl InsertedRule {
+    fn insert() -> Self {
+        let ok = in_ns(NODE_NS, "iptables", ["-t", "nat"].iter().chain(&INSERTED))
+            .status()
+            .expect("iptables");
+        assert!(ok.success(), "inserting the test rule failed");
+        Self
+    }
+}
+
+impl Drop for InsertedRule {
+    fn drop(&mut self) {
+        let mut args: Vec<&str> = vec!["-t", "nat", "-D", "IP-MASQ-AGENT"];
+        args.extend(&INSERTED[3..]);
+        let _ = in_ns(NODE_NS, "iptables", &args).status();
+    }
+}
+
+fn tcp(addr: &str) -> String {
+    lab::client_tcp(&UBUNTU.netns(), addr).unwrap_or_else(|e| panic!("tcp {addr}: {e:#}"))
+}
+
+/// The SNAT step of the original-direction journey whose translated source the server saw.
+fn snat_seen_as<'a>(journeys: &[&'a Value], seen: &str) -> Option<Value> {
+    let client = seen.strip_prefix("client=")?;
+    journeys.iter().find_map(|j| {
+        nat_steps(j)
+            .into_iter()
+            .find(|s| s["point"] == "snat" && s["reply"] == false && s["src"] == client)
+    })
+}
+
+#[test]
+fn journeys_name_their_rules_and_follow_rule_changes() {
+    let _lab = LabGuard::new();
+    let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let before = tcp(INTERNET);
+    let vnet = tcp("10.13.1.4:80");
+    let rule = InsertedRule::insert();
+    let changed = Instant::now();
+    let mut probes = Vec::new();
+    for _ in 0..PROBES {
+        let at = changed.elapsed();
+        probes.push((at, tcp(INTERNET)));
+        sleep(PROBE_EVERY);
+    }
+    let trace = pk.stop();
+    drop(rule);
+    assert!(trace.status.success(), "{}", trace.dump());
+    let journeys = trace.journeys();
+
+    // Before the change: ip-masq-agent's last rule, and why.
+    let snat =
+        snat_seen_as(&journeys, &before).unwrap_or_else(|| panic!("{before}\n{}", trace.dump()));
+    assert_eq!(snat["rule"], "IP-MASQ-AGENT", "{snat}");
+    let why = snat["why"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("MASQUERADE by IP-MASQ-AGENT rule 3: 203.0.113.80 not in nonMasqueradeCIDRs 10.13.0.0/16"),
+        "{why}"
+    );
+
+    // Inside the VNet: no SNAT step, and the egress on eth0 says why.
+    let pod_src = format!("{POD}:");
+    let out: Vec<&Value> = journeys
+        .iter()
+        .copied()
+        .filter(|j| {
+            j["steps"][0]["dst"] == "10.13.1.4:80"
+                && j["steps"][0]["src"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with(&pod_src))
+        })
+        .collect();
+    assert!(!out.is_empty(), "{vnet}\n{}", trace.dump());
+    for j in &out {
+        assert!(nat_steps(j).is_empty(), "{j}");
+        let last = steps(j)
+            .into_iter()
+            .rfind(|s| s["point"] == "egress")
+            .expect("egress");
+        assert_eq!(last["rule"], "IP-MASQ-AGENT", "{j}");
+        let why = last["why"].as_str().unwrap_or("");
+        assert!(
+            why.starts_with("no SNAT: RETURN by IP-MASQ-AGENT rule 1: 10.13.1.4 in nonMasqueradeCIDRs 10.13.0.0/16"),
+            "{why}"
+        );
+    }
+
+    // After the change: the inserted rule, from some probe on, and never the old one after it.
+    let mut first_new = None;
+    for (at, seen) in &probes {
+        let snat =
+            snat_seen_as(&journeys, seen).unwrap_or_else(|| panic!("{seen}\n{}", trace.dump()));
+        let why = snat["why"].as_str().unwrap_or("").to_owned();
+        let new = why.starts_with("MASQUERADE by IP-MASQ-AGENT rule 1");
+        match (new, first_new) {
+            (true, None) => first_new = Some(*at),
+            (false, Some(_)) => panic!("old rule after the new one at {at:?}: {why}"),
+            _ => {}
+        }
+    }
+    let first_new =
+        first_new.unwrap_or_else(|| panic!("the changed rules were never used\n{}", trace.stderr));
+    eprintln!(
+        "attribution: new rules used {} ms after the change",
+        first_new.as_millis()
+    );
+    assert!(first_new <= Duration::from_secs(4), "{first_new:?}");
+    let line = trace
+        .stderr
+        .lines()
+        .find(|l| l.contains("nat rules changed"))
+        .expect("change reported");
+    eprintln!("attribution: {line}");
+}
