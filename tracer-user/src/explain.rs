@@ -14,6 +14,7 @@
 
 mod decide;
 mod eval;
+mod genid;
 mod host;
 mod ipset;
 mod nft;

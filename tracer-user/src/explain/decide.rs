@@ -155,49 +155,51 @@ impl NatRules {
         self.dnat_without_replay(first, pre, ctx.mark)
     }
 
-    /// DNAT rules that could have produced `post`'s destination.
+    /// DNAT rules that could have produced `post`'s destination, in dump order.
     fn dnat_candidates(&self, post: &Tuple) -> Vec<(&str, usize)> {
         let ip = dst_ip(post);
         let covers = |to: &NatTo| match post.proto {
             PROTO_TCP | PROTO_UDP => to.covers(ip, post.dport),
             _ => in_range(ip, to.lo, to.hi),
         };
-        let mut out = Vec::new();
-        for chain in self.chains() {
-            for (i, rule) in chain.rules.iter().enumerate() {
-                if matches!(&rule.target, Target::Dnat(Some(to)) if covers(to))
-                    && proto_allows(rule, post.proto)
-                {
-                    out.push((chain.name.as_str(), i));
-                }
-            }
-        }
-        out
+        let index = self.index();
+        let exact = index.dnat_by_ip.get(&ip).map_or(&[][..], Vec::as_slice);
+        let mut found: Vec<(usize, usize)> = exact
+            .iter()
+            .chain(&index.dnat_ranged)
+            .copied()
+            .filter(|&(ci, ri)| {
+                self.chain_at(ci)
+                    .and_then(|c| c.rules.get(ri))
+                    .is_some_and(|rule| {
+                        matches!(&rule.target, Target::Dnat(Some(to)) if covers(to))
+                            && proto_allows(rule, post.proto)
+                    })
+            })
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        found
+            .into_iter()
+            .filter_map(|(ci, ri)| self.chain_at(ci).map(|c| (c.name.as_str(), ri)))
+            .collect()
     }
 
     /// Chains from which a jump path leads to one of the candidates' chains.
     fn reaching<'a>(&'a self, candidates: &[(&'a str, usize)]) -> HashSet<&'a str> {
+        let index = self.index();
         let mut set: HashSet<&str> = candidates.iter().map(|&(c, _)| c).collect();
-        loop {
-            let before = set.len();
-            for chain in self.chains() {
-                let jumps_in = chain.rules.iter().any(|r| match &r.target {
-                    Target::Jump(n) | Target::Goto(n) => set.contains(n.as_str()),
-                    Target::Vmap { map, .. } => self.map_elems(map).is_some_and(|elems| {
-                        elems.iter().any(|(_, t)| {
-                            matches!(t, Target::Jump(n) | Target::Goto(n) if set.contains(n.as_str()))
-                        })
-                    }),
-                    _ => false,
-                });
-                if jumps_in {
-                    set.insert(chain.name.as_str());
+        let mut todo: Vec<&str> = set.iter().copied().collect();
+        while let Some(name) = todo.pop() {
+            for &ci in index.parents.get(name).map_or(&[][..], Vec::as_slice) {
+                if let Some(parent) = self.chain_at(ci)
+                    && set.insert(parent.name.as_str())
+                {
+                    todo.push(parent.name.as_str());
                 }
             }
-            if set.len() == before {
-                return set;
-            }
         }
+        set
     }
 
     fn dnat_from_hit(&self, hit: &Hit<'_>, entry_mark: u32) -> NatDecision {

@@ -2,7 +2,7 @@
 //! chains of rules. Parsing never fails: matches pktrace does not model are kept as
 //! [`Test::Unknown`] with their tokens, lines it cannot read are counted and skipped.
 
-use std::{collections::HashMap, net::IpAddr};
+use std::{collections::HashMap, net::IpAddr, sync::OnceLock};
 
 use super::ipset::{IpSets, SetMatch};
 
@@ -54,8 +54,31 @@ pub struct NatRules {
     pub nft_maps: HashMap<String, Vec<(Vec<Val>, Target)>>,
     /// The node's ipsets, for `-m set` (empty when none were read).
     pub ipsets: IpSets,
+    /// Built on first use: what decisions look up instead of scanning every rule.
+    index: Lazy,
     /// Lines that were neither comments, chain declarations nor rules of the nat table.
     pub skipped_lines: usize,
+}
+
+/// Lookups over the whole table, built once per table.
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    /// DNAT rules (chain index, rule index) by their one target address.
+    pub dnat_by_ip: HashMap<IpAddr, Vec<(usize, usize)>>,
+    /// DNAT rules to an address range.
+    pub dnat_ranged: Vec<(usize, usize)>,
+    /// For each chain name, the indexes of the chains that jump or go to it.
+    pub parents: HashMap<String, Vec<usize>>,
+}
+
+/// The index, left out of `Debug` (fingerprints compare rules, not caches).
+#[derive(Clone, Default)]
+struct Lazy(OnceLock<Index>);
+
+impl std::fmt::Debug for Lazy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lazy")
+    }
 }
 
 /// A chain and its rules, in order.
@@ -388,6 +411,45 @@ impl NatRules {
             .collect();
         out.sort_by_key(|&(p, _)| p);
         out
+    }
+
+    /// The table's index, built on first use.
+    pub fn index(&self) -> &Index {
+        self.index.0.get_or_init(|| self.build_index())
+    }
+
+    /// The chain at `index` in dump order.
+    #[must_use]
+    pub fn chain_at(&self, index: usize) -> Option<&Chain> {
+        self.chains.get(index)
+    }
+
+    fn build_index(&self) -> Index {
+        let mut index = Index::default();
+        for (ci, chain) in self.chains.iter().enumerate() {
+            for (ri, rule) in chain.rules.iter().enumerate() {
+                let mut targets: Vec<&Target> = vec![&rule.target];
+                if let Target::Vmap { map, .. } = &rule.target {
+                    targets.extend(self.map_elems(map).unwrap_or(&[]).iter().map(|(_, t)| t));
+                }
+                for target in targets {
+                    match target {
+                        Target::Dnat(Some(to)) if to.lo == to.hi => {
+                            index.dnat_by_ip.entry(to.lo).or_default().push((ci, ri));
+                        }
+                        Target::Dnat(Some(_)) => index.dnat_ranged.push((ci, ri)),
+                        Target::Jump(n) | Target::Goto(n) => {
+                            let parents = index.parents.entry(n.clone()).or_default();
+                            if parents.last() != Some(&ci) {
+                                parents.push(ci);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        index
     }
 
     /// Elements of a set reference.

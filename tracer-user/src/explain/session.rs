@@ -20,7 +20,10 @@ use std::{
 
 use tracer_common::Tuple;
 
-use super::{Attribute, PacketCtx, ruleset::fingerprint};
+use super::{
+    Attribute, PacketCtx, genid,
+    ruleset::{fingerprint, legacy_in_use},
+};
 use crate::{
     explain::Ruleset,
     journey::{Attribution, Journey, Point},
@@ -62,6 +65,8 @@ impl Explainer {
     /// Reads the rules (reporting on stderr what cannot be read, once) and starts the poller.
     #[must_use]
     pub fn start(local_addrs: Vec<IpAddr>, sources: Vec<IpAddr>) -> Self {
+        // Before the read: a change during it shows as a new generation next time.
+        let generation = genid::current();
         let rules = match Ruleset::load() {
             Ok(rules) => {
                 for note in &rules.notes {
@@ -76,8 +81,11 @@ impl Explainer {
         };
         let mut me = Self::with_rules(rules, local_addrs, sources);
         if let Some(rules) = &me.rules {
-            let first = fingerprint(rules);
-            me.updates = Some(spawn_poller(first));
+            let seen = Seen {
+                generation,
+                ipsets: ipset_print(rules.uses_ipsets()),
+            };
+            me.updates = Some(spawn_poller(fingerprint(rules), seen, rules.uses_ipsets()));
         }
         me
     }
@@ -190,15 +198,37 @@ impl Drop for Explainer {
     }
 }
 
-/// Re-reads the rules every [`POLL_EVERY`] until told to stop or nobody listens.
-fn spawn_poller(first: u64) -> (Receiver<Update>, Arc<AtomicBool>) {
+/// What says cheaply whether the rules may have changed: the nftables generation (bumped
+/// by iptables-nft and nft alike) and a hash of the ipsets the rules test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    generation: Option<u32>,
+    ipsets: Option<u64>,
+}
+
+/// A hash of `ipset save`, when the rules test ipsets.
+fn ipset_print(uses_ipsets: bool) -> Option<u64> {
+    if !uses_ipsets {
+        return None;
+    }
+    let out = super::source::run("ipset", &["save"]).ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&out.stdout, &mut h);
+    Some(std::hash::Hasher::finish(&h))
+}
+
+/// Re-reads the rules when they may have changed (checked every [`POLL_EVERY`]: the
+/// generation and ipsets cheaply; a full read when those changed, when there is no
+/// generation to ask, or when iptables-legacy holds nat rules) until told to stop or nobody
+/// listens.
+fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>, Arc<AtomicBool>) {
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = Arc::clone(&stop);
     let spawned = thread::Builder::new()
         .name("pktrace-rules".into())
         .spawn(move || {
-            let mut known = first;
+            let (mut known, mut seen, mut uses_ipsets) = (first, seen, uses_ipsets);
             'poll: loop {
                 let wake = Instant::now() + POLL_EVERY;
                 while Instant::now() < wake {
@@ -208,7 +238,17 @@ fn spawn_poller(first: u64) -> (Receiver<Update>, Arc<AtomicBool>) {
                     thread::sleep(STOP_CHECK);
                 }
                 let started = Instant::now();
+                let now = Seen {
+                    generation: genid::current(),
+                    ipsets: ipset_print(uses_ipsets),
+                };
+                let quiet = now == seen && now.generation.is_some() && !legacy_in_use();
+                seen = now;
+                if quiet {
+                    continue;
+                }
                 let Ok(rules) = Ruleset::load() else { continue };
+                uses_ipsets = rules.uses_ipsets();
                 let print = fingerprint(&rules);
                 if print == known {
                     continue;

@@ -27,7 +27,7 @@ fn ctx(mark: u32, out: &str) -> PacketCtx {
 
 fn native() -> Ruleset {
     Ruleset::from_raw(&ruleset::Raw {
-        nft_json: Some(JSON.into()),
+        nft_json: vec![JSON.into()],
         ..ruleset::Raw::default()
     })
 }
@@ -184,7 +184,7 @@ fn masquerade_marks_and_a_second_native_table() {
 fn iptables_and_native_tables_together() {
     let rules = Ruleset::from_raw(&ruleset::Raw {
         dumps: vec![("iptables-nft".into(), AZURE.into())],
-        nft_json: Some(JSON.into()),
+        nft_json: vec![JSON.into()],
         ..ruleset::Raw::default()
     });
     let labels: Vec<&str> = rules.tables.iter().map(|t| t.label.as_str()).collect();
