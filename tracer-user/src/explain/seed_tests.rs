@@ -487,3 +487,110 @@ fn a_large_kube_proxy_table_parses_and_decides_quickly() {
         "{parsed:?} {decided:?}"
     );
 }
+
+/// kube-proxy ≥ 1.24 writes the Local policy as KUBE-EXT → KUBE-SVL (not from a seed: the
+/// shape kube-proxy's iptables proxier writes, with the lab's addresses). Pods' own traffic to
+/// the LoadBalancer IP goes through KUBE-SVC and is not "Local".
+#[test]
+fn modern_local_policy_chains() {
+    const MODERN: &str = "*nat
+-A PREROUTING -j KUBE-SERVICES
+-A POSTROUTING -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -j MASQUERADE --random-fully
+-A KUBE-SERVICES -d 203.0.113.174/32 -p tcp -m comment --comment \"default/whereami loadbalancer IP\" -m tcp --dport 80 -j KUBE-EXT-7G2JV7LNOR6DDNIY
+-A KUBE-EXT-7G2JV7LNOR6DDNIY -s 10.13.0.0/16 -m comment --comment \"pod traffic for default/whereami external destinations\" -j KUBE-SVC-7G2JV7LNOR6DDNIY
+-A KUBE-EXT-7G2JV7LNOR6DDNIY -m comment --comment \"masquerade LOCAL traffic for default/whereami external destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ
+-A KUBE-EXT-7G2JV7LNOR6DDNIY -m comment --comment \"route LOCAL traffic for default/whereami external destinations\" -m addrtype --src-type LOCAL -j KUBE-SVC-7G2JV7LNOR6DDNIY
+-A KUBE-EXT-7G2JV7LNOR6DDNIY -j KUBE-SVL-7G2JV7LNOR6DDNIY
+-A KUBE-SVC-7G2JV7LNOR6DDNIY -m comment --comment \"default/whereami -> 10.13.76.26:80\" -j KUBE-SEP-6HBOEI5FVFTJNRJ3
+-A KUBE-SVL-7G2JV7LNOR6DDNIY -m comment --comment \"default/whereami -> 10.13.76.26:80\" -j KUBE-SEP-6HBOEI5FVFTJNRJ3
+-A KUBE-SEP-6HBOEI5FVFTJNRJ3 -s 10.13.76.26/32 -m comment --comment default/whereami -j KUBE-MARK-MASQ
+-A KUBE-SEP-6HBOEI5FVFTJNRJ3 -p tcp -m comment --comment default/whereami -m tcp -j DNAT --to-destination 10.13.76.26:80
+COMMIT
+";
+    let rules = ruleset(MODERN, None);
+    let c = ctx("10.13.76.4", "azv26");
+    let post = |src: &str| t(PROTO_TCP, src, "10.13.76.26:80");
+    let from_internet = t(PROTO_TCP, "198.51.100.7:5000", "203.0.113.174:80");
+    let d = rules
+        .dnat_decision(&from_internet, &post("198.51.100.7:5000"), &c)
+        .unwrap();
+    assert_eq!(
+        (d.chain.as_str(), d.service.as_deref(), d.mark),
+        ("KUBE-SEP-6HBOEI5FVFTJNRJ3", Some("default/whereami"), 0)
+    );
+    assert!(
+        d.why
+            .contains("KUBE-EXT-7G2JV7LNOR6DDNIY → KUBE-SVL-7G2JV7LNOR6DDNIY"),
+        "{}",
+        d.why
+    );
+    assert!(d.why.contains("externalTrafficPolicy=Local"), "{}", d.why);
+    let no = rules
+        .no_snat_decision(&post("198.51.100.7:5000"), &c)
+        .unwrap();
+    assert_eq!(no.chain, "KUBE-POSTROUTING");
+    assert!(
+        no.why
+            .starts_with("no SNAT: RETURN by KUBE-POSTROUTING rule 1: no mark 0x4000"),
+        "{}",
+        no.why
+    );
+
+    let from_pod = t(PROTO_TCP, "10.13.76.46:5000", "203.0.113.174:80");
+    let d = rules
+        .dnat_decision(&from_pod, &post("10.13.76.46:5000"), &c)
+        .unwrap();
+    assert!(
+        d.why
+            .contains("KUBE-EXT-7G2JV7LNOR6DDNIY → KUBE-SVC-7G2JV7LNOR6DDNIY"),
+        "{}",
+        d.why
+    );
+    assert!(!d.why.contains("Local"), "{}", d.why);
+}
+
+/// The no-SNAT why is printed under the egress step in text, and as `rule`/`why` on it in JSON.
+#[test]
+fn no_snat_renders_on_the_egress_step() {
+    use crate::output::{Sink as _, json::JsonSink, test_support::Shared, text::TextSink};
+    let rules = ruleset(AZURE, None);
+    let out = t(PROTO_TCP, "10.13.76.46:40000", "10.13.1.4:80");
+    let mut j = Journey {
+        steps: vec![
+            step(Point::Ingress, None, out, Some("azv46")),
+            step(Point::Egress, None, out, Some("eth0")),
+        ],
+        ending: Ending::Left,
+    };
+    let mut c = ctx("10.13.76.4", "eth0");
+    c.sources = vec!["10.13.76.46".parse().unwrap()];
+    rules.attribute_journey(&mut j, &c);
+    let text = Shared::default();
+    TextSink::new(Box::new(text.clone()), false, "default/ubuntu".into())
+        .journey(&j)
+        .unwrap();
+    let text = text.text().replace('\n', " ");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains("egress eth0 no SNAT: RETURN by IP-MASQ-AGENT rule 1: 10.13.1.4 in nonMasqueradeCIDRs 10.13.0.0/16"),
+        "{text}"
+    );
+    let json = Shared::default();
+    JsonSink::new(Box::new(json.clone()), "default/ubuntu".into())
+        .journey(&j)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json.text()).unwrap();
+    assert_eq!(v["steps"][1]["rule"], "IP-MASQ-AGENT");
+    assert!(
+        v["steps"][1]["why"]
+            .as_str()
+            .unwrap()
+            .starts_with("no SNAT: RETURN"),
+        "{v}"
+    );
+    assert!(v["steps"][0].get("rule").is_none(), "{v}");
+}
