@@ -192,3 +192,53 @@ fn flags_and_values_for_the_why_line() {
     assert_eq!(m("a", "dst,dst").flags(), "dst,dst");
     assert_eq!(m("a", "dst,dst").values(&p), "10.0.0.10,53");
 }
+
+#[test]
+fn arbitrary_save_output_never_panics() {
+    const WORDS: &[&str] = &[
+        "create",
+        "add",
+        "s",
+        "l",
+        "hash:net",
+        "hash:ip,port,ip",
+        "hash:net,iface",
+        "list:set",
+        "bitmap:port",
+        "hash:",
+        ":",
+        "family",
+        "inet6",
+        "netmask",
+        "99",
+        "nomatch",
+        "10.0.0.0/8",
+        "10.0.0.1-10.0.0.0",
+        "tcp:80-1",
+        "icmp:8/0",
+        "physdev:",
+        ",",
+        ",,",
+        "x,y,z",
+        "0xzz",
+        "\n",
+        "\n",
+        "\n",
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        usize::try_from(seed % WORDS.len() as u64).unwrap_or(0)
+    };
+    for _ in 0..300 {
+        let text: Vec<&str> = (0..80).map(|_| WORDS[next()]).collect();
+        let sets = IpSets::parse(&text.join(" "));
+        for name in ["s", "l"] {
+            for flags in ["src", "dst,dst", "src,dst,src"] {
+                let _ = sets.test(&m(name, flags), &probe("10.0.0.1", "fd00::1"));
+            }
+        }
+    }
+}
