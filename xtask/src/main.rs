@@ -134,6 +134,19 @@ enum LabAction {
         #[arg(long)]
         ready_file: Option<PathBuf>,
     },
+    /// Run the lab's fake Kubernetes API server (started by `lab up` in the node namespace).
+    #[command(hide = true)]
+    ServeApi {
+        /// Port on 127.0.0.1.
+        #[arg(long)]
+        port: u16,
+        /// The pod table (JSON) to answer from.
+        #[arg(long)]
+        pods: PathBuf,
+        /// File to create once listening.
+        #[arg(long)]
+        ready_file: Option<PathBuf>,
+    },
     /// Send one request to a lab server from the current namespace and print its reply.
     #[command(group(ArgGroup::new("target").required(true).args(["tcp", "udp"])))]
     Client {
@@ -230,6 +243,11 @@ fn run_lab(action: LabAction) -> Result<()> {
             log,
             ready_file,
         } => lab::serve::serve(tcp, udp, &log, ready_file.as_deref()),
+        LabAction::ServeApi {
+            port,
+            pods,
+            ready_file,
+        } => lab::api::serve(port, &pods, ready_file.as_deref()),
         LabAction::Client {
             tcp,
             udp,

@@ -4,6 +4,7 @@
 //! `up` is idempotent (a healthy lab is left alone, a partial one rebuilt) and `down`
 //! removes everything; both are safe to run twice. Nothing touches the root namespace.
 
+pub mod api;
 pub mod client;
 pub mod netns;
 pub mod serve;
@@ -94,6 +95,7 @@ fn build() -> Result<()> {
     for (ns, server) in topology::servers() {
         servers::start(&ns, server)?;
     }
+    api::start(&PODS)?;
     Ok(())
 }
 

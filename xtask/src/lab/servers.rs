@@ -30,12 +30,12 @@ pub fn log_path(ns: &str) -> PathBuf {
     PathBuf::from(format!("{LAB_DIR}/logs/{ns}.log"))
 }
 
-fn pid_path(ns: &str) -> PathBuf {
-    PathBuf::from(format!("{LAB_DIR}/pids/{ns}.pid"))
+fn pid_path(key: &str) -> PathBuf {
+    PathBuf::from(format!("{LAB_DIR}/pids/{key}.pid"))
 }
 
-fn ready_path(ns: &str) -> PathBuf {
-    PathBuf::from(format!("{LAB_DIR}/pids/{ns}.ready"))
+fn ready_path(key: &str) -> PathBuf {
+    PathBuf::from(format!("{LAB_DIR}/pids/{key}.ready"))
 }
 
 /// Starts the server of `ns` in the background and waits until its sockets are bound.
@@ -46,11 +46,18 @@ pub fn start(ns: &str, server: Server) -> Result<i32> {
         Server::Udp(port) => args.extend(["--udp".into(), port.to_string()]),
         Server::None => bail!("{ns} has no server"),
     }
-    let log = log_path(ns);
-    let ready = ready_path(ns);
-    args.extend(["--log".into(), log.display().to_string()]);
+    args.extend(["--log".into(), log_path(ns).display().to_string()]);
+    spawn(ns, ns, args)
+}
+
+/// Starts `xtask ARGS --ready-file …` detached in namespace `ns`, its pid, ready file and
+/// stderr recorded under `key` (the namespace for pod and host servers), and waits until it
+/// has created the ready file.
+pub fn spawn(key: &str, ns: &str, mut args: Vec<String>) -> Result<i32> {
+    let ready = ready_path(key);
     args.extend(["--ready-file".into(), ready.display().to_string()]);
-    let errors = fs::File::create(format!("{LAB_DIR}/logs/{ns}.err"))?;
+    let errors_path = format!("{LAB_DIR}/logs/{key}.err");
+    let errors = fs::File::create(&errors_path)?;
     let mut cmd = in_ns(ns, xtask_exe()?, &args);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -77,31 +84,37 @@ pub fn start(ns: &str, server: Server) -> Result<i32> {
     }
     let child = cmd
         .spawn()
-        .with_context(|| format!("starting the server in {ns}"))?;
+        .with_context(|| format!("starting the server {key} in {ns}"))?;
     let pid = i32::try_from(child.id()).context("pid out of range")?;
-    fs::write(pid_path(ns), format!("{pid}\n"))?;
+    fs::write(pid_path(key), format!("{pid}\n"))?;
     let deadline = Instant::now() + READY_TIMEOUT;
     while !ready.exists() {
         if !is_alive(pid) || Instant::now() > deadline {
             reap(pid);
-            let err = fs::read_to_string(format!("{LAB_DIR}/logs/{ns}.err")).unwrap_or_default();
-            bail!("the server in {ns} did not start: {}", err.trim());
+            let err = fs::read_to_string(&errors_path).unwrap_or_default();
+            bail!("the server {key} in {ns} did not start: {}", err.trim());
         }
         thread::sleep(Duration::from_millis(20));
     }
     Ok(pid)
 }
 
-/// The recorded pid of the server of `ns`, if any.
+/// The recorded pid of the server `key` (its namespace, for pod and host servers), if any.
 #[must_use]
-pub fn recorded_pid(ns: &str) -> Option<i32> {
-    fs::read_to_string(pid_path(ns)).ok()?.trim().parse().ok()
+pub fn recorded_pid(key: &str) -> Option<i32> {
+    fs::read_to_string(pid_path(key)).ok()?.trim().parse().ok()
 }
 
 /// Whether the server of `ns` runs (its recorded pid is alive and in `ns`).
 #[must_use]
 pub fn is_running(ns: &str) -> bool {
-    recorded_pid(ns).is_some_and(|pid| {
+    is_running_as(ns, ns)
+}
+
+/// Whether server `key` runs (its recorded pid is alive and in namespace `ns`).
+#[must_use]
+pub fn is_running_as(key: &str, ns: &str) -> bool {
+    recorded_pid(key).is_some_and(|pid| {
         // Without root the namespace's pids cannot be listed: the pid's liveness must do.
         is_alive(pid) && (!is_root() || netns::pids(ns).is_ok_and(|pids| pids.contains(&pid)))
     })
@@ -137,7 +150,7 @@ pub fn kill_all_in(ns: &str) -> Result<usize> {
         thread::sleep(Duration::from_millis(20));
     }
     // Our own server children (a test's lab guard started them) would stay zombies.
-    if let Some(pid) = recorded_pid(ns) {
+    for &pid in pids.iter().chain(recorded_pid(ns).as_ref()) {
         reap(pid);
     }
     Ok(pids.len())

@@ -5,7 +5,7 @@ use std::{fmt, path::Path};
 use anyhow::Result;
 
 use super::{
-    netns, servers,
+    api, netns, servers,
     topology::{PODS, Pod, STATE_FILE, Server, namespaces},
 };
 
@@ -33,6 +33,10 @@ pub struct LabStatus {
     pub state_file: Option<&'static str>,
     /// The servers.
     pub servers: Vec<ServerState>,
+    /// The fake Kubernetes API server (in the node namespace, on its 127.0.0.1).
+    pub kube_api: ServerState,
+    /// Its kubeconfig, if written.
+    pub kubeconfig: Option<&'static str>,
     /// All namespaces exist, the state file is there and every server runs.
     pub up: bool,
 }
@@ -56,14 +60,27 @@ pub fn status() -> Result<LabStatus> {
             server,
         })
         .collect();
+    let kube_api = ServerState {
+        netns: api::NETNS.to_owned(),
+        server: Server::Tcp(api::PORT),
+        pid: api::pid(),
+        alive: netns::exists(api::NETNS) && api::is_running(),
+    };
+    let kubeconfig = Path::new(api::KUBECONFIG)
+        .exists()
+        .then_some(api::KUBECONFIG);
     let up = namespaces.iter().all(|(_, e)| *e)
         && state_file.is_some()
-        && servers.iter().all(|s| s.alive);
+        && servers.iter().all(|s| s.alive)
+        && kube_api.alive
+        && kubeconfig.is_some();
     Ok(LabStatus {
         namespaces,
         pods: PODS.to_vec(),
         state_file,
         servers,
+        kube_api,
+        kubeconfig,
         up,
     })
 }
@@ -103,8 +120,15 @@ impl fmt::Display for LabStatus {
             "state file: {}",
             self.state_file.unwrap_or("(not written)")
         )?;
+        writeln!(
+            f,
+            "kubeconfig: {} (fake API server http://127.0.0.1:{} in {})",
+            self.kubeconfig.unwrap_or("(not written)"),
+            api::PORT,
+            api::NETNS
+        )?;
         writeln!(f, "servers:")?;
-        for s in &self.servers {
+        for s in self.servers.iter().chain([&self.kube_api]) {
             let what = match s.server {
                 Server::Tcp(port) => format!("tcp/{port}"),
                 Server::Udp(port) => format!("udp/{port}"),
