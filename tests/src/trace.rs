@@ -47,6 +47,14 @@ impl Pktrace {
     /// [`Pktrace::start`] with extra environment variables.
     #[must_use]
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut me = Self::spawn_with_env(args, env);
+        me.wait_until_ready();
+        me
+    }
+
+    /// Starts pktrace like [`Pktrace::start_with_env`] without waiting for it to attach.
+    #[must_use]
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempdir();
         let ready = dir.join("ready");
         let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
@@ -64,12 +72,24 @@ impl Pktrace {
         cmd.envs(env.iter().copied());
         cmd.stdout(file(&dir, "stdout")).stderr(file(&dir, "stderr")).stdin(Stdio::null());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));
-        let mut me = Self { child: Some(child), dir };
-        me.wait_ready(&ready);
-        me
+        Self { child: Some(child), dir }
     }
 
-    fn wait_ready(&mut self, ready: &std::path::Path) {
+    /// True once pktrace has attached every hook (its ready file exists).
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.dir.join("ready").exists()
+    }
+
+    /// What pktrace has printed on stdout so far.
+    #[must_use]
+    pub fn stdout_so_far(&self) -> String {
+        fs::read_to_string(self.dir.join("stdout")).unwrap_or_default()
+    }
+
+    /// Waits until pktrace has attached every hook; panics if it exits first or takes too long.
+    pub fn wait_until_ready(&mut self) {
+        let ready = self.dir.join("ready");
         let start = Instant::now();
         while !ready.exists() {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -110,6 +130,21 @@ impl Pktrace {
             sleep(Duration::from_millis(20));
         };
         self.finish(status)
+    }
+
+    /// Sends SIGKILL at once (no grace period) and reaps the process.
+    pub fn kill_now(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        child.wait().expect("wait")
+    }
+
+    /// Sends `signal` without waiting for the exit.
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe { libc::kill(i32::try_from(child.id()).unwrap_or(0), signal) };
+        }
     }
 
     /// SIGINT (Ctrl-C) and wait.

@@ -215,9 +215,10 @@ fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
 }
 
 impl Btf {
-    /// Reads the running kernel's BTF from [`VMLINUX_BTF`].
+    /// Reads the running kernel's BTF from [`VMLINUX_BTF`] (or the hidden override
+    /// `PKTRACE_BTF_PATH`, see `caps::btf_path`).
     pub fn from_sys_fs() -> Result<Self, BtfError> {
-        Self::parse(&read_btf_file(Path::new(VMLINUX_BTF))?)
+        Self::parse(&read_btf_file(Path::new(&crate::caps::btf_path()))?)
     }
 
     /// Reads a kernel module's split BTF (`/sys/kernel/btf/<module>`, e.g. `nf_conntrack` when

@@ -10,6 +10,7 @@
 
 mod attach;
 mod btf;
+mod caps;
 mod cli;
 mod collect;
 mod config;

@@ -14,6 +14,7 @@ use tokio::{
 
 use crate::{
     attach::{self, Globals, tc},
+    caps,
     collect::{Collector, Counters},
     config::{Config, Target},
     explain::Explainer,
@@ -38,6 +39,8 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 pub enum RunError {
     #[error(transparent)]
     Resolve(#[from] resolve::ResolveError),
+    #[error(transparent)]
+    Privilege(#[from] caps::PrivilegeError),
     #[error(transparent)]
     Load(#[from] attach::LoadError),
     #[error(transparent)]
@@ -107,11 +110,17 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
 }
 
 async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
+    caps::preflight()?;
     let offsets = nat::kernel_offsets_or_default(cfg.verbose);
     let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
     // Declared before `ebpf` so that it drops after it, once our filters are gone.
     let mut created_qdiscs = attach::clsact::CreatedQdiscs::default();
-    let mut ebpf = attach::load(&globals)?;
+    let mut ebpf = attach::load(&globals).map_err(|e| {
+        match (&e, caps::explain_eperm(caps::read_lockdown().as_deref())) {
+            (attach::LoadError::Permission(_), Some(lockdown)) => RunError::Privilege(lockdown),
+            _ => e.into(),
+        }
+    })?;
     attach::track_addrs(&mut ebpf, &subject.addrs)?;
 
     let all = tc::list_ifaces();
@@ -130,6 +139,13 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     }
     let nat_attachment: NatAttachment = nat::attach(cfg.nat_hook, &mut ebpf, &globals, cfg.verbose)?;
     let mut collector = Collector::new(&mut ebpf)?;
+    // Everything is loaded and attached: keep only what the rest of the session uses.
+    let dropped = caps::drop_unneeded()?;
+    if cfg.verbose > 0 {
+        for line in dropped.report() {
+            eprintln!("pktrace: {line}");
+        }
+    }
 
     announce(&subject, &ifaces, mode, &nat_attachment);
     // Before the ready file: a SIGINT right after it must still end with the summary.
@@ -145,12 +161,13 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let stdout: Box<dyn Write + Send> = Box::new(io::stdout());
     let mut sink = output::sink(cfg.format, cfg.color, subject.label.clone(), stdout);
     let mut session = Session {
-        correlator: Correlator::new(tc::host_ifs(&ifaces), Limits::default()),
+        correlator: Correlator::new(tc::host_ifs(&ifaces), join_limits()),
         summary: Summary::new(),
         explainer: Explainer::start(nat::local_addrs(), subject.addrs.clone()),
         journeys: 0,
         limit: cfg.limits.count,
         lost_reported: 0,
+        evicted_reported: 0,
         counters: Counters::default(),
     };
     let result = session.event_loop(cfg, &mut collector, sink.as_mut(), signals).await;
@@ -160,15 +177,22 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     session.correlator.flush(&mut done);
     let end = session.output(done, sink.as_mut()).and_then(|()| session.housekeeping(&collector, sink.as_mut()));
     session.summary.set_lost(session.counters.ringbuf_full);
-    if session.correlator.evicted() > 0 {
-        eprintln!(
-            "pktrace: {} journeys were closed before their end: the join table was full",
-            session.correlator.evicted()
-        );
-    }
+    session.summary.set_evicted(session.correlator.evicted());
     let end = end.and_then(|()| sink.summary(&session.summary));
     drop(nat_attachment);
     result.and(end.or_else(ignore_broken_pipe)).or_else(ignore_broken_pipe).map_err(RunError::Output)
+}
+
+/// Hidden knob: the most journeys the join table keeps open (tests of its eviction).
+const JOIN_MAX_ENV: &str = "PKTRACE_JOIN_MAX";
+
+/// The join table's limits: the defaults, or a smaller table for tests.
+fn join_limits() -> Limits {
+    let mut limits = Limits::default();
+    if let Some(n) = std::env::var(JOIN_MAX_ENV).ok().and_then(|v| v.parse::<usize>().ok()) {
+        limits.max_open = n.max(1);
+    }
+    limits
 }
 
 fn ignore_broken_pipe(e: io::Error) -> io::Result<()> {
@@ -199,6 +223,7 @@ struct Session {
     journeys: u64,
     limit: Option<u64>,
     lost_reported: u64,
+    evicted_reported: u64,
     counters: Counters,
 }
 
@@ -267,7 +292,7 @@ impl Session {
         Ok(())
     }
 
-    /// Reports new losses and closes idle journeys.
+    /// Reports new losses and evictions and closes idle journeys.
     fn housekeeping(&mut self, collector: &Collector, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
         if let Ok(c) = collector.counters() {
             self.counters = c;
@@ -288,7 +313,14 @@ impl Session {
         self.summary.set_lost(lost);
         let mut done = Vec::new();
         self.correlator.expire(nat::monotonic_ns(), &mut done);
-        self.output(done, sink)
+        self.output(done, sink)?;
+        let evicted = self.correlator.evicted();
+        if evicted > self.evicted_reported {
+            sink.evicted(evicted - self.evicted_reported, evicted)?;
+            self.evicted_reported = evicted;
+        }
+        self.summary.set_evicted(evicted);
+        Ok(())
     }
 }
 

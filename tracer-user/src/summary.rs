@@ -126,6 +126,7 @@ pub struct Summary {
     journeys: u64,
     events: u64,
     lost_events: u64,
+    evicted_journeys: u64,
     dnat: Histogram,
     snat: Histogram,
     transit: Histogram,
@@ -164,6 +165,17 @@ impl Summary {
     /// Sets the total of events the kernel could not write (ring buffer full).
     pub fn set_lost(&mut self, n: u64) {
         self.lost_events = n;
+    }
+
+    /// Sets the total of journeys closed early because the join table was full.
+    pub fn set_evicted(&mut self, n: u64) {
+        self.evicted_journeys = n;
+    }
+
+    /// Journeys closed early because the join table was full.
+    #[must_use]
+    pub const fn evicted_journeys(&self) -> u64 {
+        self.evicted_journeys
     }
 
     /// Journeys recorded.

@@ -106,21 +106,100 @@ fn delete(ifindex: u32, parent: u32, f: &Filter) -> io::Result<()> {
     sock.recv_all(|_, _| {})
 }
 
-/// clsact qdiscs this process created; dropping it removes each one that no longer holds any
-/// filter (ours are detached first: keep this declared before the `aya::Ebpf` that owns them,
-/// so it drops after). A qdisc someone else created, or one with filters, is never removed.
+/// Where each pktrace records the clsact qdiscs it created, one file per process and network
+/// namespace (`clsact-<netns inode>-<pid>`, one ifindex per line), so that the next pktrace can
+/// remove those a killed one left, and only those.
+pub const RECORD_DIR: &str = "/run/pktrace";
+
+/// clsact qdiscs this process created (or adopted from a pktrace that died); dropping it
+/// removes each one that no longer holds any filter (ours are detached first: keep this
+/// declared before the `aya::Ebpf` that owns them, so it drops after). A qdisc someone else
+/// created, or one with filters, is never removed.
+///
+/// The list is also kept in a file under [`RECORD_DIR`], written right after each qdisc is
+/// created: a SIGKILL between the two calls (microseconds) can leave an empty clsact qdisc, which
+/// changes no packet's fate; a qdisc someone else created is never recorded.
 #[derive(Debug, Default)]
-pub struct CreatedQdiscs(pub Vec<u32>);
+pub struct CreatedQdiscs {
+    ifindexes: Vec<u32>,
+}
+
+impl CreatedQdiscs {
+    /// Remembers a qdisc this process just created.
+    pub fn record(&mut self, ifindex: u32) {
+        if !self.ifindexes.contains(&ifindex) {
+            self.ifindexes.push(ifindex);
+        }
+        self.save();
+    }
+
+    /// Takes over the qdiscs recorded by pktraces of this network namespace that are gone: they
+    /// are removed at our exit once empty (their filters are swept first). Returns how many.
+    pub fn adopt_orphans(&mut self) -> usize {
+        let Some(netns) = netns_inode() else { return 0 };
+        let Ok(dir) = std::fs::read_dir(RECORD_DIR) else { return 0 };
+        let mut adopted = 0;
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some((ns, pid)) = parse_record_name(&name.to_string_lossy()) else { continue };
+            if ns != netns || pid == std::process::id() || is_live_pktrace(pid) {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            for ifindex in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                if !self.ifindexes.contains(&ifindex) {
+                    self.ifindexes.push(ifindex);
+                    adopted += 1;
+                }
+            }
+            // Ours first, then theirs goes: a SIGKILL in between loses no record.
+            self.save();
+            let _ = std::fs::remove_file(entry.path());
+        }
+        adopted
+    }
+
+    fn path() -> Option<std::path::PathBuf> {
+        let netns = netns_inode()?;
+        Some(Path::new(RECORD_DIR).join(format!("clsact-{netns}-{}", std::process::id())))
+    }
+
+    fn save(&self) {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let Some(path) = Self::path() else { return };
+        if self.ifindexes.is_empty() {
+            return;
+        }
+        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(RECORD_DIR);
+        let text: String = self.ifindexes.iter().map(|i| format!("{i}\n")).collect();
+        let _ = std::fs::write(path, text);
+    }
+}
+
+/// `clsact-<netns>-<pid>` → (netns, pid).
+fn parse_record_name(name: &str) -> Option<(u64, u32)> {
+    let (ns, pid) = name.strip_prefix("clsact-")?.split_once('-')?;
+    Some((ns.parse().ok()?, pid.parse().ok()?))
+}
+
+/// The inode of this process's network namespace (ifindexes are per namespace).
+fn netns_inode() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+}
 
 impl Drop for CreatedQdiscs {
     fn drop(&mut self) {
-        for &ifindex in &self.0 {
+        for &ifindex in &self.ifindexes {
             let empty = [PARENT_INGRESS, PARENT_EGRESS]
                 .iter()
                 .all(|&p| list(ifindex, p).is_ok_and(|f| f.is_empty()));
             if empty {
                 let _ = delete_qdisc(ifindex);
             }
+        }
+        if let Some(path) = Self::path() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -235,6 +314,14 @@ impl Socket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_names_parse_and_others_do_not() {
+        assert_eq!(parse_record_name("clsact-4026531840-4242"), Some((4_026_531_840, 4242)));
+        assert_eq!(parse_record_name("clsact-x-1"), None);
+        assert_eq!(parse_record_name("other-1-2"), None);
+        assert_eq!(parse_record_name("clsact-1"), None);
+    }
 
     #[test]
     fn handles_round_trip_and_foreign_ones_are_not_ours() {

@@ -18,6 +18,10 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tr
 /// on its timer.
 pub const WAKE_BYTES: u64 = 256 << 10;
 
+/// Hidden knob: the ring buffer's size in bytes (a power of two, a multiple of the page size),
+/// for tests that overrun it on purpose. Unset: the object's 8 MiB.
+pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
+
 /// Failures to load the kernel object.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -78,10 +82,15 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
     if OBJECT.is_empty() {
         return Err(LoadError::NoObject);
     }
-    EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("FILTER_MODE", &globals.filter_mode, true)
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
-        .override_global("OFFSETS", &globals.offsets, true)
+        .override_global("OFFSETS", &globals.offsets, true);
+    if let Some(bytes) = std::env::var(RING_BYTES_ENV).ok().and_then(|v| v.parse::<u32>().ok()) {
+        loader.map_max_entries("EVENTS", bytes);
+    }
+    loader
         .load(OBJECT)
         .map_err(|e| if is_permission(&e) { LoadError::Permission(e) } else { LoadError::Ebpf(e) })
 }

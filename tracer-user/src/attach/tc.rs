@@ -120,18 +120,13 @@ pub fn attach(
     let mut swept = 0;
     if mode == TcMode::Clsact {
         for iface in ifaces {
-            let mut here = 0;
             for parent in [clsact::PARENT_INGRESS, clsact::PARENT_EGRESS] {
                 // No clsact qdisc yet is the common case: nothing to sweep.
-                here += clsact::sweep(iface.index, parent).unwrap_or(0);
+                swept += clsact::sweep(iface.index, parent).unwrap_or(0);
             }
-            if here > 0 {
-                // The dead pktrace most likely created this qdisc: remove it at exit if it is
-                // empty by then.
-                created.0.push(iface.index);
-            }
-            swept += here;
         }
+        // The qdiscs a dead pktrace recorded as its own go when we exit, if empty by then.
+        created.adopt_orphans();
     }
     for (program, ty) in [("tc_ingress", TcAttachType::Ingress), ("tc_egress", TcAttachType::Egress)]
     {
@@ -163,7 +158,7 @@ fn attach_one(
         TcMode::Clsact => {
             // An existing clsact qdisc (the CNI's) is used as it is, never replaced.
             match tc::qdisc_add_clsact(iface) {
-                Ok(()) => created.0.push(index),
+                Ok(()) => created.record(index),
                 Err(e) => {
                 let exists = matches!(&e, tc::TcError::IoError(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
                     || format!("{e:?}").contains("AlreadyExists")

@@ -112,11 +112,19 @@ struct LossLine {
 }
 
 #[derive(Serialize)]
+struct EvictedLine {
+    r#type: &'static str,
+    journeys: u64,
+    journeys_total: u64,
+}
+
+#[derive(Serialize)]
 struct SummaryLine {
     r#type: &'static str,
     journeys: u64,
     events: u64,
     lost_events: u64,
+    evicted_journeys: u64,
     nat: NatStats,
     transit: StatsOut,
 }
@@ -205,6 +213,17 @@ impl Sink for JsonSink {
         )
     }
 
+    fn evicted(&mut self, new: u64, total: u64) -> io::Result<()> {
+        write_line(
+            &mut self.out,
+            &EvictedLine {
+                r#type: "evicted",
+                journeys: new,
+                journeys_total: total,
+            },
+        )
+    }
+
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         write_line(
             &mut self.out,
@@ -213,6 +232,7 @@ impl Sink for JsonSink {
                 journeys: s.journeys(),
                 events: s.events(),
                 lost_events: s.lost_events(),
+                evicted_journeys: s.evicted_journeys(),
                 nat: NatStats {
                     dnat: s.dnat().into(),
                     snat: s.snat().into(),
@@ -355,6 +375,7 @@ mod tests {
         summary.record(&contract_journey());
         summary.add_events(3);
         summary.set_lost(5);
+        summary.set_evicted(4);
         let out = lines(|s| {
             s.journey(&Journey {
                 steps: vec![],
@@ -362,15 +383,17 @@ mod tests {
             })
             .unwrap();
             s.loss(2, 5).unwrap();
+            s.evicted(3, 4).unwrap();
             s.summary(&Summary::new()).unwrap();
             s.summary(&summary).unwrap();
         });
         let zero = json!({"count":0,"p50_ns":0,"p99_ns":0,"max_ns":0});
         let want = [
             json!({"type":"loss","lost":2,"lost_total":5}),
-            json!({"type":"summary","journeys":0,"events":0,"lost_events":0,
+            json!({"type":"evicted","journeys":3,"journeys_total":4}),
+            json!({"type":"summary","journeys":0,"events":0,"lost_events":0,"evicted_journeys":0,
                    "nat":{"dnat":zero,"snat":zero},"transit":zero}),
-            json!({"type":"summary","journeys":1,"events":3,"lost_events":5,
+            json!({"type":"summary","journeys":1,"events":3,"lost_events":5,"evicted_journeys":4,
                    "nat":{"dnat":{"count":1,"p50_ns":2710,"p99_ns":2710,"max_ns":2710},
                           "snat":zero},
                    "transit":{"count":1,"p50_ns":9410,"p99_ns":9410,"max_ns":9410}}),

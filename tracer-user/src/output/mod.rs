@@ -25,6 +25,13 @@ pub trait Sink {
     /// Writing to the output failed.
     fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()>;
 
+    /// Reports journeys closed early because the join table was full (its oldest open journeys
+    /// are evicted): `new` since the last report, `total` since the start.
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn evicted(&mut self, new: u64, total: u64) -> io::Result<()>;
+
     /// Writes the summary (the last output of a run).
     ///
     /// # Errors

@@ -206,6 +206,15 @@ impl Sink for TextSink {
         self.emit(&format!("{line}\n"))
     }
 
+    fn evicted(&mut self, new: u64, total: u64) -> io::Result<()> {
+        let line = format!(
+            "!! closed {new} journeys early ({total} total): the join table was full; \
+             they may be incomplete"
+        );
+        let line = self.paint(RED, &line);
+        self.emit(&format!("{line}\n"))
+    }
+
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         let title = format!(
             "summary for {}: {} journeys, {} events, {} lost events",
@@ -228,6 +237,14 @@ impl Sink for TextSink {
             let warn = format!(
                 "!! {} events were lost (ring buffer full): some journeys are incomplete",
                 s.lost_events()
+            );
+            block.push_str(&self.paint(RED, &warn));
+            block.push('\n');
+        }
+        if s.evicted_journeys() > 0 {
+            let warn = format!(
+                "!! {} journeys were closed early (join table full): they may be incomplete",
+                s.evicted_journeys()
             );
             block.push_str(&self.paint(RED, &warn));
             block.push('\n');
@@ -401,6 +418,17 @@ summary for default/ubuntu: 1 journeys, 3 events, 0 lost events
                 "!! 4 events were lost (ring buffer full): some journeys are incomplete\n"
             )
         );
+        s.set_evicted(2);
+        let got = render(false, |sink| {
+            sink.evicted(2, 2).unwrap();
+            sink.summary(&s).unwrap();
+        });
+        assert!(got.starts_with(
+            "!! closed 2 journeys early (2 total): the join table was full; they may be incomplete\n"
+        ));
+        assert!(got.ends_with(
+            "!! 2 journeys were closed early (join table full): they may be incomplete\n"
+        ));
     }
 
     #[test]
