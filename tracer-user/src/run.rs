@@ -301,7 +301,7 @@ impl Session {
             eprintln!(
                 "pktrace: nat rules changed: re-read in {} ms, in use {} ms after the poller saw it ({})",
                 update.read_cost.as_millis(),
-                update.seen.elapsed().as_millis(),
+                update.in_use_after.as_millis(),
                 update.rules.describe()
             );
         }

@@ -1,10 +1,11 @@
 //! Attribution during a tracing session: answers cached per connection, and the rules
 //! re-read when they change (kube-proxy resyncs, ip-masq-agent, Calico) without a restart.
 //!
-//! A background thread re-runs the save commands every [`POLL_EVERY`] and compares a
-//! fingerprint of the parsed rules (counters excluded); when it changes, the new rules are
-//! handed over and the cache is dropped at the collector's next housekeeping tick. The
-//! collector never waits for a tool.
+//! A background thread asks the nftables generation id every 200 ms and hashes the ipsets
+//! every 2 s (a full re-read every 2 s where neither tells: iptables-legacy, no nf_tables);
+//! when they moved it re-reads the rules and compares a fingerprint of them (counters
+//! excluded). New rules are taken, and the cache dropped, before the next journey is
+//! explained. The collector never waits for a tool.
 
 use std::{
     collections::HashMap,
@@ -29,10 +30,10 @@ use crate::{
     journey::{Attribution, Journey, Point},
 };
 
-/// How often the rules are re-read.
+/// How often ipsets are compared, and the rules re-read where no cheaper check exists.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
-/// How often the poller looks whether it should stop.
-const STOP_CHECK: Duration = Duration::from_millis(100);
+/// How often the nftables generation is asked (and the poller looks whether to stop).
+const GENERATION_EVERY: Duration = Duration::from_millis(200);
 /// Most cached attributions (one per distinct connection and direction).
 const CACHE: usize = 4096;
 
@@ -51,6 +52,8 @@ pub struct Update {
     pub read_cost: Duration,
     /// When the poller saw the change.
     pub seen: Instant,
+    /// From then until the rules were in use.
+    pub in_use_after: Duration,
 }
 
 /// Attribution for one session.
@@ -59,6 +62,8 @@ pub struct Explainer {
     cache: HashMap<Key, Answers>,
     ctx: PacketCtx,
     updates: Option<(Receiver<Update>, Arc<AtomicBool>)>,
+    /// An update taken and not yet reported.
+    taken: Option<Update>,
 }
 
 impl Explainer {
@@ -107,12 +112,21 @@ impl Explainer {
                 sources,
             },
             updates: None,
+            taken: None,
         }
     }
 
-    /// Takes rules the poller found changed; returns the update for reporting.
+    /// The last update taken since the previous call, for reporting.
     pub fn refresh(&mut self) -> Option<Update> {
-        let (rx, _) = self.updates.as_ref()?;
+        self.take_updates();
+        self.taken.take()
+    }
+
+    /// Takes rules the poller found changed (a channel poll: nanoseconds).
+    fn take_updates(&mut self) {
+        let Some((rx, _)) = self.updates.as_ref() else {
+            return;
+        };
         let mut last = None;
         loop {
             match rx.try_recv() {
@@ -124,9 +138,11 @@ impl Explainer {
                 }
             }
         }
-        let update = last?;
-        self.swap(Arc::clone(&update.rules));
-        Some(update)
+        if let Some(mut update) = last {
+            self.swap(Arc::clone(&update.rules));
+            update.in_use_after = update.seen.elapsed();
+            self.taken = Some(update);
+        }
     }
 
     /// Uses `rules` from now on and forgets every cached answer.
@@ -142,6 +158,7 @@ impl Explainer {
     /// Every packet of a connection takes the same NAT steps, so the answer is cached per
     /// sequence of translations (the replay dominated the collector's time under load).
     pub fn explain(&mut self, j: &mut Journey) {
+        self.take_updates();
         let Some(rules) = &self.rules else { return };
         let nat: Vec<_> = j
             .steps
@@ -217,10 +234,10 @@ fn ipset_print(uses_ipsets: bool) -> Option<u64> {
     Some(std::hash::Hasher::finish(&h))
 }
 
-/// Re-reads the rules when they may have changed (checked every [`POLL_EVERY`]: the
-/// generation and ipsets cheaply; a full read when those changed, when there is no
-/// generation to ask, or when iptables-legacy holds nat rules) until told to stop or nobody
-/// listens.
+/// Re-reads the rules when they may have changed, until told to stop or nobody listens.
+/// Every [`GENERATION_EVERY`] the nftables generation is asked (microseconds); every
+/// [`POLL_EVERY`] also the ipsets' hash, and a full read when iptables-legacy holds nat
+/// rules or there is no generation to ask.
 fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>, Arc<AtomicBool>) {
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
@@ -229,22 +246,26 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>,
         .name("pktrace-rules".into())
         .spawn(move || {
             let (mut known, mut seen, mut uses_ipsets) = (first, seen, uses_ipsets);
-            'poll: loop {
-                let wake = Instant::now() + POLL_EVERY;
-                while Instant::now() < wake {
-                    if stop_flag.load(Ordering::Relaxed) {
-                        break 'poll;
-                    }
-                    thread::sleep(STOP_CHECK);
-                }
+            let mut last_full = Instant::now();
+            while !stop_flag.load(Ordering::Relaxed) {
+                thread::sleep(GENERATION_EVERY);
                 let started = Instant::now();
+                let slow = last_full.elapsed() >= POLL_EVERY;
                 let now = Seen {
                     generation: genid::current(),
-                    ipsets: ipset_print(uses_ipsets),
+                    ipsets: if slow {
+                        ipset_print(uses_ipsets)
+                    } else {
+                        seen.ipsets
+                    },
                 };
-                let quiet = now == seen && now.generation.is_some() && !legacy_in_use();
+                let blind = now.generation.is_none() || legacy_in_use();
+                let changed = now != seen || (slow && blind);
                 seen = now;
-                if quiet {
+                if slow {
+                    last_full = started;
+                }
+                if !changed {
                     continue;
                 }
                 let Ok(rules) = Ruleset::load() else { continue };
@@ -258,6 +279,7 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>,
                     rules: Arc::new(rules),
                     read_cost: started.elapsed(),
                     seen: Instant::now(),
+                    in_use_after: Duration::ZERO,
                 };
                 if tx.send(update).is_err() {
                     break;
@@ -268,4 +290,92 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>,
         eprintln!("pktrace: rules will not be re-read when they change: {e}");
     }
     (rx, stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::PROTO_TCP;
+
+    use super::*;
+    use crate::journey::{Ending, Step, tuple};
+
+    const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
+
+    fn rules(dump: &str) -> Arc<Ruleset> {
+        Arc::new(Ruleset::from_raw(&super::super::ruleset::Raw {
+            dumps: vec![("iptables".into(), dump.into())],
+            ..Default::default()
+        }))
+    }
+
+    fn journey() -> Journey {
+        let ep = |s: &str| s.parse().unwrap();
+        let out = tuple(PROTO_TCP, ep("10.13.76.46:40000"), ep("203.0.113.80:443"));
+        let masq = tuple(PROTO_TCP, ep("10.13.76.4:40000"), ep("203.0.113.80:443"));
+        let step = |point, orig, tuple, iface: Option<&str>| Step {
+            point,
+            iface: iface.map(str::to_owned),
+            tuple,
+            orig,
+            reply: false,
+            latency_ns: None,
+            ktime_ns: 0,
+            ip_id: None,
+            attribution: None,
+        };
+        Journey {
+            steps: vec![
+                step(Point::Ingress, None, out, Some("azv46")),
+                step(Point::Snat, Some(out), masq, None),
+                step(Point::Egress, None, masq, Some("eth0")),
+            ],
+            ending: Ending::Left,
+        }
+    }
+
+    fn why(e: &mut Explainer) -> String {
+        let mut j = journey();
+        e.explain(&mut j);
+        j.steps[1]
+            .attribution
+            .as_ref()
+            .and_then(|a| a.why.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn cached_answers_go_when_the_rules_change() {
+        let node = vec!["10.13.76.4".parse().unwrap()];
+        let mut e = Explainer::with_rules(Some(rules(AZURE)), node, Vec::new());
+        assert!(why(&mut e).starts_with("MASQUERADE by IP-MASQ-AGENT rule 3"));
+        assert_eq!(e.cache.len(), 1);
+        assert!(
+            why(&mut e).starts_with("MASQUERADE by IP-MASQ-AGENT rule 3"),
+            "cached"
+        );
+        let changed = AZURE.replace(
+            "-A IP-MASQ-AGENT -d 10.13.0.0/16",
+            "-A IP-MASQ-AGENT -d 203.0.113.0/24 -j MASQUERADE\n-A IP-MASQ-AGENT -d 10.13.0.0/16",
+        );
+        let (tx, rx) = mpsc::channel();
+        e.updates = Some((rx, Arc::new(AtomicBool::new(false))));
+        tx.send(Update {
+            rules: rules(&changed),
+            read_cost: Duration::from_millis(7),
+            seen: Instant::now(),
+            in_use_after: Duration::ZERO,
+        })
+        .unwrap();
+        assert!(
+            why(&mut e).starts_with("MASQUERADE by IP-MASQ-AGENT rule 1"),
+            "{}",
+            why(&mut e)
+        );
+        let update = e.refresh().expect("reported once");
+        assert_eq!(update.read_cost, Duration::from_millis(7));
+        assert!(e.refresh().is_none());
+        drop(tx);
+        assert!(e.refresh().is_none());
+        assert!(e.updates.is_none(), "a gone poller is forgotten");
+    }
 }
