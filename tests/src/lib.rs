@@ -2,6 +2,7 @@
 //! `cargo xtask integration-test`, which builds the binaries and sets `PKTRACE_BIN` and
 //! `PKTRACE_XTASK_BIN`.
 
+pub mod leftovers;
 pub mod rawbpf;
 pub mod trace;
 

@@ -3,12 +3,12 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    process::{Command, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+    process::Stdio,
+    time::Duration,
 };
 
 use tests::{
+    leftovers::{kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot},
     LabGuard, pktrace_bin,
     trace::{Pktrace, assert_path, conntrack, steps},
 };
@@ -68,48 +68,6 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
     assert!(incomplete.is_empty(), "journeys that did not leave the node: {incomplete:?}");
 }
 
-/// tcx links exist from Linux 6.6 (pktrace uses them there unless told otherwise).
-fn kernel_has_tcx() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor) >= (6, 6)
-}
-
-/// Our programs and links as bpftool lists them.
-fn ours_loaded() -> Vec<String> {
-    let mut found = Vec::new();
-    for what in ["prog", "link"] {
-        let out = Command::new("bpftool").args([what, "show"]).output().expect("bpftool");
-        let text = String::from_utf8_lossy(&out.stdout);
-        for line in text.lines() {
-            let ours = ["tc_ingress", "tc_egress", "nf_pre_", "nf_post_", "nf_out_", "nf_in_", "nat_"]
-                .iter()
-                .any(|name| line.contains(&format!("name {name}")));
-            if ours {
-                found.push(format!("{what}: {line}"));
-            }
-        }
-    }
-    found
-}
-
-fn tc_state() -> String {
-    let mut all = String::new();
-    for args in [vec!["qdisc", "show"], vec!["filter", "show", "dev", "azure0", "ingress"]] {
-        let out = in_ns(NODE_NS, "tc", &args).output().expect("tc");
-        all.push_str(&String::from_utf8_lossy(&out.stdout));
-    }
-    for iface in ["eth0", "azure0", UBUNTU.host_if] {
-        for dir in ["ingress", "egress"] {
-            let out = in_ns(NODE_NS, "tc", ["filter", "show", "dev", iface, dir]).output().expect("tc");
-            all.push_str(&String::from_utf8_lossy(&out.stdout));
-        }
-    }
-    all
-}
-
 #[test]
 fn sigkill_leaves_no_program_link_filter_or_qdisc() {
     if !kernel_has_tcx() {
@@ -121,7 +79,7 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
     }
     let _lab = LabGuard::new();
     assert!(ours_loaded().is_empty(), "programs of ours loaded before the test: {:?}", ours_loaded());
-    let tc_before = tc_state();
+    let tc_before = tc_snapshot();
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
     let loaded = ours_loaded();
     assert!(loaded.iter().any(|l| l.contains("tc_ingress")), "pktrace attached nothing? {loaded:?}");
@@ -129,12 +87,9 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
     let trace = pk.stop_with(libc::SIGKILL);
     assert!(!trace.status.success());
     // The kernel frees programs after the last reference is gone (RCU): give it a moment.
-    let start = Instant::now();
-    while !ours_loaded().is_empty() && start.elapsed() < Duration::from_secs(5) {
-        sleep(Duration::from_millis(100));
-    }
-    assert!(ours_loaded().is_empty(), "left behind after SIGKILL: {:?}", ours_loaded());
-    assert_eq!(tc_state(), tc_before, "tc qdiscs/filters changed");
+    let loaded = ours_loaded_after_settling();
+    assert!(loaded.is_empty(), "left behind after SIGKILL: {loaded:?}");
+    assert_eq!(tc_snapshot(), tc_before, "tc qdiscs/filters changed");
 }
 
 fn ping(n: u32) {
@@ -198,28 +153,12 @@ fn without_privileges_pktrace_says_so_and_exits_1() {
     assert_eq!(err.lines().count(), 1, "one line, not a stack trace: {err}");
 }
 
-/// tc filters of ours (cls_bpf named after our programs) in the node namespace.
-fn our_filters() -> Vec<String> {
-    let mut found = Vec::new();
-    for iface in ["eth0", "azure0", UBUNTU.host_if] {
-        for dir in ["ingress", "egress"] {
-            let out = in_ns(NODE_NS, "tc", ["filter", "show", "dev", iface, dir]).output().expect("tc");
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
-                if line.contains("tc_ingress") || line.contains("tc_egress") {
-                    found.push(format!("{iface} {dir}: {line}"));
-                }
-            }
-        }
-    }
-    found
-}
-
 const FORCE_CLSACT: (&str, &str) = ("PKTRACE_FORCE_CLSACT", "1");
 
 #[test]
 fn clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left() {
     let _lab = LabGuard::new();
-    let tc_before = tc_state();
+    let tc_before = tc_snapshot();
     // Clean exit: filters and the qdiscs pktrace created are gone.
     let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
     assert!(!our_filters().is_empty(), "clsact mode attached no filter");
@@ -228,7 +167,7 @@ fn clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left() {
     assert!(trace.status.success(), "{}", trace.dump());
     assert_eq!(trace.starting("10.13.76.46", "10.13.1.4").len(), 3, "{}", trace.dump());
     assert!(our_filters().is_empty(), "filters left after a clean exit: {:?}", our_filters());
-    assert_eq!(tc_state(), tc_before, "qdiscs left after a clean exit");
+    assert_eq!(tc_snapshot(), tc_before, "qdiscs left after a clean exit");
 
     // SIGKILL: clsact filters outlive the process (tcx links would not)...
     let killed = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
@@ -241,10 +180,7 @@ fn clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left() {
     assert!(trace.stderr.contains("removed") && trace.stderr.contains("tc filters left"), "{}", trace.stderr);
     assert_eq!(trace.starting("10.13.76.46", "10.13.1.4").len(), 2, "no duplicate events from stale filters\n{}", trace.dump());
     assert!(our_filters().is_empty(), "left behind: {:?}", our_filters());
-    let start = Instant::now();
-    while !ours_loaded().is_empty() && start.elapsed() < Duration::from_secs(5) {
-        sleep(Duration::from_millis(100));
-    }
-    assert!(ours_loaded().is_empty(), "programs left: {:?}", ours_loaded());
-    assert_eq!(tc_state(), tc_before, "qdiscs left behind");
+    let loaded = ours_loaded_after_settling();
+    assert!(loaded.is_empty(), "programs left: {loaded:?}");
+    assert_eq!(tc_snapshot(), tc_before, "qdiscs left behind");
 }

@@ -14,7 +14,7 @@ mod safety {
         io::ErrorKind,
         net::{SocketAddr, TcpStream, UdpSocket},
         os::fd::AsRawFd as _,
-        process::{Command, Stdio},
+        process::Stdio,
         sync::{
             Arc,
             atomic::{AtomicBool, AtomicU64, Ordering},
@@ -25,7 +25,12 @@ mod safety {
 
     use serde_json::Value;
     use tests::{
-        LabGuard, pktrace_bin,
+        LabGuard,
+        leftovers::{
+            kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tagged_pid,
+            tc_snapshot,
+        },
+        pktrace_bin,
         rawbpf::{CountingProgram, enter_netns, ifindex, in_netns},
         trace::Pktrace,
     };
@@ -37,118 +42,6 @@ mod safety {
 
     // ---------------------------------------------------------------------------------------------
     // What the kernel holds of ours.
-
-    /// tcx links exist from Linux 6.6.
-    fn kernel_has_tcx() -> bool {
-        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        (major, minor) >= (6, 6)
-    }
-
-    /// Our programs and links as bpftool lists them.
-    fn ours_loaded() -> Vec<String> {
-        let mut found = Vec::new();
-        for what in ["prog", "link"] {
-            let out = Command::new("bpftool")
-                .args([what, "show"])
-                .output()
-                .expect("bpftool");
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
-                let ours = [
-                    "tc_ingress",
-                    "tc_egress",
-                    "nf_pre_",
-                    "nf_post_",
-                    "nf_out_",
-                    "nf_in_",
-                    "nat_",
-                ]
-                .iter()
-                .any(|name| line.contains(&format!("name {name}")));
-                if ours {
-                    found.push(format!("{what}: {line}"));
-                }
-            }
-        }
-        found
-    }
-
-    /// Waits (the kernel frees programs after an RCU grace period) until none of ours is loaded.
-    fn ours_loaded_after_settling() -> Vec<String> {
-        let start = Instant::now();
-        while !ours_loaded().is_empty() && start.elapsed() < Duration::from_secs(5) {
-            sleep(Duration::from_millis(50));
-        }
-        ours_loaded()
-    }
-
-    /// The node namespace's interfaces.
-    fn node_ifaces() -> Vec<String> {
-        let out = in_ns(NODE_NS, "ip", ["-o", "link", "show"])
-            .output()
-            .expect("ip link");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split(": ").nth(1))
-            .map(|n| n.split('@').next().unwrap_or(n).to_owned())
-            .collect()
-    }
-
-    /// Every qdisc and every ingress/egress filter of the node namespace, as `tc` prints them.
-    fn tc_snapshot() -> String {
-        let mut all = String::from_utf8_lossy(
-            &in_ns(NODE_NS, "tc", ["qdisc", "show"])
-                .output()
-                .expect("tc")
-                .stdout,
-        )
-        .into_owned();
-        for iface in node_ifaces() {
-            for dir in ["ingress", "egress"] {
-                let out = in_ns(NODE_NS, "tc", ["filter", "show", "dev", &iface, dir])
-                    .output()
-                    .expect("tc");
-                all.push_str(&String::from_utf8_lossy(&out.stdout));
-            }
-        }
-        all
-    }
-
-    /// Our clsact filters in the node namespace: (where, handle).
-    fn our_filters() -> Vec<(String, u32)> {
-        let mut found = Vec::new();
-        for iface in node_ifaces() {
-            for dir in ["ingress", "egress"] {
-                let out = in_ns(NODE_NS, "tc", ["filter", "show", "dev", &iface, dir])
-                    .output()
-                    .expect("tc");
-                for line in String::from_utf8_lossy(&out.stdout).lines() {
-                    if !(line.contains("tc_ingress") || line.contains("tc_egress")) {
-                        continue;
-                    }
-                    let handle = line
-                        .split_whitespace()
-                        .skip_while(|w| *w != "handle")
-                        .nth(1)
-                        .and_then(|h| u32::from_str_radix(h.trim_start_matches("0x"), 16).ok())
-                        .unwrap_or(0);
-                    found.push((format!("{iface} {dir}: {line}"), handle));
-                }
-            }
-        }
-        found
-    }
-
-    /// The PID a filter handle of ours carries (`0x5000 | pid >> 16` : `pid & 0xffff`).
-    const fn tagged_pid(handle: u32) -> Option<u32> {
-        let major = handle >> 16;
-        if major & 0xf000 != 0x5000 {
-            return None;
-        }
-        Some(((major & 0x0fff) << 16) | (handle & 0xffff))
-    }
 
     /// A clsact qdisc someone else created; removed on drop.
     struct ForeignQdisc(&'static str);
