@@ -78,7 +78,9 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
         return;
     }
     let _lab = LabGuard::new();
-    assert!(ours_loaded().is_empty(), "programs of ours loaded before the test: {:?}", ours_loaded());
+    // The previous test's programs may still be on their way out (RCU).
+    let loaded = ours_loaded_after_settling();
+    assert!(loaded.is_empty(), "programs of ours loaded before the test: {loaded:?}");
     let tc_before = tc_snapshot();
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
     let loaded = ours_loaded();

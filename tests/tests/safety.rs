@@ -27,8 +27,7 @@ mod safety {
     use tests::{
         LabGuard,
         leftovers::{
-            kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tagged_pid,
-            tc_snapshot,
+            kernel_has_tcx, our_filters, ours_loaded_after_settling, tagged_pid, tc_snapshot,
         },
         pktrace_bin,
         rawbpf::{CountingProgram, enter_netns, ifindex, in_netns},
@@ -111,10 +110,11 @@ mod safety {
         eprintln!("random kill points: seed {seed} (set PKTRACE_TEST_SEED={seed} to repeat)");
         let mut rng = Rng(seed);
         let started = Instant::now();
+        // The previous test's programs may still be on their way out (RCU).
+        let loaded = ours_loaded_after_settling();
         assert!(
-            ours_loaded().is_empty(),
-            "programs of ours loaded before the test: {:?}",
-            ours_loaded()
+            loaded.is_empty(),
+            "programs of ours loaded before the test: {loaded:?}"
         );
         // A clsact qdisc that is not ours: it must outlive every pktrace, killed or not.
         let foreign = ForeignQdisc::add("azure0");
