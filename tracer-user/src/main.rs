@@ -15,6 +15,7 @@ mod cli;
 mod collect;
 mod config;
 mod explain;
+mod follow;
 mod generate;
 mod journey;
 #[expect(

@@ -1,11 +1,13 @@
 //! One tracing session: resolve → attach → collect → join → explain → output → summary.
 
 use std::{
+    collections::HashSet,
     io::{self, Write},
     net::IpAddr,
     time::Duration,
 };
 
+use aya::Ebpf;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{Signal, SignalKind, signal},
@@ -13,11 +15,17 @@ use tokio::{
 };
 
 use crate::{
-    attach::{self, Globals, tc},
+    attach::{
+        self, Globals,
+        clsact::CreatedQdiscs,
+        links::{Batch, LinkEvent, LinkMonitor},
+        tc,
+    },
     caps,
     collect::{Collector, Counters},
     config::{Config, Target},
     explain::Explainer,
+    follow::{self, Action, PodWatch},
     journey::{
         Journey,
         correlate::{Correlator, Limits},
@@ -31,6 +39,9 @@ use crate::{
 
 /// How often the collector drains the ring buffer when the kernel did not wake it.
 const DRAIN_EVERY: Duration = Duration::from_millis(20);
+/// Most link-event datagrams read per wake-up (the rest wait for the next turn of the loop).
+const LINK_READS: usize = 64;
+
 /// How often kernel counters are read (loss reports) and idle journeys closed.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 
@@ -106,7 +117,10 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    rt.block_on(trace(cfg, subject))
+    let result = rt.block_on(trace(cfg, subject));
+    // A pod lookup still under way (a slow API server) must not delay the exit.
+    rt.shutdown_background();
+    result
 }
 
 async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
@@ -114,7 +128,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let offsets = nat::kernel_offsets_or_default(cfg.verbose);
     let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
     // Declared before `ebpf` so that it drops after it, once our filters are gone.
-    let mut created_qdiscs = attach::clsact::CreatedQdiscs::default();
+    let mut created_qdiscs = CreatedQdiscs::default();
     let mut ebpf = attach::load(&globals).map_err(|e| {
         match (&e, caps::explain_eperm(caps::read_lockdown().as_deref())) {
             (attach::LoadError::Permission(_), Some(lockdown)) => RunError::Privilege(lockdown),
@@ -123,6 +137,14 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     })?;
     attach::track_addrs(&mut ebpf, &subject.addrs)?;
 
+    // Subscribed before listing: a link created in between is reported, not missed.
+    let monitor = match LinkMonitor::open() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("pktrace: interfaces that appear later will not be traced: link events: {e}");
+            None
+        }
+    };
     let all = tc::list_ifaces();
     let ifaces: Vec<tc::Iface> =
         all.iter().filter(|i| crate::config::iface_matches(&cfg.interfaces, &i.name)).cloned().collect();
@@ -133,7 +155,8 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         }
         .into());
     }
-    let (mode, swept) = tc::attach(&mut ebpf, &ifaces, &mut created_qdiscs)?;
+    let attachments = tc::attach(&mut ebpf, &ifaces, &mut created_qdiscs)?;
+    let (mode, swept) = (attachments.mode, attachments.swept());
     if swept > 0 {
         eprintln!("pktrace: removed {swept} tc filters left by a pktrace that did not exit cleanly");
     }
@@ -170,7 +193,25 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         evicted_reported: 0,
         counters: Counters::default(),
     };
-    let result = session.event_loop(cfg, &mut collector, sink.as_mut(), signals).await;
+    // SAFETY: the monitor owns its socket, which stays open as long as the AsyncFd holds it.
+    let links =
+        monitor.map(|m| unsafe { AsyncFd::register(m) }.map_err(|e| RunError::Runtime(e.into()))).transpose()?;
+    let pod = match &cfg.target {
+        Target::Pod { .. } => Some(PodWatch::new(subject.label.clone(), subject.addrs.clone(), cfg.state_file.clone())),
+        _ => None,
+    };
+    let mut hot = Hot {
+        ebpf: &mut ebpf,
+        tc: attachments,
+        created: &mut created_qdiscs,
+        links,
+        verbose: cfg.verbose > 0,
+        failed: HashSet::new(),
+        pod,
+        lookup: None,
+    };
+    let result = session.event_loop(cfg, &mut collector, sink.as_mut(), signals, &mut hot).await;
+    drop(hot);
     // Whatever stopped the loop, report what is left.
     let mut done = Vec::new();
     collector.drain(|ev| session.correlator.push(ev, &mut done));
@@ -234,6 +275,7 @@ impl Session {
         collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
         (mut sigint, mut sigterm): (Signal, Signal),
+        hot: &mut Hot<'_>,
     ) -> io::Result<()> {
         // SAFETY: the ring buffer's fd stays open and the same for as long as `collector`,
         // which outlives this AsyncFd.
@@ -258,7 +300,18 @@ impl Session {
                     let done = self.drain(ring.get_mut().0);
                     self.output(done, sink)?;
                 }
-                _ = chores.tick() => self.housekeeping(ring.get_ref().0, sink)?,
+                _ = chores.tick() => {
+                    self.housekeeping(ring.get_ref().0, sink)?;
+                    hot.follow_pod(cfg).await;
+                }
+                events = hot.link_events(), if hot.links.is_some() => {
+                    // Journeys must be up to date before one is closed for its interface.
+                    let done = self.drain(ring.get_mut().0);
+                    self.output(done, sink)?;
+                    let mut done = Vec::new();
+                    hot.apply(cfg, events, &mut self.correlator, &mut done);
+                    self.output(done, sink)?;
+                }
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
                 () = &mut stop_at, if deadline.is_some() => break,
@@ -321,6 +374,133 @@ impl Session {
         }
         self.summary.set_evicted(evicted);
         Ok(())
+    }
+}
+
+/// What follows the node while the session runs: attachments of interfaces that come and go,
+/// and the followed pod's addresses.
+struct Hot<'a> {
+    ebpf: &'a mut Ebpf,
+    tc: tc::TcAttachments,
+    created: &'a mut CreatedQdiscs,
+    links: Option<AsyncFd<LinkMonitor>>,
+    verbose: bool,
+    /// Interfaces an attach failed on (reported once each).
+    failed: HashSet<u32>,
+    pod: Option<PodWatch>,
+    /// A lookup of the followed pod under way.
+    lookup: Option<tokio::task::JoinHandle<Option<Vec<IpAddr>>>>,
+}
+
+impl Hot<'_> {
+    /// Waits for link notifications and returns them (a lost batch becomes a re-listing).
+    async fn link_events(&mut self) -> Vec<LinkEvent> {
+        let Some(links) = &self.links else {
+            return std::future::pending().await;
+        };
+        let mut events = Vec::new();
+        let Ok(mut guard) = links.readable().await else {
+            return events;
+        };
+        for _ in 0..LINK_READS {
+            match guard.try_io(|fd| fd.get_ref().recv()) {
+                Ok(Ok(Batch::Events(evs))) => events.extend(evs),
+                Ok(Ok(Batch::Overflow)) => {
+                    let attached = self.tc.attached();
+                    events.extend(follow::resync(&attached, &tc::list_ifaces()));
+                }
+                Ok(Err(e)) => {
+                    eprintln!("pktrace: stopped following interfaces: link events: {e}");
+                    self.links = None;
+                    break;
+                }
+                Err(_would_block) => break,
+            }
+        }
+        events
+    }
+
+    /// Applies link events: attach, rename, detach, forget; journeys last seen on a vanished
+    /// interface go to `done`.
+    fn apply(&mut self, cfg: &Config, events: Vec<LinkEvent>, correlator: &mut Correlator, done: &mut Vec<Journey>) {
+        for ev in events {
+            if let LinkEvent::Del { index, .. } = ev {
+                self.failed.remove(&index);
+            }
+            match follow::decide(&ev, self.tc.name(ev.index()), &cfg.interfaces) {
+                Action::Attach(iface) => {
+                    if let Some(pod) = &mut self.pod {
+                        pod.dirty = true;
+                    }
+                    match self.tc.attach(self.ebpf, &iface, self.created) {
+                        Ok(()) => {
+                            self.failed.remove(&iface.index);
+                            correlator.set_iface(iface.index, tc::host_if(&iface.name));
+                            if self.verbose {
+                                eprintln!(
+                                    "pktrace: attached to {} ({})",
+                                    output::safe(&iface.name),
+                                    self.tc.mode.as_str()
+                                );
+                            }
+                        }
+                        // Gone again already (created and deleted at once): nothing to say.
+                        Err(_) if !tc::list_ifaces().iter().any(|i| i.index == iface.index) => {}
+                        Err(e) if self.failed.insert(iface.index) => eprintln!("pktrace: {e}"),
+                        Err(_) => {}
+                    }
+                }
+                Action::Rename { index, name } => {
+                    self.tc.rename(index, &name);
+                    correlator.set_iface(index, tc::host_if(&name));
+                }
+                Action::Detach { index, name } => {
+                    self.tc.detach(self.ebpf, index);
+                    if self.verbose {
+                        eprintln!("pktrace: detached from {}: renamed out of --interfaces", output::safe(&name));
+                    }
+                }
+                Action::Gone { index } => {
+                    correlator.interface_gone(index, done);
+                    let name = self.tc.forget(self.ebpf, index, self.created);
+                    if self.verbose {
+                        eprintln!("pktrace: {} is gone", output::safe(name.as_deref().unwrap_or("?")));
+                    }
+                }
+                Action::Nothing => {}
+            }
+        }
+    }
+
+    /// Resolves the followed pod again when its state file changed or a link appeared, and
+    /// moves the in-kernel filter to its new addresses. The lookup may ask the container
+    /// runtime or the API server (seconds), so it runs off the event loop, one at a time; its
+    /// answer is taken on a later tick.
+    async fn follow_pod(&mut self, cfg: &Config) {
+        let Some(pod) = &mut self.pod else { return };
+        if self.lookup.as_ref().is_some_and(tokio::task::JoinHandle::is_finished) {
+            let found = match self.lookup.take() {
+                Some(handle) => handle.await.ok().flatten(),
+                None => None,
+            };
+            // Not resolvable for now (deleted, not recreated yet): keep the old addresses.
+            let Some((added, removed)) = found.and_then(|ips| pod.update(ips)) else { return };
+            let line = pod.moved_line(&removed);
+            match attach::track_addrs(self.ebpf, &added).and_then(|()| attach::untrack_addrs(self.ebpf, &removed)) {
+                Ok(()) => eprintln!("pktrace: {line}"),
+                Err(e) => eprintln!("pktrace: {line}, but the kernel filter could not be updated: {e}"),
+            }
+            return;
+        }
+        if self.lookup.is_some() || !pod.due() {
+            return;
+        }
+        let Target::Pod { namespace, name } = &cfg.target else { return };
+        let sources = resolve::Sources::for_node(&cfg.state_file, cfg.kubeconfig.as_deref());
+        let (namespace, name) = (namespace.clone(), name.clone());
+        self.lookup = Some(tokio::task::spawn_blocking(move || {
+            resolve::resolve(&sources, &namespace, &name).ok().map(|found| found.pod.ips)
+        }));
     }
 }
 

@@ -133,6 +133,22 @@ impl CreatedQdiscs {
         self.save();
     }
 
+    /// Forgets the qdisc of an interface that is gone (it went with the device), so that no
+    /// later pktrace acts on its ifindex.
+    pub fn forget(&mut self, ifindex: u32) {
+        if !self.ifindexes.contains(&ifindex) {
+            return;
+        }
+        self.ifindexes.retain(|&i| i != ifindex);
+        if self.ifindexes.is_empty() {
+            if let Some(path) = Self::path() {
+                let _ = std::fs::remove_file(path);
+            }
+        } else {
+            self.save();
+        }
+    }
+
     /// Takes over the qdiscs recorded by pktraces of this network namespace that are gone: they
     /// are removed at our exit once empty (their filters are swept first). Returns how many.
     pub fn adopt_orphans(&mut self) -> usize {

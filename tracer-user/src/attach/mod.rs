@@ -3,6 +3,7 @@
 //! process dying, even by SIGKILL, for tcx and netfilter links) detaches it.
 
 pub mod clsact;
+pub mod links;
 pub mod netfilter;
 pub mod probe;
 pub mod tc;
@@ -25,9 +26,7 @@ pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
 /// Failures to load the kernel object.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error(
-        "this pktrace was built without its kernel programs (AYA_BUILD_SKIP=1); rebuild without it"
-    )]
+    #[error("this pktrace was built without its kernel programs (AYA_BUILD_SKIP=1); rebuild without it")]
     NoObject,
     #[error(
         "not allowed to load eBPF programs: run as root (sudo) or with CAP_BPF, CAP_NET_ADMIN \
@@ -125,4 +124,16 @@ pub fn addr_key(addr: std::net::IpAddr) -> AddrKey {
         }
     }
     key
+}
+
+/// Takes addresses out of the in-kernel filter (a followed pod that moved to another IP).
+/// Flows already tracked stay tracked until the LRU ages them out.
+pub fn untrack_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
+    let map = ebpf.map_mut("TRACKED_ADDRS").ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
+    let mut map: BpfHashMap<_, AddrKey, u32> = BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    for addr in addrs {
+        // Absent already is as good as removed.
+        let _ = map.remove(&addr_key(*addr));
+    }
+    Ok(())
 }

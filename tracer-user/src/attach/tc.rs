@@ -11,7 +11,10 @@ use std::{collections::HashMap, ffi::CStr, path::Path};
 
 use aya::{
     Ebpf,
-    programs::{LinkOrder, ProgramError, SchedClassifier, TcAttachType, tc, tc::TcAttachOptions},
+    programs::{
+        LinkOrder, ProgramError, SchedClassifier, TcAttachType,
+        tc::{self, SchedClassifierLinkId, TcAttachOptions},
+    },
     util::KernelVersion,
 };
 
@@ -100,47 +103,157 @@ pub fn is_internal(name: &str) -> bool {
 /// What the correlator needs to know of the attached interfaces.
 #[must_use]
 pub fn host_ifs(ifaces: &[Iface]) -> HashMap<u32, HostIf> {
-    ifaces
-        .iter()
-        .map(|i| (i.index, HostIf { name: i.name.clone(), edge: !is_internal(&i.name) }))
-        .collect()
+    ifaces.iter().map(|i| (i.index, host_if(&i.name))).collect()
 }
 
-/// Loads both classifiers and attaches them at ingress and egress of every interface.
-/// The links live as long as `ebpf`. In clsact mode, filters left by pktraces that died
-/// without detaching are removed first; returns how many.
+/// What the correlator needs to know of one interface.
+#[must_use]
+pub fn host_if(name: &str) -> HostIf {
+    HostIf { name: name.to_owned(), edge: !is_internal(name) }
+}
+
+/// The programs' names and where each goes.
+const PROGRAMS: [(&str, TcAttachType); 2] =
+    [("tc_ingress", TcAttachType::Ingress), ("tc_egress", TcAttachType::Egress)];
+
+/// What is attached where: one link per program per interface, by ifindex.
+#[derive(Debug)]
+pub struct TcAttachments {
+    pub mode: TcMode,
+    links: HashMap<u32, Attached>,
+    swept: usize,
+}
+
+#[derive(Debug)]
+struct Attached {
+    name: String,
+    links: Vec<(&'static str, SchedClassifierLinkId)>,
+}
+
+impl TcAttachments {
+    /// The name `index` had when it was attached (or last renamed).
+    #[must_use]
+    pub fn name(&self, index: u32) -> Option<&str> {
+        self.links.get(&index).map(|a| a.name.as_str())
+    }
+
+    /// Every attached interface: (index, name).
+    #[must_use]
+    pub fn attached(&self) -> Vec<(u32, String)> {
+        self.links.iter().map(|(i, a)| (*i, a.name.clone())).collect()
+    }
+
+    /// Records a rename of an attached interface.
+    pub fn rename(&mut self, index: u32, name: &str) {
+        if let Some(a) = self.links.get_mut(&index) {
+            name.clone_into(&mut a.name);
+        }
+    }
+
+    /// Attaches both programs to one more interface, as at start (see [`attach`]).
+    pub fn attach(
+        &mut self,
+        ebpf: &mut Ebpf,
+        iface: &Iface,
+        created: &mut clsact::CreatedQdiscs,
+    ) -> Result<(), TcAttachError> {
+        if self.links.contains_key(&iface.index) {
+            return Ok(());
+        }
+        if self.mode == TcMode::Clsact {
+            for parent in [clsact::PARENT_INGRESS, clsact::PARENT_EGRESS] {
+                // No clsact qdisc yet is the common case: nothing to sweep.
+                self.swept += clsact::sweep(iface.index, parent).unwrap_or(0);
+            }
+        }
+        let mut links = Vec::with_capacity(PROGRAMS.len());
+        for (program, ty) in PROGRAMS {
+            let prog = classifier(ebpf, program)?;
+            match attach_one(prog, iface, ty, self.mode, created) {
+                Ok(id) => links.push((program, id)),
+                Err(source) => {
+                    // Not half attached: take back what this interface already got.
+                    for (program, id) in links {
+                        if let Ok(prog) = classifier(ebpf, program) {
+                            let _ = prog.detach(id);
+                        }
+                    }
+                    return Err(TcAttachError::Attach { program, iface: crate::output::safe(&iface.name), source });
+                }
+            }
+        }
+        self.links.insert(iface.index, Attached { name: iface.name.clone(), links });
+        Ok(())
+    }
+
+    /// Detaches from an interface that still exists (renamed so that no pattern matches any
+    /// more). Returns its recorded name.
+    pub fn detach(&mut self, ebpf: &mut Ebpf, index: u32) -> Option<String> {
+        let attached = self.links.remove(&index)?;
+        for (program, id) in attached.links {
+            if let Ok(prog) = classifier(ebpf, program) {
+                let _ = prog.detach(id);
+            }
+        }
+        Some(attached.name)
+    }
+
+    /// Forgets an interface that is gone: the kernel removed its tcx links and clsact filters
+    /// with the device, so nothing is deleted (a tcx link's fd is closed; a clsact filter's
+    /// record is dropped without a netlink request that could only fail). Returns its name.
+    pub fn forget(&mut self, ebpf: &mut Ebpf, index: u32, created: &mut clsact::CreatedQdiscs) -> Option<String> {
+        let attached = self.links.remove(&index)?;
+        created.forget(index);
+        for (program, id) in attached.links {
+            let Ok(prog) = classifier(ebpf, program) else {
+                continue;
+            };
+            if let Ok(link) = prog.take_link(id) {
+                match self.mode {
+                    TcMode::Tcx => drop(link),
+                    // Plain data (ifindex, priority, handle): forgetting it leaks nothing.
+                    TcMode::Clsact => std::mem::forget(link),
+                }
+            }
+        }
+        Some(attached.name)
+    }
+
+    /// Filters of dead pktraces removed while attaching.
+    #[must_use]
+    pub const fn swept(&self) -> usize {
+        self.swept
+    }
+}
+
+fn classifier<'a>(ebpf: &'a mut Ebpf, program: &'static str) -> Result<&'a mut SchedClassifier, TcAttachError> {
+    ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or(TcAttachError::MissingProgram(program))
+}
+
+/// Loads both classifiers and attaches them at ingress and egress of every interface, one
+/// interface at a time ([`TcAttachments::attach`], the path interfaces that appear later take
+/// too). The links live as long as `ebpf`. In clsact mode, filters left by pktraces that died
+/// without detaching are removed first ([`TcAttachments::swept`] says how many).
 pub fn attach(
     ebpf: &mut Ebpf,
     ifaces: &[Iface],
     created: &mut clsact::CreatedQdiscs,
-) -> Result<(TcMode, usize), TcAttachError> {
+) -> Result<TcAttachments, TcAttachError> {
     let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
     let forced = std::env::var_os(FORCE_CLSACT_ENV).is_some_and(|v| v == "1");
     let mode = if tcx && !forced { TcMode::Tcx } else { TcMode::Clsact };
-    let mut swept = 0;
+    for (program, _) in PROGRAMS {
+        classifier(ebpf, program)?.load().map_err(|source| TcAttachError::Load { program, source })?;
+    }
+    let mut out = TcAttachments { mode, links: HashMap::new(), swept: 0 };
+    for iface in ifaces {
+        out.attach(ebpf, iface, created)?;
+    }
     if mode == TcMode::Clsact {
-        for iface in ifaces {
-            for parent in [clsact::PARENT_INGRESS, clsact::PARENT_EGRESS] {
-                // No clsact qdisc yet is the common case: nothing to sweep.
-                swept += clsact::sweep(iface.index, parent).unwrap_or(0);
-            }
-        }
         // The qdiscs a dead pktrace recorded as its own go when we exit, if empty by then.
         created.adopt_orphans();
     }
-    for (program, ty) in [("tc_ingress", TcAttachType::Ingress), ("tc_egress", TcAttachType::Egress)]
-    {
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(program)
-            .and_then(|p| p.try_into().ok())
-            .ok_or(TcAttachError::MissingProgram(program))?;
-        prog.load().map_err(|source| TcAttachError::Load { program, source })?;
-        for iface in ifaces {
-            attach_one(prog, iface, ty, mode, created)
-                .map_err(|source| TcAttachError::Attach { program, iface: crate::output::safe(&iface.name), source })?;
-        }
-    }
-    Ok((mode, swept))
+    Ok(out)
 }
 
 fn attach_one(
@@ -149,20 +262,18 @@ fn attach_one(
     ty: TcAttachType,
     mode: TcMode,
     created: &mut clsact::CreatedQdiscs,
-) -> Result<(), ProgramError> {
+) -> Result<SchedClassifierLinkId, ProgramError> {
     let (index, iface) = (iface.index, iface.name.as_str());
     match mode {
-        TcMode::Tcx => {
-            prog.attach_with_options(iface, ty, TcAttachOptions::TcxOrder(LinkOrder::first()))?;
-        }
+        TcMode::Tcx => prog.attach_with_options(iface, ty, TcAttachOptions::TcxOrder(LinkOrder::first())),
         TcMode::Clsact => {
             // An existing clsact qdisc (the CNI's) is used as it is, never replaced.
             match tc::qdisc_add_clsact(iface) {
                 Ok(()) => created.record(index),
                 Err(e) => {
-                let exists = matches!(&e, tc::TcError::IoError(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
-                    || format!("{e:?}").contains("AlreadyExists")
-                    || format!("{e:?}").contains("File exists");
+                    let exists = matches!(&e, tc::TcError::IoError(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
+                        || format!("{e:?}").contains("AlreadyExists")
+                        || format!("{e:?}").contains("File exists");
                     if !exists {
                         return Err(e.into());
                     }
@@ -171,8 +282,7 @@ fn attach_one(
             // The handle carries our PID, so a later pktrace can tell our filters from a live
             // one's if we die without detaching (see `clsact`).
             let options = tc::NlOptions { handle: clsact::handle_for(std::process::id()), ..tc::NlOptions::default() };
-            prog.attach_with_options(iface, ty, TcAttachOptions::Netlink(options))?;
+            prog.attach_with_options(iface, ty, TcAttachOptions::Netlink(options))
         }
     }
-    Ok(())
 }

@@ -54,6 +54,8 @@ struct Open {
     /// The packet as the journey's last step left it.
     current: Tuple,
     last_ktime: u64,
+    /// The interface of the latest tc step: (its time, ifindex).
+    last_if: Option<(u64, u32)>,
     steps: Vec<Step>,
 }
 
@@ -128,6 +130,7 @@ impl Correlator {
             ip_id: ip_id(ev),
             attribution: None,
         };
+        let hop = Some((ev.ktime_ns, ev.ifindex));
         let entering = ingress && iface.edge;
         let leaving = !ingress && iface.edge;
         let found = if entering {
@@ -137,7 +140,7 @@ impl Correlator {
         };
         match found {
             Some(idx) => {
-                let open = self.append(key, idx, step, ev.tuple);
+                let open = self.append(key, idx, step, ev.tuple, hop);
                 if leaving {
                     let open = self.remove(key, open);
                     done.push(finish(open, Ending::Left));
@@ -147,7 +150,7 @@ impl Correlator {
                 steps: vec![step],
                 ending: Ending::Left,
             }),
-            None => self.start(key, step, ev.tuple, done),
+            None => self.start(key, step, ev.tuple, hop, done),
         }
     }
 
@@ -155,9 +158,9 @@ impl Correlator {
         let step = nat_step(ev);
         match self.find(key, &ev.orig) {
             Some(idx) => {
-                self.append(key, idx, step, ev.tuple);
+                self.append(key, idx, step, ev.tuple, None);
             }
-            None => self.start(key, step, ev.tuple, done),
+            None => self.start(key, step, ev.tuple, None, done),
         }
     }
 
@@ -180,18 +183,35 @@ impl Correlator {
     }
 
     /// Appends a step in time order; returns the journey's id.
-    fn append(&mut self, key: JoinKey, idx: usize, step: Step, now: Tuple) -> u64 {
+    fn append(
+        &mut self,
+        key: JoinKey,
+        idx: usize,
+        step: Step,
+        now: Tuple,
+        hop: Option<(u64, u32)>,
+    ) -> u64 {
         let Some(open) = self.open.get_mut(&key).and_then(|v| v.get_mut(idx)) else {
             return u64::MAX;
         };
         open.current = now;
         open.last_ktime = open.last_ktime.max(step.ktime_ns);
+        if hop.is_some_and(|(t, _)| open.last_if.is_none_or(|(last, _)| t >= last)) {
+            open.last_if = hop;
+        }
         let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
         open.steps.insert(at, step);
         open.id
     }
 
-    fn start(&mut self, key: JoinKey, step: Step, now: Tuple, done: &mut Vec<Journey>) {
+    fn start(
+        &mut self,
+        key: JoinKey,
+        step: Step,
+        now: Tuple,
+        hop: Option<(u64, u32)>,
+        done: &mut Vec<Journey>,
+    ) {
         if self.open_count >= self.limits.max_open {
             self.evict_oldest(done);
         }
@@ -201,6 +221,7 @@ impl Correlator {
             id,
             current: now,
             last_ktime: step.ktime_ns,
+            last_if: hop,
             steps: vec![step],
         };
         self.open.entry(key).or_default().push(open);
@@ -227,6 +248,34 @@ impl Correlator {
                 return;
             }
         }
+    }
+
+    /// Names (or renames) an attached interface.
+    pub fn set_iface(&mut self, ifindex: u32, iface: HostIf) {
+        self.ifaces.insert(ifindex, iface);
+    }
+
+    /// An interface vanished: closes the open journeys whose latest hop was on it (as
+    /// [`Ending::InterfaceGone`]) and forgets its name. Feed the events already collected
+    /// first, so that a journey that moved on is not closed.
+    pub fn interface_gone(&mut self, ifindex: u32, done: &mut Vec<Journey>) {
+        let mut closed = 0;
+        self.open.retain(|_, list| {
+            list.retain_mut(|o| {
+                if o.last_if.is_none_or(|(_, i)| i != ifindex) {
+                    return true;
+                }
+                done.push(finish(
+                    Some(std::mem::replace(o, empty_open())),
+                    Ending::InterfaceGone,
+                ));
+                closed += 1;
+                false
+            });
+            !list.is_empty()
+        });
+        self.open_count -= closed;
+        self.ifaces.remove(&ifindex);
     }
 
     /// Closes journeys idle since before `now_ktime - idle_timeout`.
@@ -271,6 +320,7 @@ fn empty_open() -> Open {
         id: u64::MAX,
         current: Tuple::default(),
         last_ktime: 0,
+        last_if: None,
         steps: Vec::new(),
     }
 }

@@ -80,6 +80,8 @@ pub enum Ending {
     TimedOut,
     /// The collector stopped (exit) while the journey was open.
     Flushed,
+    /// The interface of its last step vanished (pod deleted) while it was open.
+    InterfaceGone,
 }
 
 /// One packet's pass through the node, steps in time order.

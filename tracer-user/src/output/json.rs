@@ -181,6 +181,7 @@ const fn ending(e: Ending) -> &'static str {
         Ending::Left => "left",
         Ending::TimedOut => "timed_out",
         Ending::Flushed => "flushed",
+        Ending::InterfaceGone => "interface_gone",
     }
 }
 

@@ -163,6 +163,7 @@ fn header(j: &Journey, first: &Step) -> String {
         Ending::Left => "",
         Ending::TimedOut => "  (timed out)",
         Ending::Flushed => "  (still open at exit)",
+        Ending::InterfaceGone => "  (interface gone)",
     };
     format!(
         "{} {} → {}  {}{ending}",

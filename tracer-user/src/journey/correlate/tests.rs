@@ -283,3 +283,74 @@ fn unknown_interfaces_are_named_and_treated_as_edges() {
         ]
     );
 }
+
+#[test]
+fn a_vanished_interface_closes_only_the_journeys_last_seen_on_it() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let pkt = clusterip_packet(41300, fp(30), 1_000);
+    // In flight: entered on the client's veth and crossed the bridge, not yet left.
+    let mut done = run(&mut c, &pkt[..2]);
+    // Another packet, only seen on the backend's veth so far (a reply entering there).
+    let reply = t(PROTO_TCP, "10.13.76.26:80", "10.13.76.46:41301");
+    done.extend(run(
+        &mut c,
+        &[tc(kind::TC_INGRESS, AZV_BACKEND, reply, fp(31), 2_000)],
+    ));
+    assert!(done.is_empty());
+    assert_eq!(c.open_count(), 2);
+
+    // The client's veth goes: its journey moved on to azure0, so it stays open.
+    c.interface_gone(AZV_CLIENT, &mut done);
+    assert!(done.is_empty());
+    // The backend's veth goes: the reply's journey is closed with the reason.
+    c.interface_gone(AZV_BACKEND, &mut done);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].ending, Ending::InterfaceGone);
+    assert_eq!(
+        points(&done[0]),
+        [(Point::Ingress, Some("azva4124965a9b"), false)]
+    );
+    assert_eq!(c.open_count(), 1);
+
+    // The first journey continues normally; a later event on the gone index gets a made-up
+    // name instead of a stale one.
+    let mut rest = run(&mut c, &pkt[2..4]);
+    c.interface_gone(AZURE0, &mut rest);
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].ending, Ending::InterfaceGone);
+    assert_eq!(rest[0].steps.len(), 4);
+    assert_eq!(c.open_count(), 0);
+    let late = run(
+        &mut c,
+        &[tc(kind::TC_EGRESS, AZV_BACKEND, reply, fp(32), 9_000)],
+    );
+    assert_eq!(late[0].steps[0].iface.as_deref(), Some("if11"));
+}
+
+#[test]
+fn a_nat_step_after_the_hop_keeps_the_hop_as_last_interface() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let pkt = clusterip_packet(41302, fp(33), 1_000);
+    let mut done = run(&mut c, &pkt[..3]);
+    c.interface_gone(AZURE0, &mut done);
+    assert_eq!(
+        done.len(),
+        1,
+        "the NAT step has no interface; azure0 was the last hop"
+    );
+    assert_eq!(done[0].steps.len(), 3);
+}
+
+#[test]
+fn a_renamed_interface_names_later_steps_by_its_new_name() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    c.set_iface(
+        AZV_CLIENT,
+        HostIf {
+            name: "azvrenamed0".into(),
+            edge: true,
+        },
+    );
+    let done = run(&mut c, &clusterip_packet(41303, fp(34), 1_000));
+    assert_eq!(done[0].steps[0].iface.as_deref(), Some("azvrenamed0"));
+}
