@@ -110,6 +110,21 @@ impl Pktrace {
         fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
     }
 
+    /// What the running pktrace printed so far: its complete JSON lines and its stderr.
+    #[must_use]
+    pub fn so_far(&self) -> (Vec<Value>, String) {
+        let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
+        let complete = out.rfind('\n').map_or("", |end| &out[..end]);
+        let lines = complete.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        (lines, self.stderr())
+    }
+
+    /// Whether the process still runs.
+    #[must_use]
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
     /// Sends `signal` and waits for the exit; returns what was printed.
     #[must_use]
     pub fn stop_with(mut self, signal: i32) -> Trace {

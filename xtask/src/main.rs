@@ -118,6 +118,11 @@ enum LabAction {
     Down,
     /// Show the lab's namespaces, pods, state file and servers.
     Status,
+    /// Add a pod to the running lab or delete one added before (as a CNI would).
+    Pod {
+        #[command(subcommand)]
+        action: PodAction,
+    },
     /// Run a lab server (started by `lab up` inside a namespace).
     #[command(hide = true)]
     Serve {
@@ -160,6 +165,15 @@ enum LabAction {
         #[arg(long, default_value_t = 3000)]
         timeout_ms: u64,
     },
+}
+
+#[derive(Subcommand)]
+enum PodAction {
+    /// Create pod default/NAME: namespace pkt-pod-NAME, a free pod IP, its azv veth, the
+    /// state file entry.
+    Add { name: String },
+    /// Delete pod default/NAME (one made with `lab pod add`).
+    Del { name: String },
 }
 
 fn main() -> ExitCode {
@@ -237,6 +251,8 @@ fn run_lab(action: LabAction) -> Result<()> {
             print!("{}", lab::status()?);
             Ok(())
         }
+        LabAction::Pod { action: PodAction::Add { name } } => lab::pods::add(&name).map(drop),
+        LabAction::Pod { action: PodAction::Del { name } } => lab::pods::del(&name).map(drop),
         LabAction::Serve {
             tcp,
             udp,

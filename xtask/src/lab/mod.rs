@@ -7,6 +7,7 @@
 pub mod api;
 pub mod client;
 pub mod netns;
+pub mod pods;
 pub mod serve;
 pub mod servers;
 pub mod state_file;

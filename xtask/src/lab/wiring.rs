@@ -129,7 +129,8 @@ fn vnet() -> Result<()> {
     )
 }
 
-fn pod_link(pod: &Pod) -> Result<()> {
+/// Wires one pod's namespace to the node (its veth, address, routes, neighbours, FDB).
+pub fn pod_link(pod: &Pod) -> Result<()> {
     let (ns, host_if, pod_ip) = (pod.netns(), pod.host_if, pod.ip);
     let (mac, bridge_mac) = (mac_string(pod.mac()), mac_string(BRIDGE_MAC));
     ip(

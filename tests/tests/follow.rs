@@ -1,0 +1,230 @@
+//! Issue 4 part 3 and issue 6 item 7: pods that come and go while pktrace follows.
+//!
+//! Each test brings the lab up (and down on drop, which also removes added pods), starts
+//! pktrace in the node namespace, adds, deletes, recreates or renames pods with
+//! `xtask::lab::pods`, makes bounded traffic and reads what pktrace printed.
+
+use std::{
+    thread::{self, sleep},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    LabGuard,
+    trace::{Pktrace, steps},
+};
+use xtask::lab::{self, NODE_NS, in_ns, pods};
+
+/// `default/whereami`'s ClusterIP.
+const CLUSTER_IP: &str = "10.0.159.58:80";
+/// How long a new pod's traffic may take to show up (the issue's bound).
+const ATTACH_BOUND: Duration = Duration::from_secs(2);
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime into a timespec we own; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// One TCP request from the pod's namespace to the ClusterIP; errors are returned, not fatal
+/// (the pod may be going away).
+fn request(ns: &str) -> anyhow::Result<String> {
+    lab::client_tcp(ns, CLUSTER_IP)
+}
+
+/// Journeys that start with the pod's packet entering on its veth.
+fn from_pod<'a>(lines: &'a [Value], ip: &str, veth: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "journey")
+        .filter(|j| {
+            let s = steps(j);
+            s.first().is_some_and(|f| {
+                f["point"] == "ingress"
+                    && f["iface"] == veth
+                    && f["src"].as_str().is_some_and(|src| src.starts_with(&format!("{ip}:")))
+            })
+        })
+        .collect()
+}
+
+/// Sends a request every 100 ms (at most `tries`) until pktrace has printed a journey from the
+/// pod on its veth; returns that journey's start (kernel monotonic ns).
+fn traffic_until_traced(tracer: &Pktrace, ns: &str, ip: &str, veth: &str, tries: usize) -> Option<u64> {
+    for _ in 0..tries {
+        let _ = request(ns);
+        sleep(Duration::from_millis(100));
+        let (lines, _) = tracer.so_far();
+        if let Some(j) = from_pod(&lines, ip, veth).first() {
+            return j["start_ktime_ns"].as_u64();
+        }
+    }
+    None
+}
+
+fn ip_link(line: &str) {
+    let status = in_ns(NODE_NS, "ip", line.split_whitespace()).status().expect("ip");
+    assert!(status.success(), "ip {line}");
+}
+
+#[test]
+fn a_pod_added_while_following_is_traced_within_two_seconds() {
+    let _lab = LabGuard::new();
+    let tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
+    let before = monotonic_ns();
+    let pod = pods::add("follow-a").expect("adding pod follow-a");
+    let created = monotonic_ns();
+    let (ns, ip) = (pod.netns(), pod.ip.to_string());
+    let first = traffic_until_traced(&tracer, &ns, &ip, &pod.host_if, 30);
+    let (_, stderr) = tracer.so_far();
+    let first = first.unwrap_or_else(|| panic!("no journey from {ip} on {} within 3 s:\n{stderr}", pod.host_if));
+    let delay = Duration::from_nanos(first.saturating_sub(created));
+    eprintln!(
+        "follow: pod {} ({ip} on {}) traced {delay:?} after it was wired ({:?} to create it)",
+        pod.full_name(),
+        pod.host_if,
+        Duration::from_nanos(created - before)
+    );
+    assert!(delay <= ATTACH_BOUND, "first traced packet {delay:?} after the pod was created");
+    assert!(stderr.contains(&format!("attached to {}", pod.host_if)), "{stderr}");
+
+    let trace = tracer.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    let journeys = from_pod(&trace.lines, &ip, &pod.host_if);
+    // The pod's request went through the ClusterIP's DNAT and left on a backend's veth.
+    assert!(
+        journeys.iter().any(|j| steps(j).iter().any(|s| s["point"] == "dnat")),
+        "no DNAT step in the new pod's journeys:\n{}",
+        trace.dump()
+    );
+}
+
+#[test]
+fn a_followed_pod_recreated_with_a_new_ip_is_traced_at_its_new_ip() {
+    let _lab = LabGuard::new();
+    let old = pods::add("follow-b").expect("adding pod follow-b");
+    let mut tracer = Pktrace::start(&["--pod", "follow-b", "--follow"]);
+    let traced_old = traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
+    assert!(traced_old.is_some(), "the pod was not traced before its recreation:\n{}", tracer.so_far().1);
+
+    pods::del("follow-b").expect("deleting pod follow-b");
+    let new = pods::add("follow-b").expect("adding pod follow-b again");
+    assert_ne!(new.ip, old.ip, "a recreated pod gets a new IP");
+    let line = format!("pod default/follow-b: now {} (was {})", new.ip, old.ip);
+    let start = Instant::now();
+    while !tracer.so_far().1.contains(&line) {
+        assert!(start.elapsed() < Duration::from_secs(3), "no '{line}' within 3 s:\n{}", tracer.so_far().1);
+        sleep(Duration::from_millis(50));
+    }
+    eprintln!("follow: '{line}' {:?} after the recreation", start.elapsed());
+    let traced_new = traffic_until_traced(&tracer, &new.netns(), &new.ip.to_string(), &new.host_if, 20);
+    assert!(tracer.is_running());
+    let trace = tracer.stop();
+    assert!(traced_new.is_some(), "no journey from the new IP {}:\n{}", new.ip, trace.dump());
+    assert!(trace.status.success(), "{}", trace.dump());
+    assert_eq!(trace.stderr.matches("follow-b: now ").count(), 1, "one line per move:\n{}", trace.stderr);
+    for j in trace.journeys() {
+        assert_eq!(j["pod"], "default/follow-b", "{j}");
+    }
+}
+
+#[test]
+fn a_veth_deleted_under_traffic_ends_quietly() {
+    let _lab = LabGuard::new();
+    let pod = pods::add("follow-c").expect("adding pod follow-c");
+    let mut tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
+    let ns = pod.netns();
+    assert!(traffic_until_traced(&tracer, &ns, &pod.ip.to_string(), &pod.host_if, 10).is_some());
+
+    // Bounded traffic from the pod while it is deleted: 40 requests at most, 4 s at most.
+    let sender = {
+        let ns = ns.clone();
+        thread::spawn(move || {
+            let start = Instant::now();
+            let mut ok = 0;
+            for _ in 0..40 {
+                if start.elapsed() > Duration::from_secs(4) {
+                    break;
+                }
+                if request(&ns).is_ok() {
+                    ok += 1;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            ok
+        })
+    };
+    sleep(Duration::from_millis(300));
+    pods::del("follow-c").expect("deleting pod follow-c");
+    let ok = sender.join().expect("sender");
+    assert!(ok > 0, "no request succeeded before the deletion");
+    sleep(Duration::from_millis(500));
+    assert!(tracer.is_running(), "pktrace died when the veth went:\n{}", tracer.so_far().1);
+
+    let trace = tracer.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    let about: Vec<&str> = trace.stderr.lines().filter(|l| l.contains(&pod.host_if)).collect();
+    // At -v: one line when it was attached, one when it went.
+    assert!(about.len() <= 2, "more than two lines about {}:\n{}", pod.host_if, trace.stderr);
+    assert!(about.iter().any(|l| l.contains("is gone")), "{}", trace.stderr);
+    let noisy = trace.stderr.lines().filter(|l| l.contains("error") || l.contains("failed")).count();
+    assert_eq!(noisy, 0, "{}", trace.stderr);
+    // A journey closed for its interface ends on that interface.
+    for j in trace.journeys().into_iter().filter(|j| j["ending"] == "interface_gone") {
+        let last = steps(j).into_iter().rev().find(|s| s["iface"].is_string()).expect("a tc step");
+        assert_eq!(last["iface"], pod.host_if.as_str(), "{j}");
+    }
+    eprintln!(
+        "follow: {} requests during the deletion, {} journeys closed as interface_gone",
+        ok,
+        trace.journeys().iter().filter(|j| j["ending"] == "interface_gone").count()
+    );
+}
+
+#[test]
+fn link_down_up_keeps_and_a_rename_re_evaluates_the_attachment() {
+    let _lab = LabGuard::new();
+    let pod = pods::add("follow-d").expect("adding pod follow-d");
+    let tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
+    let (ns, ip, veth) = (pod.netns(), pod.ip.to_string(), pod.host_if.clone());
+    assert!(traffic_until_traced(&tracer, &ns, &ip, &veth, 10).is_some());
+
+    // Down and up: still attached (no new "attached" line, traffic still traced).
+    ip_link(&format!("link set {veth} down"));
+    ip_link(&format!("link set {veth} up"));
+    let seen = from_pod(&tracer.so_far().0, &ip, &veth).len();
+    for _ in 0..3 {
+        let _ = request(&ns);
+    }
+    sleep(Duration::from_millis(300));
+    assert!(from_pod(&tracer.so_far().0, &ip, &veth).len() > seen, "not traced after down/up");
+
+    // Renamed out of the patterns: detached; renamed back: attached again.
+    let other = "pkttmp0";
+    ip_link(&format!("link set {veth} down"));
+    ip_link(&format!("link set {veth} name {other}"));
+    ip_link(&format!("link set {other} up"));
+    sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        let _ = request(&ns);
+    }
+    sleep(Duration::from_millis(300));
+    let (lines, stderr) = tracer.so_far();
+    assert!(stderr.contains(&format!("detached from {other}")), "{stderr}");
+    assert!(from_pod(&lines, &ip, other).is_empty(), "traced on an interface no pattern matches");
+    ip_link(&format!("link set {other} down"));
+    ip_link(&format!("link set {other} name {veth}"));
+    ip_link(&format!("link set {veth} up"));
+    let seen = from_pod(&tracer.so_far().0, &ip, &veth).len();
+    let start = Instant::now();
+    while from_pod(&tracer.so_far().0, &ip, &veth).len() <= seen {
+        assert!(start.elapsed() < Duration::from_secs(3), "not traced after the rename back");
+        let _ = request(&ns);
+        sleep(Duration::from_millis(100));
+    }
+    let trace = tracer.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    assert_eq!(trace.stderr.matches(&format!("attached to {veth}")).count(), 1, "{}", trace.stderr);
+}
