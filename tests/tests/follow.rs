@@ -70,7 +70,7 @@ fn ip_link(line: &str) {
 }
 
 #[test]
-fn a_pod_added_while_following_is_traced_within_two_seconds() {
+fn follow_a_pod_added_while_tracing_within_two_seconds() {
     let _lab = LabGuard::new();
     let tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
     let before = monotonic_ns();
@@ -102,7 +102,7 @@ fn a_pod_added_while_following_is_traced_within_two_seconds() {
 }
 
 #[test]
-fn a_followed_pod_recreated_with_a_new_ip_is_traced_at_its_new_ip() {
+fn follow_a_pod_recreated_with_a_new_ip() {
     let _lab = LabGuard::new();
     let old = pods::add("follow-b").expect("adding pod follow-b");
     let mut tracer = Pktrace::start(&["--pod", "follow-b", "--follow"]);
@@ -131,7 +131,7 @@ fn a_followed_pod_recreated_with_a_new_ip_is_traced_at_its_new_ip() {
 }
 
 #[test]
-fn a_veth_deleted_under_traffic_ends_quietly() {
+fn follow_a_veth_deleted_under_traffic_ends_quietly() {
     let _lab = LabGuard::new();
     let pod = pods::add("follow-c").expect("adding pod follow-c");
     let mut tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
@@ -184,7 +184,7 @@ fn a_veth_deleted_under_traffic_ends_quietly() {
 }
 
 #[test]
-fn link_down_up_keeps_and_a_rename_re_evaluates_the_attachment() {
+fn follow_link_down_up_keeps_and_rename_re_evaluates() {
     let _lab = LabGuard::new();
     let pod = pods::add("follow-d").expect("adding pod follow-d");
     let tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
