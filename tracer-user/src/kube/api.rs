@@ -156,7 +156,9 @@ impl Api {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ApiError> {
-        let response = self.send(method, path, body, Some(self.call_timeout))?;
+        // A little over the resolve and connect limits, so that those report themselves.
+        let limit = self.call_timeout + self.call_timeout / 4;
+        let response = self.send(method, path, body, Some(limit))?;
         let code = response.status().as_u16();
         let reader = response.into_body().into_reader();
         if !(200..300).contains(&code) {

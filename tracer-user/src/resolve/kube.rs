@@ -360,7 +360,14 @@ fn call_reason(e: &ApiError, timeout: Duration) -> String {
             s
         }
         ApiError::Transport { source, .. } => match source.as_ref() {
-            ureq::Error::Timeout(_) => format!("no answer within {} s", timeout.as_secs()),
+            ureq::Error::Timeout(t) => {
+                let secs = timeout.as_secs();
+                match t {
+                    ureq::Timeout::Resolve => format!("host name not resolved within {secs} s"),
+                    ureq::Timeout::Connect => format!("cannot connect within {secs} s"),
+                    _ => format!("no answer within {secs} s"),
+                }
+            }
             ureq::Error::HostNotFound => "host not found".into(),
             ureq::Error::Io(io) => format!("cannot connect: {io}"),
             other => other.to_string(),
