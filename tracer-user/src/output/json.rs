@@ -371,6 +371,15 @@ mod tests {
     }
 
     #[test]
+    fn a_journey_closed_for_its_interface_says_so() {
+        let icmp = t(PROTO_ICMP, "10.13.76.46:0", "203.0.113.80:0");
+        let j = Journey { steps: vec![tc(Point::Ingress, "azv47c3ee9d512", icmp, 10)], ending: Ending::InterfaceGone };
+        let out = lines(|s| s.journey(&j).unwrap());
+        assert_eq!(out[0]["ending"], "interface_gone");
+        assert_eq!(out[0]["steps"][0]["iface"], "azv47c3ee9d512");
+    }
+
+    #[test]
     fn loss_summary_and_empty_journey() {
         let mut summary = Summary::new();
         summary.record(&contract_journey());

@@ -381,6 +381,14 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
     }
 
     #[test]
+    fn a_journey_closed_for_its_interface_is_marked() {
+        let icmp = t(PROTO_ICMP, "10.13.76.46:0", "203.0.113.80:0");
+        let j = Journey { steps: vec![tc(Point::Ingress, "azv47c3ee9d512", icmp, 10)], ending: Ending::InterfaceGone };
+        let got = render(false, |s| s.journey(&j).unwrap());
+        assert!(got.lines().next().is_some_and(|l| l.ends_with("(interface gone)")), "{got}");
+    }
+
+    #[test]
     fn colour_only_when_asked() {
         let plain = render(false, |s| {
             s.journey(&whereami()).unwrap();
