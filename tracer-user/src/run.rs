@@ -302,7 +302,10 @@ impl Session {
                 }
                 _ = chores.tick() => {
                     self.housekeeping(ring.get_ref().0, sink)?;
-                    hot.follow_pod(cfg).await;
+                    if let Some(addrs) = hot.follow_pod(cfg).await {
+                        // Attribution replays the pod's packets from its new addresses.
+                        self.explainer.set_sources(addrs);
+                    }
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
@@ -476,31 +479,34 @@ impl Hot<'_> {
     /// moves the in-kernel filter to its new addresses. The lookup may ask the container
     /// runtime or the API server (seconds), so it runs off the event loop, one at a time; its
     /// answer is taken on a later tick.
-    async fn follow_pod(&mut self, cfg: &Config) {
-        let Some(pod) = &mut self.pod else { return };
+    ///
+    /// Returns the pod's addresses when they changed.
+    async fn follow_pod(&mut self, cfg: &Config) -> Option<Vec<IpAddr>> {
+        let Some(pod) = &mut self.pod else { return None };
         if self.lookup.as_ref().is_some_and(tokio::task::JoinHandle::is_finished) {
             let found = match self.lookup.take() {
                 Some(handle) => handle.await.ok().flatten(),
                 None => None,
             };
             // Not resolvable for now (deleted, not recreated yet): keep the old addresses.
-            let Some((added, removed)) = found.and_then(|ips| pod.update(ips)) else { return };
+            let (added, removed) = found.and_then(|ips| pod.update(ips))?;
             let line = pod.moved_line(&removed);
             match attach::track_addrs(self.ebpf, &added).and_then(|()| attach::untrack_addrs(self.ebpf, &removed)) {
                 Ok(()) => eprintln!("pktrace: {line}"),
                 Err(e) => eprintln!("pktrace: {line}, but the kernel filter could not be updated: {e}"),
             }
-            return;
+            return Some(pod.addrs.clone());
         }
         if self.lookup.is_some() || !pod.due() {
-            return;
+            return None;
         }
-        let Target::Pod { namespace, name } = &cfg.target else { return };
+        let Target::Pod { namespace, name } = &cfg.target else { return None };
         let sources = resolve::Sources::for_node(&cfg.state_file, cfg.kubeconfig.as_deref());
         let (namespace, name) = (namespace.clone(), name.clone());
         self.lookup = Some(tokio::task::spawn_blocking(move || {
             resolve::resolve(&sources, &namespace, &name).ok().map(|found| found.pod.ips)
         }));
+        None
     }
 }
 

@@ -594,3 +594,40 @@ fn no_snat_renders_on_the_egress_step() {
     );
     assert!(v["steps"][0].get("rule").is_none(), "{v}");
 }
+
+/// A pod recreated with a new IP: journeys from the new address are explained (no-SNAT why
+/// on egress) once the explainer is told, and nothing cached for the old address is reused.
+#[test]
+fn recreated_pod_is_explained_from_its_new_address() {
+    use std::{net::IpAddr, sync::Arc};
+    let rules = Arc::new(ruleset(AZURE, None));
+    let old: IpAddr = "10.13.76.46".parse().unwrap();
+    let new: IpAddr = "10.13.76.60".parse().unwrap();
+    let mut ex =
+        session::Explainer::with_rules(Some(rules), vec!["10.13.76.4".parse().unwrap()], vec![old]);
+    let journey = || {
+        let out = t(PROTO_TCP, "10.13.76.60:40000", "10.13.1.4:80");
+        Journey {
+            steps: vec![
+                step(Point::Ingress, None, out, Some("azv60")),
+                step(Point::Egress, None, out, Some("eth0")),
+            ],
+            ending: Ending::Left,
+        }
+    };
+    let mut before = journey();
+    ex.explain(&mut before);
+    assert!(
+        before.steps[1].attribution.is_none(),
+        "{:?}",
+        before.steps[1]
+    );
+    ex.set_sources(vec![new]);
+    let mut after = journey();
+    ex.explain(&mut after);
+    let a = after.steps[1]
+        .attribution
+        .as_ref()
+        .expect("egress step explained");
+    assert_eq!(a.rule, "IP-MASQ-AGENT", "{a:?}");
+}

@@ -145,6 +145,15 @@ impl Explainer {
         }
     }
 
+    /// The traced pod's addresses changed (it was recreated): journeys are replayed from
+    /// the new ones, and answers cached for the old ones are forgotten.
+    pub fn set_sources(&mut self, sources: Vec<IpAddr>) {
+        if self.ctx.sources != sources {
+            self.ctx.sources = sources;
+            self.cache.clear();
+        }
+    }
+
     /// Uses `rules` from now on and forgets every cached answer.
     pub fn swap(&mut self, rules: Arc<Ruleset>) {
         self.rules = Some(rules);
