@@ -192,3 +192,32 @@ fn resolve_with_a_kubeconfig_pointing_nowhere_fails_fast_in_one_line() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Pods added and deleted on the running lab (`lab pod add|del`) are what the API answers.
+#[test]
+fn resolve_through_the_api_sees_pods_added_and_deleted() {
+    let _lab = LabGuard::new();
+    let pod = lab::pods::add("resolve-a").expect("adding pod resolve-a");
+    let args = [
+        "--pod",
+        "resolve-a",
+        "--state-file",
+        "/nonexistent",
+        "--kubeconfig",
+        api::KUBECONFIG,
+        "-d",
+        "1s",
+    ];
+    let (out, _) = pktrace_fails(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("pktrace: pod default/resolve-a found through the Kubernetes API"), "{err}");
+    let tracing = format!("pktrace: tracing default/resolve-a ({}) on ", pod.ip);
+    assert!(err.contains(&tracing), "the added pod's address: {err}");
+
+    lab::pods::del("resolve-a").expect("deleting pod resolve-a");
+    let (out, _) = pktrace_fails(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("pod default/resolve-a does not exist (404)"), "{err}");
+}

@@ -101,9 +101,17 @@ pub fn kubeconfig() -> String {
 
 /// Writes [`PODS_FILE`] for `pods` and [`KUBECONFIG`].
 pub fn write_files(pods: &[Pod]) -> Result<()> {
-    let table = serde_json::to_string_pretty(&pod_table(pods))?;
-    fs::write(PODS_FILE, table).with_context(|| format!("writing {PODS_FILE}"))?;
+    write_pods(pods)?;
     fs::write(KUBECONFIG, kubeconfig()).with_context(|| format!("writing {KUBECONFIG}"))
+}
+
+/// Replaces [`PODS_FILE`] atomically with the table of `pods` (the running server answers
+/// from it at its next request: `lab pod add|del` call this).
+pub fn write_pods(pods: &[Pod]) -> Result<()> {
+    let table = serde_json::to_string_pretty(&pod_table(pods))?;
+    let tmp = format!("{PODS_FILE}.tmp");
+    fs::write(&tmp, table).with_context(|| format!("writing {tmp}"))?;
+    fs::rename(&tmp, PODS_FILE).with_context(|| format!("replacing {PODS_FILE}"))
 }
 
 /// The Pod object of a row of the table.

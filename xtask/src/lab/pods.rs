@@ -152,14 +152,17 @@ fn unwire(pod: &AddedPod) -> Result<()> {
     Ok(())
 }
 
-/// Renders the state file for the lab's pods and the added ones; replaces it atomically.
+/// Renders the state file and the API pod table for the lab's pods and the added ones;
+/// replaces both atomically.
 fn write_state_file() -> Result<()> {
     let mut pods: Vec<Pod> = PODS.to_vec();
     pods.extend(recorded()?.iter().map(AddedPod::as_pod));
     let text = state_file::render(&pods, SystemTime::now());
     let tmp = format!("{STATE_FILE}.tmp");
     fs::write(&tmp, text).with_context(|| format!("writing {tmp}"))?;
-    fs::rename(&tmp, STATE_FILE).with_context(|| format!("replacing {STATE_FILE}"))
+    fs::rename(&tmp, STATE_FILE).with_context(|| format!("replacing {STATE_FILE}"))?;
+    // The fake Kubernetes API server knows the same pods.
+    super::api::write_pods(&pods)
 }
 
 fn dir() -> PathBuf {
