@@ -11,18 +11,32 @@ use std::{env, path::PathBuf};
 /// Holds the lab up for a test: `new` brings it up (panicking with the reason if it cannot),
 /// dropping it takes the lab down again.
 #[must_use = "the lab goes down when the guard is dropped"]
-pub struct LabGuard(());
+pub struct LabGuard(xtask::lab::Variant);
 
 impl LabGuard {
-    /// Brings the lab up (`xtask::lab::up`).
+    /// Brings the default lab (Azure CNI bridge mode) up (`xtask::lab::up`).
     ///
     /// # Panics
     /// If the lab cannot be brought up (not root, tools missing, a step failed).
     pub fn new() -> Self {
-        if let Err(err) = xtask::lab::up() {
-            panic!("bringing the lab up failed: {err:#}");
+        Self::with_variant(xtask::lab::Variant::default())
+    }
+
+    /// Brings the lab up as `variant` (rebuilt if it runs as another one).
+    ///
+    /// # Panics
+    /// If the lab cannot be brought up (not root, tools missing, a step failed).
+    pub fn with_variant(variant: xtask::lab::Variant) -> Self {
+        if let Err(err) = xtask::lab::up_variant(variant) {
+            panic!("bringing the lab up as {variant} failed: {err:#}");
         }
-        Self(())
+        Self(variant)
+    }
+
+    /// The variant the lab runs as.
+    #[must_use]
+    pub fn variant(&self) -> xtask::lab::Variant {
+        self.0
     }
 }
 

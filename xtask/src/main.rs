@@ -112,11 +112,17 @@ enum Task {
 
 #[derive(Subcommand)]
 enum LabAction {
-    /// Bring the lab up (does nothing if it is up and healthy; rebuilds a partial one).
-    Up,
-    /// Remove the lab: its processes, namespaces and state directory.
+    /// Bring the lab up (does nothing if it is up and healthy as that variant; rebuilds a
+    /// partial one, or one of another variant).
+    Up {
+        /// How the node wires its pods: azure-bridge (Azure CNI bridge mode), azure-transparent
+        /// (Azure CNI transparent mode, the AKS default), kubenet, calico (Azure CNI + Calico).
+        #[arg(long, value_name = "VARIANT", default_value = "azure-bridge", value_parser = parse_variant)]
+        variant: lab::Variant,
+    },
+    /// Remove the lab, whatever its variant: its processes, namespaces and state directory.
     Down,
-    /// Show the lab's namespaces, pods, state file and servers.
+    /// Show the lab's variant, namespaces, pods, state file and servers.
     Status,
     /// Add a pod to the running lab or delete one added before (as a CNI would).
     Pod {
@@ -243,9 +249,16 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+fn parse_variant(name: &str) -> Result<lab::Variant, String> {
+    lab::Variant::from_name(name).ok_or_else(|| {
+        let all: Vec<&str> = lab::VARIANTS.iter().map(|v| v.name()).collect();
+        format!("unknown variant '{name}': use one of {}", all.join(", "))
+    })
+}
+
 fn run_lab(action: LabAction) -> Result<()> {
     match action {
-        LabAction::Up => lab::up(),
+        LabAction::Up { variant } => lab::up_variant(variant),
         LabAction::Down => lab::down(),
         LabAction::Status => {
             print!("{}", lab::status()?);

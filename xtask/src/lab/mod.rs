@@ -1,8 +1,11 @@
-//! The lab: a simulated AKS node (Azure CNI bridge mode, kube-proxy iptables mode,
-//! ip-masq-agent) built from network namespaces named `pkt-*`; see `DESIGN.md`, "The lab".
+//! The lab: a simulated AKS node (kube-proxy iptables mode, plus the CNI of one
+//! [`Variant`]: Azure CNI bridge or transparent mode with ip-masq-agent, kubenet, or Azure
+//! CNI + Calico) built from network namespaces named `pkt-*`; see `DESIGN.md`, "The lab".
 //!
-//! `up` is idempotent (a healthy lab is left alone, a partial one rebuilt) and `down`
-//! removes everything; both are safe to run twice. Nothing touches the root namespace.
+//! `up` is idempotent (a healthy lab of the same variant is left alone, a partial one or
+//! one of another variant rebuilt; the variant is recorded in [`VARIANT_FILE`]) and `down`
+//! removes everything, whatever the variant; both are safe to run twice. Nothing touches the
+//! root namespace.
 
 pub mod api;
 pub mod client;
@@ -27,43 +30,75 @@ pub use self::{
     client::{client_tcp, client_udp},
     netns::in_ns,
     status::{LabStatus, status},
-    topology::{LAB_DIR, NODE_NS, PODS, STATE_FILE, UBUNTU},
-    wiring::NAT_RULES,
+    topology::{LAB_DIR, NODE_NS, PODS, STATE_FILE, UBUNTU, VARIANT_FILE, VARIANTS, Variant},
+    wiring::{NAT_RULES, nat_rules},
 };
 use crate::cmd::{exclusive_lock, require_programs, require_root};
 
 /// Serializes `up`/`down` between processes (outside `LAB_DIR`, which `down` removes).
 const LOCK_FILE: &str = "/run/pktrace-lab.lock";
 /// Programs the lab needs, with the Debian package that has them.
-const NEEDED: [(&str, &str); 5] = [
+pub const NEEDED: [(&str, &str); 6] = [
     ("ip", "iproute2"),
     ("bridge", "iproute2"),
     ("iptables-restore", "iptables"),
     ("iptables-save", "iptables"),
     ("sysctl", "procps"),
+    ("ipset", "ipset"),
 ];
 
-/// Brings the lab up: does nothing if it is up and healthy, rebuilds it if partial.
+/// Brings the default lab ([`Variant::AzureBridge`]) up; see [`up_variant`].
 pub fn up() -> Result<()> {
+    up_variant(Variant::default())
+}
+
+/// Brings the lab up as `variant`: does nothing if it is up, healthy and that variant;
+/// rebuilds it if partial or another variant.
+pub fn up_variant(variant: Variant) -> Result<()> {
     preflight()?;
     let _lock = lock()?;
-    if status()?.up {
-        eprintln!("lab: already up and healthy (state file {STATE_FILE})");
+    let now = status()?;
+    if now.up && now.variant == Some(variant) {
+        eprintln!(
+            "lab: already up and healthy as {variant} ({})",
+            state_file_note(variant)
+        );
         return Ok(());
     }
+    let other = now.variant.filter(|v| *v != variant);
     if teardown()? {
-        eprintln!("lab: found a partial lab; removed it, rebuilding");
+        match other {
+            Some(old) => eprintln!("lab: was {old}; removed it, rebuilding as {variant}"),
+            None => eprintln!("lab: found a partial lab; removed it, rebuilding"),
+        }
     }
-    build().or_else(|err| {
+    build(variant).or_else(|err| {
         eprintln!("lab: setup failed; removing what was built");
         teardown()?;
         Err(err)
     })?;
     eprintln!(
-        "lab: up ({} namespaces, state file {STATE_FILE})",
-        topology::namespaces().len()
+        "lab: up as {variant} ({} namespaces, {})",
+        topology::namespaces().len(),
+        state_file_note(variant)
     );
     Ok(())
+}
+
+fn state_file_note(variant: Variant) -> String {
+    variant.state_file().map_or_else(
+        || "no Azure CNI state file: kubenet".to_owned(),
+        |path| format!("state file {path}"),
+    )
+}
+
+/// The variant the lab was last built as (`None` when it is down or was built by a version
+/// that did not record it).
+#[must_use]
+pub fn current_variant() -> Option<Variant> {
+    fs::read_to_string(VARIANT_FILE)
+        .ok()
+        .and_then(|text| Variant::from_name(&text))
 }
 
 /// Takes the lab down: kills every process in its namespaces, deletes them and `LAB_DIR`.
@@ -85,18 +120,22 @@ pub fn server_log(ns: &str) -> String {
     fs::read_to_string(servers::log_path(ns)).unwrap_or_default()
 }
 
-fn build() -> Result<()> {
+fn build(variant: Variant) -> Result<()> {
     for dir in ["logs", "pids"] {
         let dir = Path::new(LAB_DIR).join(dir);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    wiring::build()?;
-    let state = state_file::render(&PODS, SystemTime::now());
-    fs::write(STATE_FILE, state).with_context(|| format!("writing {STATE_FILE}"))?;
+    fs::write(VARIANT_FILE, format!("{variant}\n"))
+        .with_context(|| format!("writing {VARIANT_FILE}"))?;
+    wiring::build(variant)?;
+    if let Some(path) = variant.state_file() {
+        let state = state_file::render_variant(variant, SystemTime::now());
+        fs::write(path, state).with_context(|| format!("writing {path}"))?;
+    }
     for (ns, server) in topology::servers() {
         servers::start(&ns, server)?;
     }
-    api::start(&PODS)?;
+    api::start(variant.pods())?;
     Ok(())
 }
 

@@ -134,7 +134,8 @@ pub fn recorded() -> Result<Vec<AddedPod>> {
 
 fn build(pod: &AddedPod) -> Result<()> {
     netns::create(&pod.netns()).with_context(|| format!("creating namespace {}", pod.netns()))?;
-    wiring::pod_link(&pod.as_pod()).with_context(|| format!("wiring pod {}", pod.full_name()))
+    let variant = super::current_variant().unwrap_or_default();
+    wiring::pod_link(variant, &pod.as_pod()).with_context(|| format!("wiring pod {}", pod.full_name()))
 }
 
 /// Removes what [`build`] made; what is already gone is skipped.

@@ -1,6 +1,7 @@
 //! The lab's Azure CNI state file (`azure-vnet.json`), rendered from a template cut from a
 //! real node's file, so field names, nesting, indentation and the base64 masks and MACs are
-//! exactly those of Azure CNI (bridge mode).
+//! exactly those of Azure CNI (bridge mode; transparent mode changes `Mode`, `BridgeName` and
+//! the gateway).
 
 use std::{
     fmt::Write as _,
@@ -8,33 +9,49 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use super::topology::{BRIDGE, GATEWAY_IP, NODE_UPLINK_MAC, POD_SUBNET, Pod};
+use super::topology::{NODE_UPLINK_MAC, Pod, Variant};
 
 const DOCUMENT: &str = include_str!("azure-vnet.json.tmpl");
 const ENDPOINT: &str = include_str!("azure-vnet-endpoint.json.tmpl");
 
-/// Renders the state file for `pods` with time stamp `now`.
+/// Renders the state file for `pods` with time stamp `now` (bridge mode).
 #[must_use]
 pub fn render(pods: &[Pod], now: SystemTime) -> String {
-    let (subnet, prefix) = POD_SUBNET;
+    render_with(Variant::AzureBridge, pods, now)
+}
+
+/// Renders the state file of `variant`'s pods (bridge or transparent mode: the network's
+/// `Mode`, `BridgeName` and the pods' gateway follow the variant).
+#[must_use]
+pub fn render_variant(variant: Variant, now: SystemTime) -> String {
+    render_with(variant, variant.pods(), now)
+}
+
+fn render_with(variant: Variant, pods: &[Pod], now: SystemTime) -> String {
+    let (subnet, prefix) = variant.pod_cidr();
+    let gateway = variant.pod_gateway();
     let mask = base64(&prefix_mask(prefix).octets());
-    let endpoints: Vec<String> = pods.iter().map(|pod| endpoint(pod, &mask)).collect();
+    let endpoints: Vec<String> = pods
+        .iter()
+        .map(|pod| endpoint(pod, &mask, &gateway.to_string()))
+        .collect();
     fill(
         DOCUMENT,
         &[
             ("@ENDPOINTS@", endpoints.join(",\n")),
             ("@TIMESTAMP@", rfc3339(now)),
+            ("@MODE@", variant.cni_mode().to_owned()),
             ("@SUBNET@", subnet.to_string()),
             ("@MASK@", mask),
-            ("@GATEWAY@", GATEWAY_IP.to_string()),
+            ("@GATEWAY@", gateway.to_string()),
             ("@SUBNET_CIDR@", format!("{subnet}/{prefix}")),
-            ("@BRIDGE@", BRIDGE.to_owned()),
+            ("@BRIDGE@", variant.bridge().unwrap_or_default().to_owned()),
             ("@UPLINK_MAC@", base64(&NODE_UPLINK_MAC)),
         ],
     )
 }
 
-fn endpoint(pod: &Pod, mask: &str) -> String {
+fn endpoint(pod: &Pod, mask: &str, gateway: &str) -> String {
     let container_id = container_id(pod);
     fill(
         ENDPOINT,
@@ -45,7 +62,7 @@ fn endpoint(pod: &Pod, mask: &str) -> String {
             ("@MAC@", base64(&pod.mac())),
             ("@IP@", pod.ip.to_string()),
             ("@MASK@", mask.to_owned()),
-            ("@GATEWAY@", GATEWAY_IP.to_string()),
+            ("@GATEWAY@", gateway.to_owned()),
             ("@CONTAINER_ID@", container_id),
             ("@POD_NAME@", pod.name.to_owned()),
             ("@POD_NAMESPACE@", pod.namespace.to_owned()),

@@ -1,4 +1,4 @@
-//! What the lab looks like now: namespaces, pods, state file and server liveness.
+//! What the lab looks like now: variant, namespaces, pods, state file and server liveness.
 
 use std::{fmt, path::Path};
 
@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::{
     api, netns, servers,
-    topology::{PODS, Pod, STATE_FILE, Server, namespaces},
+    topology::{NAT_RULES_FILE, PODS, Pod, Server, Variant, namespaces},
 };
 
 /// A server of the lab and whether it runs.
@@ -25,19 +25,24 @@ pub struct ServerState {
 /// A snapshot of the lab.
 #[derive(Debug, Clone)]
 pub struct LabStatus {
+    /// The variant the lab was built as (`None`: down, or not recorded).
+    pub variant: Option<Variant>,
     /// Every namespace of the lab and whether it exists.
     pub namespaces: Vec<(String, bool)>,
     /// The lab's pods.
     pub pods: Vec<Pod>,
     /// The state file, if written.
     pub state_file: Option<&'static str>,
+    /// The nat rules loaded into the node (`iptables-save -t nat` format), if written.
+    pub nat_rules: Option<&'static str>,
     /// The servers.
     pub servers: Vec<ServerState>,
     /// The fake Kubernetes API server (in the node namespace, on its 127.0.0.1).
     pub kube_api: ServerState,
     /// Its kubeconfig, if written.
     pub kubeconfig: Option<&'static str>,
-    /// All namespaces exist, the state file is there and every server runs.
+    /// The variant is known, all namespaces exist, its state file (if it has one) is there,
+    /// every server runs and so does the fake API server (with its kubeconfig).
     pub up: bool,
 }
 
@@ -50,7 +55,11 @@ pub fn status() -> Result<LabStatus> {
             (ns, e)
         })
         .collect();
-    let state_file = Path::new(STATE_FILE).exists().then_some(STATE_FILE);
+    let variant = super::current_variant();
+    let state_file = variant
+        .and_then(Variant::state_file)
+        .filter(|path| Path::new(path).exists());
+    let nat_rules = Path::new(NAT_RULES_FILE).exists().then_some(NAT_RULES_FILE);
     let servers: Vec<ServerState> = super::topology::servers()
         .into_iter()
         .map(|(ns, server)| ServerState {
@@ -69,15 +78,18 @@ pub fn status() -> Result<LabStatus> {
     let kubeconfig = Path::new(api::KUBECONFIG)
         .exists()
         .then_some(api::KUBECONFIG);
-    let up = namespaces.iter().all(|(_, e)| *e)
-        && state_file.is_some()
+    let up = variant.is_some()
+        && namespaces.iter().all(|(_, e)| *e)
+        && state_file.is_some() == variant.is_some_and(|v| v.state_file().is_some())
         && servers.iter().all(|s| s.alive)
         && kube_api.alive
         && kubeconfig.is_some();
     Ok(LabStatus {
+        variant,
         namespaces,
-        pods: PODS.to_vec(),
+        pods: variant.map_or(PODS.to_vec(), |v| v.pods().to_vec()),
         state_file,
+        nat_rules,
         servers,
         kube_api,
         kubeconfig,
@@ -96,6 +108,11 @@ impl fmt::Display for LabStatus {
             "down"
         };
         writeln!(f, "lab: {state}")?;
+        writeln!(
+            f,
+            "variant: {}",
+            self.variant.map_or("(none recorded)", Variant::name)
+        )?;
         writeln!(f, "namespaces:")?;
         for (ns, exists) in &self.namespaces {
             writeln!(
@@ -118,7 +135,15 @@ impl fmt::Display for LabStatus {
         writeln!(
             f,
             "state file: {}",
-            self.state_file.unwrap_or("(not written)")
+            self.state_file.unwrap_or(match self.variant {
+                Some(Variant::Kubenet) => "(none: kubenet has no Azure CNI state file)",
+                _ => "(not written)",
+            })
+        )?;
+        writeln!(
+            f,
+            "nat rules: {}",
+            self.nat_rules.unwrap_or("(not written)")
         )?;
         writeln!(
             f,

@@ -1,9 +1,9 @@
-//! Builds the lab's namespaces, links, addresses, routes, neighbours, sysctls and nat rules:
-//! an AKS node with Azure CNI in bridge mode, its pods, and the VNet beyond `eth0`.
+//! Builds the lab's namespaces, links, addresses, routes, neighbours, sysctls, ipsets and nat
+//! rules: an AKS node wired as one of the [`Variant`]s, its pods, and the VNet beyond `eth0`.
 //!
-//! Pods have a `/32` and a permanent neighbour for their gateway pointing at the bridge's
-//! MAC (what Azure CNI's ARP-reply rules achieve), so everything a pod sends is routed by the
-//! node's IP stack, where kube-proxy's nat rules apply; no `br_netfilter` is needed.
+//! In every variant what a pod sends to another address is routed by the node's IP stack,
+//! where the nat rules apply: bridge mode pins the pods' gateway to the bridge's MAC, kubenet
+//! routes via `cbr0`'s address, transparent mode and Calico route `/32`s over the veths.
 
 use std::fs;
 
@@ -12,30 +12,57 @@ use anyhow::{Context as _, Result, ensure};
 use super::{
     netns::{self, in_ns, ip, sysctl},
     topology::{
-        BRIDGE, BRIDGE_MAC, EXTERNAL_HOSTS, ExternalHost, GATEWAY_IP, NAT_RULES_FILE, NODE_IP,
-        NODE_NS, NODE_UPLINK, NODE_UPLINK_MAC, POD_SUBNET, PODS, Pod, VNET_NODE_IF, VNET_NODE_MAC,
-        VNET_NS, WHEREAMI_LB_VIP, mac_string, namespaces,
+        BRIDGE_MAC, CALICO_HOST_MAC, EXTERNAL_HOSTS, ExternalHost, GATEWAY_IP, IPSETS_FILE,
+        NAT_RULES_FILE, NODE_IP, NODE_NS, NODE_UPLINK, NODE_UPLINK_MAC, POD_SUBNET, Pod,
+        VNET_NODE_IF, VNET_NODE_MAC, VNET_NS, Variant, WHEREAMI_LB_VIP, WHEREAMI_LOCAL_LB_VIP,
+        mac_string, namespaces,
     },
 };
 use crate::cmd::{command, output, output_with_input};
 
-/// The kube-proxy + ip-masq-agent nat table the node gets (`iptables-save -t nat` format).
+/// The kube-proxy + ip-masq-agent nat table of the Azure CNI variants (`iptables-save -t nat`
+/// format).
 pub const NAT_RULES: &str = include_str!("nat-rules.txt");
+/// kubenet's nat table: kube-proxy + kubelet's `--non-masquerade-cidr` rule.
+pub const NAT_RULES_KUBENET: &str = include_str!("nat-rules-kubenet.txt");
+/// Azure CNI + Calico's nat table: kube-proxy + Calico's chains.
+pub const NAT_RULES_CALICO: &str = include_str!("nat-rules-calico.txt");
+/// Calico's IP pool ipsets (`ipset save` format).
+pub const IPSETS_CALICO: &str = include_str!("ipsets-calico.txt");
 
-/// Creates every namespace and wires them; expects none of them to exist.
-pub fn build() -> Result<()> {
+/// The nat table of `variant` (`iptables-save -t nat` format).
+#[must_use]
+pub const fn nat_rules(variant: Variant) -> &'static str {
+    match variant {
+        Variant::AzureBridge | Variant::AzureTransparent => NAT_RULES,
+        Variant::Kubenet => NAT_RULES_KUBENET,
+        Variant::Calico => NAT_RULES_CALICO,
+    }
+}
+
+/// The ipsets `variant` loads before its nat table, if any.
+#[must_use]
+pub const fn ipsets(variant: Variant) -> Option<&'static str> {
+    match variant {
+        Variant::Calico => Some(IPSETS_CALICO),
+        _ => None,
+    }
+}
+
+/// Creates every namespace and wires them as `variant`; expects none of them to exist.
+pub fn build(variant: Variant) -> Result<()> {
     for ns in namespaces() {
         netns::create(&ns).with_context(|| format!("creating namespace {ns}"))?;
     }
-    node().context("setting up the node (pkt-node)")?;
-    vnet().context("setting up the VNet router (pkt-vnet)")?;
-    for pod in PODS {
-        pod_link(&pod).with_context(|| format!("wiring pod {}", pod.full_name()))?;
+    node(variant).context("setting up the node (pkt-node)")?;
+    vnet(variant).context("setting up the VNet router (pkt-vnet)")?;
+    for pod in variant.pods() {
+        pod_link(variant, pod).with_context(|| format!("wiring pod {}", pod.full_name()))?;
     }
     for host in EXTERNAL_HOSTS {
         host_link(&host).with_context(|| format!("wiring host {}", host.netns))?;
     }
-    load_nat_rules().context("loading the nat rules into pkt-node")
+    load_nat_rules(variant).context("loading the nat rules into pkt-node")
 }
 
 /// The per-namespace br_netfilter switch for IPv4.
@@ -69,23 +96,8 @@ pub fn node_sysctls(ns: &str) -> Result<()> {
     Ok(())
 }
 
-fn node() -> Result<()> {
+fn node(variant: Variant) -> Result<()> {
     node_sysctls(NODE_NS)?;
-    let (bridge_mac, prefix) = (mac_string(BRIDGE_MAC), POD_SUBNET.1);
-    ip(
-        NODE_NS,
-        &format!("link add {BRIDGE} address {bridge_mac} type bridge"),
-    )?;
-    sysctl(
-        NODE_NS,
-        &format!("net.ipv4.conf.{BRIDGE}.send_redirects"),
-        "0",
-    )?;
-    ip(
-        NODE_NS,
-        &format!("addr add {NODE_IP}/{prefix} dev {BRIDGE}"),
-    )?;
-    ip(NODE_NS, &format!("link set {BRIDGE} up"))?;
     ip(
         NODE_NS,
         &format!("link add {NODE_UPLINK} type veth peer name {VNET_NODE_IF} netns {VNET_NS}"),
@@ -93,18 +105,61 @@ fn node() -> Result<()> {
     let uplink_mac = mac_string(NODE_UPLINK_MAC);
     ip(
         NODE_NS,
-        &format!("link set {NODE_UPLINK} address {uplink_mac} master {BRIDGE} up"),
+        &format!("link set {NODE_UPLINK} address {uplink_mac}"),
     )?;
+    let prefix = POD_SUBNET.1;
+    // Where the node IP lives: on azure0 in bridge mode (eth0 is one of its ports), on eth0
+    // otherwise.
+    let node_if = match variant {
+        Variant::AzureBridge => {
+            let bridge = variant.bridge().unwrap_or_default();
+            let bridge_mac = mac_string(BRIDGE_MAC);
+            ip(
+                NODE_NS,
+                &format!("link add {bridge} address {bridge_mac} type bridge"),
+            )?;
+            sysctl(
+                NODE_NS,
+                &format!("net.ipv4.conf.{bridge}.send_redirects"),
+                "0",
+            )?;
+            ip(NODE_NS, &format!("link set {bridge} up"))?;
+            ip(NODE_NS, &format!("link set {NODE_UPLINK} master {bridge}"))?;
+            bridge
+        }
+        Variant::Kubenet => {
+            let bridge = variant.bridge().unwrap_or_default();
+            let (_, pod_prefix) = variant.pod_cidr();
+            let gateway = variant.pod_gateway();
+            ip(NODE_NS, &format!("link add {bridge} type bridge"))?;
+            sysctl(
+                NODE_NS,
+                &format!("net.ipv4.conf.{bridge}.send_redirects"),
+                "0",
+            )?;
+            ip(
+                NODE_NS,
+                &format!("addr add {gateway}/{pod_prefix} dev {bridge}"),
+            )?;
+            ip(NODE_NS, &format!("link set {bridge} up"))?;
+            NODE_UPLINK
+        }
+        Variant::AzureTransparent | Variant::Calico => NODE_UPLINK,
+    };
     ip(
         NODE_NS,
-        &format!("route add default via {GATEWAY_IP} dev {BRIDGE}"),
+        &format!("addr add {NODE_IP}/{prefix} dev {node_if}"),
+    )?;
+    ip(NODE_NS, &format!("link set {NODE_UPLINK} up"))?;
+    ip(
+        NODE_NS,
+        &format!("route add default via {GATEWAY_IP} dev {node_if}"),
     )
 }
 
-fn vnet() -> Result<()> {
+fn vnet(variant: Variant) -> Result<()> {
     sysctl(VNET_NS, "net.ipv4.ip_forward", "1")?;
     let (subnet, prefix) = POD_SUBNET;
-    let vip = WHEREAMI_LB_VIP.ip();
     let mac = mac_string(VNET_NODE_MAC);
     ip(
         VNET_NS,
@@ -122,40 +177,115 @@ fn vnet() -> Result<()> {
         VNET_NS,
         &format!("route add {subnet}/{prefix} via {NODE_IP} dev {VNET_NODE_IF}"),
     )?;
-    // The LoadBalancer's floating IP: Azure delivers it to the node unchanged.
-    ip(
-        VNET_NS,
-        &format!("route add {vip}/32 via {NODE_IP} dev {VNET_NODE_IF}"),
-    )
+    if variant == Variant::Kubenet {
+        // AKS's route table for kubenet: the node's pod CIDR via the node.
+        let (pods, pod_prefix) = variant.pod_cidr();
+        ip(
+            VNET_NS,
+            &format!("route add {pods}/{pod_prefix} via {NODE_IP} dev {VNET_NODE_IF}"),
+        )?;
+    }
+    // The LoadBalancers' floating IPs: Azure delivers them to the node unchanged.
+    for vip in [WHEREAMI_LB_VIP.ip(), WHEREAMI_LOCAL_LB_VIP.ip()] {
+        ip(
+            VNET_NS,
+            &format!("route add {vip}/32 via {NODE_IP} dev {VNET_NODE_IF}"),
+        )?;
+    }
+    Ok(())
 }
 
-/// Wires one pod's namespace to the node (its veth, address, routes, neighbours, FDB).
-pub fn pod_link(pod: &Pod) -> Result<()> {
+/// Wires one pod's namespace to the node as `variant` does (its veth, address, routes,
+/// neighbours, FDB).
+pub fn pod_link(variant: Variant, pod: &Pod) -> Result<()> {
     let (ns, host_if, pod_ip) = (pod.netns(), pod.host_if, pod.ip);
-    let (mac, bridge_mac) = (mac_string(pod.mac()), mac_string(BRIDGE_MAC));
+    let mac = mac_string(pod.mac());
+    let gateway = variant.pod_gateway();
     ip(
         NODE_NS,
         &format!("link add {host_if} type veth peer name eth0 netns {ns}"),
     )?;
-    ip(NODE_NS, &format!("link set {host_if} master {BRIDGE} up"))?;
     ip(&ns, &format!("link set eth0 address {mac} up"))?;
-    ip(&ns, &format!("addr add {pod_ip}/32 dev eth0"))?;
-    ip(
-        &ns,
-        &format!("route add default via {GATEWAY_IP} dev eth0 onlink"),
-    )?;
-    ip(
-        &ns,
-        &format!("neigh add {GATEWAY_IP} lladdr {bridge_mac} dev eth0 nud permanent"),
-    )?;
-    ip(
-        NODE_NS,
-        &format!("neigh add {pod_ip} lladdr {mac} dev {BRIDGE} nud permanent"),
-    )?;
-    // A static FDB entry: frames for the pod never flood out of eth0 into the VNet.
-    let fdb = format!("-n {NODE_NS} fdb replace {mac} dev {host_if} master static");
-    output(&mut command("bridge", fdb.split_whitespace()))?;
+    match variant {
+        Variant::AzureBridge => {
+            // A /32 and a permanent neighbour for the gateway pointing at the bridge's MAC
+            // (what Azure CNI's ARP-reply rules achieve).
+            let bridge = variant.bridge().unwrap_or_default();
+            let bridge_mac = mac_string(BRIDGE_MAC);
+            ip(NODE_NS, &format!("link set {host_if} master {bridge} up"))?;
+            ip(&ns, &format!("addr add {pod_ip}/32 dev eth0"))?;
+            ip(
+                &ns,
+                &format!("route add default via {gateway} dev eth0 onlink"),
+            )?;
+            ip(
+                &ns,
+                &format!("neigh add {gateway} lladdr {bridge_mac} dev eth0 nud permanent"),
+            )?;
+            ip(
+                NODE_NS,
+                &format!("neigh add {pod_ip} lladdr {mac} dev {bridge} nud permanent"),
+            )?;
+            // A static FDB entry: frames for the pod never flood out of eth0 into the VNet.
+            let fdb = format!("-n {NODE_NS} fdb replace {mac} dev {host_if} master static");
+            output(&mut command("bridge", fdb.split_whitespace()))?;
+        }
+        Variant::Kubenet => {
+            let bridge = variant.bridge().unwrap_or_default();
+            let (_, prefix) = variant.pod_cidr();
+            ip(NODE_NS, &format!("link set {host_if} master {bridge} up"))?;
+            ip(&ns, &format!("addr add {pod_ip}/{prefix} dev eth0"))?;
+            ip(&ns, &format!("route add default via {gateway} dev eth0"))?;
+        }
+        Variant::AzureTransparent | Variant::Calico => {
+            // Routed: a /32 towards the pod via its host veth; the pod reaches 169.254.1.1 on
+            // its link. Azure CNI (transparent) pins the gateway as a static neighbour with the
+            // host veth's MAC; Calico answers its ARP by proxy ARP on the cali interface.
+            if variant == Variant::Calico {
+                let host_mac = mac_string(CALICO_HOST_MAC);
+                ip(NODE_NS, &format!("link set {host_if} address {host_mac}"))?;
+                sysctl(NODE_NS, &format!("net.ipv4.conf.{host_if}.proxy_arp"), "1")?;
+                sysctl(
+                    NODE_NS,
+                    &format!("net.ipv4.neigh.{host_if}.proxy_delay"),
+                    "0",
+                )?;
+            }
+            sysctl(
+                NODE_NS,
+                &format!("net.ipv4.conf.{host_if}.send_redirects"),
+                "0",
+            )?;
+            ip(NODE_NS, &format!("link set {host_if} up"))?;
+            ip(
+                NODE_NS,
+                &format!("route add {pod_ip}/32 dev {host_if} scope link"),
+            )?;
+            ip(&ns, &format!("addr add {pod_ip}/32 dev eth0"))?;
+            ip(&ns, &format!("route add {gateway}/32 dev eth0 scope link"))?;
+            ip(&ns, &format!("route add default via {gateway} dev eth0"))?;
+            if variant == Variant::AzureTransparent {
+                let host_mac = host_if_mac(host_if)?;
+                ip(
+                    &ns,
+                    &format!("neigh add {gateway} lladdr {host_mac} dev eth0 nud permanent"),
+                )?;
+            }
+        }
+    }
     Ok(())
+}
+
+/// The MAC of `name` in the node namespace.
+fn host_if_mac(name: &str) -> Result<String> {
+    let out = output(&mut command(
+        "ip",
+        ["-n", NODE_NS, "-br", "link", "show", "dev", name],
+    ))?;
+    out.split_whitespace()
+        .nth(2)
+        .map(str::to_owned)
+        .with_context(|| format!("no MAC in `ip -br link show dev {name}`: {out}"))
 }
 
 fn host_link(host: &ExternalHost) -> Result<()> {
@@ -182,10 +312,15 @@ fn host_link(host: &ExternalHost) -> Result<()> {
     ip(ns, &format!("route add default via {router_ip}"))
 }
 
-fn load_nat_rules() -> Result<()> {
-    fs::write(NAT_RULES_FILE, NAT_RULES).with_context(|| format!("writing {NAT_RULES_FILE}"))?;
+fn load_nat_rules(variant: Variant) -> Result<()> {
+    if let Some(sets) = ipsets(variant) {
+        fs::write(IPSETS_FILE, sets).with_context(|| format!("writing {IPSETS_FILE}"))?;
+        output_with_input(&mut in_ns(NODE_NS, "ipset", ["restore"]), sets)?;
+    }
+    let rules = nat_rules(variant);
+    fs::write(NAT_RULES_FILE, rules).with_context(|| format!("writing {NAT_RULES_FILE}"))?;
     // The rules go on stdin: `iptables-restore -w FILE` takes FILE as the wait time.
-    output_with_input(&mut in_ns(NODE_NS, "iptables-restore", ["-w"]), NAT_RULES)?;
+    output_with_input(&mut in_ns(NODE_NS, "iptables-restore", ["-w"]), rules)?;
     let loaded = output(&mut in_ns(NODE_NS, "iptables-save", ["-t", "nat"]))?;
     ensure!(
         loaded.contains("KUBE-SERVICES"),
