@@ -261,8 +261,12 @@ fn run_lab(action: LabAction) -> Result<()> {
         LabAction::Up { variant } => lab::up_variant(variant),
         LabAction::Down => lab::down(),
         LabAction::Status => {
-            print!("{}", lab::status()?);
-            Ok(())
+            let text = lab::status()?.to_string();
+            // `lab status | head` closes the pipe early: that is not an error.
+            match std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(()),
+            }
         }
         LabAction::Pod { action: PodAction::Add { name } } => lab::pods::add(&name).map(drop),
         LabAction::Pod { action: PodAction::Del { name } } => lab::pods::del(&name).map(drop),
