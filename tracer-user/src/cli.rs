@@ -115,14 +115,11 @@ pub struct Args {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Text)]
     pub output: Format,
 
-    /// Interfaces to attach tc programs to: comma-separated names and globs (`*`, `?`).
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        default_value = "eth0,azure0,azv*"
-    )]
-    pub interfaces: Vec<String>,
+    /// Interfaces to attach tc programs to: comma-separated names and globs (`*`, `?`)
+    /// [default: eth0,azure0,azv*, plus cbr0,veth* when cbr0 exists (kubenet) and cali* when
+    /// cali interfaces exist (Calico)].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub interfaces: Option<Vec<String>>,
 
     /// Azure CNI state file used to resolve --pod (first; then crictl, then the Kubernetes
     /// API).
@@ -243,7 +240,10 @@ mod tests {
         let a = parse(&["--pod", "ubuntu"]).unwrap();
         assert_eq!(a.pod.as_deref(), Some("ubuntu"));
         assert_eq!(a.namespace, "default");
-        assert_eq!(a.interfaces, ["eth0", "azure0", "azv*"]);
+        assert_eq!(
+            a.interfaces, None,
+            "chosen at run time from the node's interfaces"
+        );
         assert_eq!(a.state_file, PathBuf::from("/var/run/azure-vnet.json"));
         assert_eq!(
             (a.output, a.color, a.nat_hook),
@@ -289,7 +289,10 @@ mod tests {
             "/tmp/r",
         ])
         .unwrap();
-        assert_eq!(a.interfaces, ["eth0", "cali*"]);
+        assert_eq!(
+            a.interfaces.as_deref(),
+            Some(&["eth0".to_owned(), "cali*".to_owned()][..])
+        );
         assert_eq!(a.ready_file, Some(PathBuf::from("/tmp/r")));
     }
 

@@ -146,11 +146,13 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         }
     };
     let all = tc::list_ifaces();
+    let names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+    let choice = crate::config::choose_interfaces(cfg.interfaces.as_deref(), &names);
     let ifaces: Vec<tc::Iface> =
-        all.iter().filter(|i| crate::config::iface_matches(&cfg.interfaces, &i.name)).cloned().collect();
+        all.iter().filter(|i| crate::config::iface_matches(&choice.patterns, &i.name)).cloned().collect();
     if ifaces.is_empty() {
         return Err(tc::TcAttachError::NoInterface {
-            patterns: cfg.interfaces.join(","),
+            patterns: choice.patterns.join(","),
             present: all.iter().map(|i| output::safe(&i.name)).collect::<Vec<_>>().join(" "),
         }
         .into());
@@ -171,6 +173,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     }
 
     announce(&subject, &ifaces, mode, &nat_attachment);
+    eprintln!("pktrace: interfaces {}", output::safe(&choice.describe()));
     // Before the ready file: a SIGINT right after it must still end with the summary.
     let signals = (
         signal(SignalKind::interrupt()).map_err(RunError::Runtime)?,
