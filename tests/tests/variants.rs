@@ -14,7 +14,7 @@ use tests::{
     trace::{CtEntry, Pktrace, Trace, assert_path, ct_entry, nat_steps, steps},
 };
 use xtask::lab::{
-    self, Variant,
+    self, Variant, api,
     topology::{
         ExternalHost, INET_HOST, NODE_IP, PEER_HOST, VNET_HOST, WHEREAMI_CLUSTER_IP,
         WHEREAMI_LOCAL_LB_VIP,
@@ -67,11 +67,14 @@ fn detected_patterns(variant: Variant) -> Option<&'static str> {
     }
 }
 
+/// No container runtime in the lab: pod resolution goes on to the Kubernetes API.
+const NO_CRICTL: (&str, &str) = ("PKTRACE_CRICTL", "/nonexistent/crictl");
+
 /// Runs `traffic` under pktrace tracing `args` (JSON, default interfaces) and returns the trace.
-fn traced(variant: Variant, args: &[&str], traffic: impl FnOnce()) -> Trace {
+fn traced(variant: Variant, args: &[&str], env: &[(&str, &str)], traffic: impl FnOnce()) -> Trace {
     let mut full = args.to_vec();
     full.push("--follow");
-    let pk = Pktrace::start(&full);
+    let pk = Pktrace::start_with_env(&full, env);
     traffic();
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
@@ -97,22 +100,24 @@ fn traced(variant: Variant, args: &[&str], traffic: impl FnOnce()) -> Trace {
     trace
 }
 
-/// Traces pod `ubuntu` of `variant`: by name where the variant has an Azure CNI state file,
-/// else by address (kubenet).
+/// Traces pod `ubuntu` of `variant` by name: through the Azure CNI state file where the
+/// variant has one, else (kubenet) through the lab's fake Kubernetes API server.
 fn trace_ubuntu(variant: Variant, traffic: impl FnOnce()) -> Trace {
-    let ip = variant.ubuntu().ip.to_string();
     let trace = if variant.state_file().is_some() {
-        traced(variant, &["--pod", "ubuntu"], traffic)
+        traced(variant, &["--pod", "ubuntu"], &[], traffic)
     } else {
-        traced(variant, &["--pod-ip", &ip], traffic)
-    };
-    let label = if variant.state_file().is_some() {
-        "default/ubuntu".to_owned()
-    } else {
-        ip
+        let args = ["--pod", "ubuntu", "--kubeconfig", api::KUBECONFIG];
+        let trace = traced(variant, &args, &[NO_CRICTL], traffic);
+        let through_api = "pktrace: pod default/ubuntu found through the Kubernetes API";
+        assert!(
+            trace.stderr.lines().any(|l| l.starts_with(through_api)),
+            "kubenet has no state file: the pod comes from the API server:\n{}",
+            trace.stderr
+        );
+        trace
     };
     for j in trace.journeys() {
-        assert_eq!(j["pod"], label.as_str(), "{j}");
+        assert_eq!(j["pod"], "default/ubuntu", "{j}");
     }
     trace
 }
@@ -211,6 +216,19 @@ fn masqueraded(variant: Variant, host: &ExternalHost) {
     let chain = variant.masquerade_chain();
     assert_attribution(&orig, "snat", chain, None);
     assert_attribution(&reply, "snat", chain, None);
+    // The why names what the destination is not in: ip-masq-agent's nonMasqueradeCIDRs (the
+    // VNet), kubenet's --non-masquerade-cidr (the cluster CIDR).
+    let outside = match variant {
+        Variant::AzureBridge | Variant::AzureTransparent => Some("10.13.0.0/16"),
+        Variant::Kubenet => Some("10.244.0.0/16"),
+        Variant::Calico => None,
+    };
+    if let Some(cidr) = outside {
+        for j in &orig {
+            let why = nat_steps(j)[0]["why"].as_str().unwrap_or("").to_owned();
+            assert!(why.contains(cidr), "why must name {cidr}: {j}");
+        }
+    }
     if variant == Variant::Calico {
         // Calico's decision is the ipsets': the why names the pool set the address is not in.
         for j in &orig {
@@ -252,6 +270,24 @@ fn vnet_host(variant: Variant) {
     for j in &reply {
         assert_path(j, "eth0", &[], ubuntu.host_if, &mid);
     }
+    // The journey says why it left untranslated, with the variant's rule: ip-masq-agent's
+    // RETURN for the VNet, Calico's MASQUERADE passed over because of its pool ipset.
+    for j in &orig {
+        let last = steps(j).pop().expect("steps");
+        assert_eq!(
+            last["rule"].as_str(),
+            Some(variant.masquerade_chain()),
+            "{j}"
+        );
+        let why = last["why"].as_str().unwrap_or("");
+        assert!(why.starts_with("no SNAT"), "why of the last step: {j}");
+        if variant == Variant::Calico {
+            assert!(
+                why.contains("cali40all-ipam-pools"),
+                "why must name Calico's ipset: {j}"
+            );
+        }
+    }
 }
 
 /// Internet host → the externalTrafficPolicy=Local VIP: DNAT to a local endpoint by the Local
@@ -260,7 +296,7 @@ fn local_policy(variant: Variant) {
     let _lab = LabGuard::with_variant(variant);
     let (client, vip) = (INET_HOST.ip.to_string(), WHEREAMI_LOCAL_LB_VIP.to_string());
     let mut seen = String::new();
-    let trace = traced(variant, &["--pod-ip", &client], || {
+    let trace = traced(variant, &["--pod-ip", &client], &[], || {
         seen = tcp_from(INET_HOST.netns, &vip)
     });
     let ct = ct_entry(&client, &vip);
@@ -283,6 +319,13 @@ fn local_policy(variant: Variant) {
     }
     let sep = sep_chain(variant, "default/whereami-local", &ct.reply_src_ep());
     assert_attribution(&orig, "dnat", &sep, Some("default/whereami-local"));
+    for j in &orig {
+        let why = nat_steps(j)[0]["why"].as_str().unwrap_or("").to_owned();
+        assert!(
+            why.contains("externalTrafficPolicy=Local"),
+            "why of the Local DNAT: {j}"
+        );
+    }
     assert_attribution(&reply, "dnat", &sep, Some("default/whereami-local"));
 }
 
