@@ -38,14 +38,15 @@ use crate::cmd::{exclusive_lock, require_programs, require_root};
 /// Serializes `up`/`down` between processes (outside `LAB_DIR`, which `down` removes).
 const LOCK_FILE: &str = "/run/pktrace-lab.lock";
 /// Programs the lab needs, with the Debian package that has them.
-pub const NEEDED: [(&str, &str); 6] = [
+pub const NEEDED: [(&str, &str); 5] = [
     ("ip", "iproute2"),
     ("bridge", "iproute2"),
     ("iptables-restore", "iptables"),
     ("iptables-save", "iptables"),
     ("sysctl", "procps"),
-    ("ipset", "ipset"),
 ];
+/// What the calico variant needs on top (its IP pool ipsets).
+pub const NEEDED_CALICO: [(&str, &str); 1] = [("ipset", "ipset")];
 
 /// Brings the default lab ([`Variant::AzureBridge`]) up; see [`up_variant`].
 pub fn up() -> Result<()> {
@@ -56,6 +57,9 @@ pub fn up() -> Result<()> {
 /// rebuilds it if partial or another variant.
 pub fn up_variant(variant: Variant) -> Result<()> {
     preflight()?;
+    if variant == Variant::Calico {
+        require_programs(&NEEDED_CALICO, "the lab's calico variant")?;
+    }
     let _lock = lock()?;
     let now = status()?;
     if now.up && now.variant == Some(variant) {

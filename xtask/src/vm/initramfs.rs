@@ -19,7 +19,7 @@ use super::{
 use crate::cmd::capture;
 
 /// Host programs copied into the guest; `true`: required.
-pub const PROGRAMS: [(&str, bool); 22] = [
+pub const PROGRAMS: [(&str, bool); 23] = [
     ("ip", true),
     ("bridge", true),
     ("tc", true),
@@ -34,6 +34,8 @@ pub const PROGRAMS: [(&str, bool); 22] = [
     ("iptables-legacy-restore", false),
     ("nft", false),
     ("conntrack", true),
+    // The lab's calico variant (its tests fail without it, the others do not need it).
+    ("ipset", false),
     ("sysctl", true),
     ("ping", true),
     ("setpriv", true),

@@ -15,7 +15,7 @@ use super::kernel::{Kernel, find_sbin};
 use crate::cmd::capture;
 
 /// Modules `/init` loads, in this order (`modprobe -a`).
-pub const MODULES: [&str; 25] = [
+pub const MODULES: [&str; 27] = [
     "veth",
     "bridge",
     "br_netfilter",
@@ -39,6 +39,9 @@ pub const MODULES: [&str; 25] = [
     "xt_tcpudp",
     "xt_conntrack",
     "xt_iprange",
+    // The lab's calico variant: -m set on hash:net ipsets.
+    "xt_set",
+    "ip_set_hash_net",
     "nf_defrag_ipv4",
     "nf_defrag_ipv6",
 ];
