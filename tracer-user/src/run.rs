@@ -212,6 +212,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         failed: HashSet::new(),
         pod,
         lookup: None,
+        patterns: choice.patterns.clone(),
     };
     let result = session.event_loop(cfg, &mut collector, sink.as_mut(), signals, &mut hot).await;
     drop(hot);
@@ -315,7 +316,7 @@ impl Session {
                     let done = self.drain(ring.get_mut().0);
                     self.output(done, sink)?;
                     let mut done = Vec::new();
-                    hot.apply(cfg, events, &mut self.correlator, &mut done);
+                    hot.apply(events, &mut self.correlator, &mut done);
                     self.output(done, sink)?;
                 }
                 _ = sigint.recv() => break,
@@ -396,6 +397,9 @@ struct Hot<'a> {
     pod: Option<PodWatch>,
     /// A lookup of the followed pod under way.
     lookup: Option<tokio::task::JoinHandle<Option<Vec<IpAddr>>>>,
+    /// The interface patterns chosen at start (`--interfaces`, or the default for the CNI
+    /// found): interfaces that appear later are attached when they match.
+    patterns: Vec<String>,
 }
 
 impl Hot<'_> {
@@ -428,12 +432,12 @@ impl Hot<'_> {
 
     /// Applies link events: attach, rename, detach, forget; journeys last seen on a vanished
     /// interface go to `done`.
-    fn apply(&mut self, cfg: &Config, events: Vec<LinkEvent>, correlator: &mut Correlator, done: &mut Vec<Journey>) {
+    fn apply(&mut self, events: Vec<LinkEvent>, correlator: &mut Correlator, done: &mut Vec<Journey>) {
         for ev in events {
             if let LinkEvent::Del { index, .. } = ev {
                 self.failed.remove(&index);
             }
-            match follow::decide(&ev, self.tc.name(ev.index()), &cfg.interfaces) {
+            match follow::decide(&ev, self.tc.name(ev.index()), &self.patterns) {
                 Action::Attach(iface) => {
                     if let Some(pod) = &mut self.pod {
                         pod.dirty = true;
