@@ -107,6 +107,10 @@ enum Task {
         /// Print the tables without updating BENCHMARKS.md.
         #[arg(long)]
         no_write: bool,
+        /// Measure only these phases, comma-separated: throughput, hooks, collector, startup
+        /// (implies --no-write).
+        #[arg(long, value_name = "PHASES")]
+        only: Option<String>,
     },
 }
 
@@ -240,11 +244,16 @@ fn run(cli: Cli) -> Result<()> {
             runs,
             seconds,
             no_write,
+            only,
         } => xtask::bench::bench(&xtask::bench::BenchOptions {
             short,
             runs: runs.and_then(|n| usize::try_from(n).ok()),
             seconds,
             no_write,
+            only: only
+                .as_deref()
+                .map(xtask::bench::Phases::parse)
+                .transpose()?,
         }),
     }
 }

@@ -48,6 +48,47 @@ pub struct BenchOptions {
     pub seconds: Option<u64>,
     /// Do not update `BENCHMARKS.md`.
     pub no_write: bool,
+    /// Measure only these phases (none: all); implies `no_write`.
+    pub only: Option<Phases>,
+}
+
+/// Which phases to measure (`--only hooks,collector`): for before/after comparisons of one
+/// cost without the whole bench's ten minutes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[expect(clippy::struct_excessive_bools, reason = "one switch per phase")]
+pub struct Phases {
+    pub throughput: bool,
+    pub hooks: bool,
+    pub collector: bool,
+    pub startup: bool,
+}
+
+impl Phases {
+    /// Every phase.
+    pub const ALL: Self = Self {
+        throughput: true,
+        hooks: true,
+        collector: true,
+        startup: true,
+    };
+
+    /// Parses a comma-separated list of phase names.
+    pub fn parse(list: &str) -> Result<Self> {
+        let mut p = Self::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "throughput" => p.throughput = true,
+                "hooks" => p.hooks = true,
+                "collector" => p.collector = true,
+                "startup" => p.startup = true,
+                other => bail!(
+                    "unknown bench phase {other:?}: use throughput, hooks, collector or startup"
+                ),
+            }
+        }
+        ensure!(p != Self::default(), "--only needs at least one phase");
+        Ok(p)
+    }
 }
 
 /// What every phase needs.
@@ -124,24 +165,40 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
     };
     let start = Instant::now();
     install_sigint_flag();
-    let results = measure(&ctx);
+    let results = measure(&ctx, opts.only.unwrap_or(Phases::ALL));
     restore_sigint();
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
     report(&machine, opts, &results)
 }
 
-fn measure(ctx: &Ctx) -> Result<Results> {
+fn measure(ctx: &Ctx, phases: Phases) -> Result<Results> {
     let mut net = net::BenchNet::build()?;
     let _servers = iperf::Servers::start(&ctx.dir)?;
     eprintln!("bench: warming up (1 s per stream, untraced)");
     for stream in iperf::Stream::ALL {
         iperf::run(stream, None, 1, &ctx.dir, || {})?;
     }
-    let throughput = throughput::run(ctx)?;
-    let hooks = hooks::run(ctx)?;
-    let collector = collector::run(ctx)?;
-    let startup = startup::run(ctx, &mut net)?;
+    let throughput = if phases.throughput {
+        throughput::run(ctx)?
+    } else {
+        Default::default()
+    };
+    let hooks = if phases.hooks {
+        hooks::run(ctx)?
+    } else {
+        Default::default()
+    };
+    let collector = if phases.collector {
+        collector::run(ctx)?
+    } else {
+        Vec::new()
+    };
+    let startup = if phases.startup {
+        startup::run(ctx, &mut net)?
+    } else {
+        Default::default()
+    };
     Ok(Results {
         runs: ctx.runs,
         seconds: ctx.seconds,
@@ -163,10 +220,16 @@ fn report(machine: &doc::Machine, opts: &BenchOptions, results: &Results) -> Res
     };
     let block = doc::block(machine, &command, results, &report::tables(results));
     println!("{block}");
-    if opts.short || opts.no_write {
+    if opts.short || opts.no_write || opts.only.is_some() {
         eprintln!(
             "bench: BENCHMARKS.md left as it is ({})",
-            if opts.short { "--short" } else { "--no-write" }
+            if opts.short {
+                "--short"
+            } else if opts.only.is_some() {
+                "--only"
+            } else {
+                "--no-write"
+            }
         );
         return Ok(());
     }
@@ -274,4 +337,21 @@ fn install_sigint_flag() {
 fn restore_sigint() {
     // SAFETY: restores the default disposition.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Phases;
+
+    #[test]
+    fn phases_parse() {
+        let p = Phases::parse("hooks, collector").unwrap();
+        assert!(p.hooks && p.collector && !p.throughput && !p.startup);
+        assert_eq!(
+            Phases::parse("throughput,hooks,collector,startup").unwrap(),
+            Phases::ALL
+        );
+        assert!(Phases::parse("hook").is_err());
+        assert!(Phases::parse(" , ").is_err());
+    }
 }
