@@ -14,7 +14,9 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, generated::bpf_probe_read_kernel as read_raw},
+    helpers::{
+        bpf_ktime_get_ns, bpf_probe_read_kernel, generated::bpf_probe_read_kernel as read_raw,
+    },
     macros::map,
     maps::PerCpuArray,
 };
@@ -75,26 +77,73 @@ fn skb_of(ctx: *mut c_void, off: &KernelOffsets) -> Result<u64, ()> {
     read::<u64>(ctx as u64, off.nf_ctx_skb)
 }
 
-/// Parses the packet's L3 and L4 headers from its linear data (`skb->data` must point at the
-/// IP header, as it does in the netfilter hooks and in `nf_nat_manip_pkt`) into the NAT
-/// programs' scratch.
+/// Where a packet's linear data is (`skb->data` must point at the IP header, as it does in the
+/// netfilter hooks and in `nf_nat_manip_pkt`) and how many bytes it has, capped at the window.
 #[inline(always)]
-pub(crate) fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
+fn linear_of(skb: u64, off: &KernelOffsets) -> Result<(u64, u32), ()> {
     let len: u32 = read(skb, off.skb_len)?;
     let data_len: u32 = read(skb, off.skb_data_len)?;
     let data: u64 = read(skb, off.skb_data)?;
     let linear = len.saturating_sub(data_len);
-    let cap = if linear > PKT_WINDOW as u32 { PKT_WINDOW as u32 } else { linear };
+    let cap = if linear > PKT_WINDOW as u32 {
+        PKT_WINDOW as u32
+    } else {
+        linear
+    };
     if cap == 0 {
         return Err(());
     }
+    Ok((data, cap))
+}
+
+/// Parses the packet's L3 and L4 headers from its linear data into the NAT programs' scratch.
+#[inline(always)]
+pub(crate) fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
+    let (data, cap) = linear_of(skb, off)?;
+    parse_linear(data, cap)
+}
+
+#[inline(always)]
+fn parse_linear(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
     let scratch = scratch(1).ok_or(())?;
     // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
-    let ret = unsafe { read_raw(scratch.window.as_mut_ptr().cast(), cap, data as *const c_void) };
+    let ret = unsafe {
+        read_raw(
+            scratch.window.as_mut_ptr().cast(),
+            cap,
+            data as *const c_void,
+        )
+    };
     if ret != 0 || !parse::parse_l3(&scratch.window, cap as usize, &mut scratch.parsed) {
         return Err(());
     }
     Ok(&scratch.parsed)
+}
+
+/// The packet's tuple, copying only [`parse::FAST_BYTES`] for a plain IPv4 TCP/UDP/ICMP packet
+/// (every packet crosses the nat hooks, most are never emitted) and parsing fully otherwise.
+#[inline(always)]
+fn tuple_of(skb: u64, off: &KernelOffsets) -> Result<Tuple, ()> {
+    let (data, cap) = linear_of(skb, off)?;
+    if cap >= parse::FAST_BYTES as u32 {
+        let scratch = scratch(1).ok_or(())?;
+        // SAFETY: FAST_BYTES is within the per-CPU window.
+        let ret = unsafe {
+            read_raw(
+                scratch.window.as_mut_ptr().cast(),
+                parse::FAST_BYTES as u32,
+                data as *const c_void,
+            )
+        };
+        if ret != 0 {
+            return Err(());
+        }
+        let mut t = Tuple::default();
+        if parse::tuple_ipv4_fast(&scratch.window, parse::FAST_BYTES, cap as usize, &mut t) {
+            return Ok(t);
+        }
+    }
+    Ok(parse_linear(data, cap)?.tuple)
 }
 
 #[inline(always)]
@@ -102,12 +151,12 @@ fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     count(counter::NAT_SEEN);
     let off = offsets();
     let skb = skb_of(ctx, &off)?;
-    let parsed = parse_skb(skb, &off)?;
+    let before = tuple_of(skb, &off)?;
     let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
     // SAFETY: per-CPU slot of this hook; the exit program on this CPU reads it next.
     unsafe {
         (*slot).skb = skb;
-        (*slot).before = parsed.tuple;
+        (*slot).before = before;
         (*slot).ktime_ns = bpf_ktime_get_ns();
     }
     Ok(())
@@ -128,6 +177,11 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     }
     // Cleared so that a later packet cannot pair with a stale entry.
     pending.skb = 0;
+    // Most packets are not rewritten, or not tracked: decide on the tuple alone.
+    let after = tuple_of(skb, &off)?;
+    if !should_report(&pending.before, &after) {
+        return Ok(());
+    }
     let after = parse_skb(skb, &off)?;
     let rewrite = Rewrite {
         skb,
@@ -138,9 +192,17 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         before: &pending.before,
         after,
     };
-    report(&rewrite, &off, || {
-        let nfct: u64 = if off.skb_nfct == 0 { 0 } else { read(skb, off.skb_nfct).unwrap_or(0) };
-        if nfct == 0 { ct::NONE } else { (nfct & NFCT_INFOMASK) as u8 }
+    report_checked(&rewrite, &off, || {
+        let nfct: u64 = if off.skb_nfct == 0 {
+            0
+        } else {
+            read(skb, off.skb_nfct).unwrap_or(0)
+        };
+        if nfct == 0 {
+            ct::NONE
+        } else {
+            (nfct & NFCT_INFOMASK) as u8
+        }
     });
     Ok(())
 }
@@ -166,10 +228,21 @@ pub(crate) struct Rewrite<'a> {
 /// `ct_info` is only asked for when the event is emitted.
 #[inline(always)]
 pub(crate) fn report(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce() -> u8) {
-    let (before, after) = (r.before, r.after);
-    if after.tuple == *before || !(is_tracked(before) || is_tracked(&after.tuple)) {
-        return;
+    if should_report(r.before, &r.after.tuple) {
+        report_checked(r, off, ct_info);
     }
+}
+
+/// True when NAT changed the packet and its flow is tracked on either side.
+#[inline(always)]
+fn should_report(before: &Tuple, after: &Tuple) -> bool {
+    *after != *before && (is_tracked(before) || is_tracked(after))
+}
+
+/// [`report`] once [`should_report`] said yes.
+#[inline(always)]
+fn report_checked(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce() -> u8) {
+    let (before, after) = (r.before, r.after);
     // Keep following the flow under its new addresses, in both directions.
     if !has_tracked_addr(&after.tuple) {
         track_flow(&after.tuple);
@@ -179,8 +252,16 @@ pub(crate) fn report(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce(
     }
     let ct_info = ct_info();
     let skb = r.skb;
-    let dev: u64 = if off.skb_dev == 0 { 0 } else { read(skb, off.skb_dev).unwrap_or(0) };
-    let ifindex: u32 = if dev == 0 { 0 } else { read(dev, off.dev_ifindex).unwrap_or(0) };
+    let dev: u64 = if off.skb_dev == 0 {
+        0
+    } else {
+        read(skb, off.skb_dev).unwrap_or(0)
+    };
+    let ifindex: u32 = if dev == 0 {
+        0
+    } else {
+        read(dev, off.dev_ifindex).unwrap_or(0)
+    };
     let len: u32 = read(skb, off.skb_len).unwrap_or(0);
     let mark: u32 = read(skb, off.skb_mark).unwrap_or(0);
     emit(|ev: &mut Event| {

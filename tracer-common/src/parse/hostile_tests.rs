@@ -79,6 +79,11 @@ fn l2(packet: &[u8]) -> Vec<u8> {
 /// Parses as the kernel does, also with stale bytes past the captured ones and into a dirty
 /// output, and checks all three agree (the per-CPU window and result are reused).
 fn parse(bytes: &[u8], from_l2: bool) -> Option<Parsed> {
+    if !from_l2 {
+        check_fast_tuple(bytes);
+    } else if bytes.len() >= 14 && bytes[12..14] == [0x08, 0x00] {
+        check_fast_tuple(&bytes[14..]);
+    }
     let parser = if from_l2 { parse_ethernet } else { parse_l3 };
     let (w, cap) = window_of(bytes);
     let mut clean = Parsed::default();
@@ -109,6 +114,63 @@ fn parse(bytes: &[u8], from_l2: bool) -> Option<Parsed> {
         assert_eq!(dirty, before, "a failed parse wrote its output");
     }
     ok.then_some(clean)
+}
+
+/// The NAT programs' fast path reads only [`FAST_BYTES`] (the rest of the window is stale) and
+/// must give exactly `parse_l3`'s tuple whenever it claims the packet.
+fn check_fast_tuple(l3: &[u8]) {
+    let (w, cap) = window_of(l3);
+    let read = cap.min(FAST_BYTES);
+    let mut stale = w;
+    for b in stale.iter_mut().skip(read) {
+        *b = 0x5a;
+    }
+    let mut fast = Tuple {
+        sport: 9,
+        ..Tuple::default()
+    };
+    if tuple_ipv4_fast(&stale, read, cap, &mut fast) {
+        let full = Parsed::from_l3(l3).expect("the fast path took a packet parse_l3 refuses");
+        assert_eq!(fast, full.tuple, "fast and full tuples differ: {l3:02x?}");
+    } else {
+        assert_eq!(fast.sport, 9, "a refused fast parse wrote its output");
+    }
+}
+
+/// Every prefix of ordinary and odd IPv4 packets goes through [`check_fast_tuple`], and the
+/// fast path does take the ordinary ones.
+#[test]
+fn fast_tuple_agrees_with_the_parser() {
+    let mut taken = 0;
+    let packets = [
+        ipv4(PROTO_TCP, 0, &[], &tcp(40000, 80, 0x10)),
+        ipv4(PROTO_TCP, 0x4000, &[], &tcp(1, 2, 0x02)),
+        ipv4(PROTO_UDP, 0, &[], &udp(53, 5353, b"abcdefgh")),
+        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"")),
+        ipv4(PROTO_ICMP, 0, &[], &[8, 0, 0, 0, 0x12, 0x34, 0, 1, 9, 9]),
+        ipv4(PROTO_ICMP, 0, &[], &[3, 1, 0, 0, 0, 0, 0, 0]),
+        ipv4(PROTO_UDP, 0x2000, &[], &udp(1, 2, b"x")),
+        ipv4(PROTO_UDP, 0x0001, &[], &udp(1, 2, b"x")),
+        ipv4(PROTO_TCP, 0, &[1, 1, 1, 1], &tcp(3, 4, 0x10)),
+        ipv4(47, 0, &[], &[0; 12]),
+    ];
+    for p in &packets {
+        for len in 0..=p.len() {
+            check_fast_tuple(&p[..len]);
+            let (w, cap) = window_of(&p[..len]);
+            let mut t = Tuple::default();
+            if tuple_ipv4_fast(&w, cap.min(FAST_BYTES), cap, &mut t) {
+                taken += 1;
+            }
+        }
+        // A total length that lies (shorter than the headers, or past the end).
+        for total in [0u16, 19, 20, 27, 28, 39, 40, 1500] {
+            let mut q = p.clone();
+            q[2..4].copy_from_slice(&total.to_be_bytes());
+            check_fast_tuple(&q);
+        }
+    }
+    assert!(taken >= 5, "the fast path took only {taken} packets");
 }
 
 fn ports(p: &Parsed) -> (u16, u16) {
