@@ -33,6 +33,18 @@ impl LabGuard {
         Self(variant)
     }
 
+    /// Brings the default lab up with its second node (`xtask::lab::up_nodes(…, 2)`).
+    ///
+    /// # Panics
+    /// If the lab cannot be brought up (not root, tools missing, a step failed).
+    pub fn two_nodes() -> Self {
+        let variant = xtask::lab::Variant::default();
+        if let Err(err) = xtask::lab::up_nodes(variant, 2) {
+            panic!("bringing the lab up with two nodes failed: {err:#}");
+        }
+        Self(variant)
+    }
+
     /// The variant the lab runs as.
     #[must_use]
     pub fn variant(&self) -> xtask::lab::Variant {

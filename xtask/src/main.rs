@@ -123,6 +123,10 @@ enum LabAction {
         /// (Azure CNI transparent mode, the AKS default), kubenet, calico (Azure CNI + Calico).
         #[arg(long, value_name = "VARIANT", default_value = "azure-bridge", value_parser = parse_variant)]
         variant: lab::Variant,
+        /// Nodes: 2 adds `pkt-node2` (another subnet of the VNet, Azure CNI bridge mode) with
+        /// a backend pod behind the ClusterIP of default/whereami-remote.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        nodes: u8,
     },
     /// Remove the lab, whatever its variant: its processes, namespaces and state directory.
     Down,
@@ -267,7 +271,7 @@ fn parse_variant(name: &str) -> Result<lab::Variant, String> {
 
 fn run_lab(action: LabAction) -> Result<()> {
     match action {
-        LabAction::Up { variant } => lab::up_variant(variant),
+        LabAction::Up { variant, nodes } => lab::up_nodes(variant, nodes),
         LabAction::Down => lab::down(),
         LabAction::Status => {
             let text = lab::status()?.to_string();

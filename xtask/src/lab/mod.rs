@@ -10,6 +10,7 @@
 pub mod api;
 pub mod client;
 pub mod netns;
+pub mod node2;
 pub mod pods;
 pub mod serve;
 pub mod servers;
@@ -105,6 +106,21 @@ pub fn current_variant() -> Option<Variant> {
         .and_then(|text| Variant::from_name(&text))
 }
 
+/// Brings the lab up as `variant` ([`up_variant`]) with `nodes` nodes: 2 adds the second
+/// node ([`node2`]) if it is not there.
+pub fn up_nodes(variant: Variant, nodes: u8) -> Result<()> {
+    anyhow::ensure!(
+        (1..=2).contains(&nodes),
+        "the lab has 1 or 2 nodes, not {nodes}: use --nodes 1 or --nodes 2"
+    );
+    up_variant(variant)?;
+    if nodes == 2 {
+        let _lock = lock()?;
+        node2::up()?;
+    }
+    Ok(())
+}
+
 /// Takes the lab down: kills every process in its namespaces, deletes them and `LAB_DIR`.
 pub fn down() -> Result<()> {
     preflight()?;
@@ -148,7 +164,9 @@ fn teardown() -> Result<bool> {
     let lab: Vec<String> = topology::namespaces();
     let present: Vec<String> = netns::list()?
         .into_iter()
-        .filter(|ns| lab.contains(ns) || ns.starts_with(topology::POD_NS_PREFIX))
+        .filter(|ns| {
+            lab.contains(ns) || ns.starts_with(topology::POD_NS_PREFIX) || ns == node2::NODE2_NS
+        })
         .collect();
     for ns in &present {
         let killed = servers::kill_all_in(ns)?;

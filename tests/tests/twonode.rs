@@ -1,0 +1,353 @@
+//! Issue 7, cross-node journeys: two lab nodes (`pkt-node`, `pkt-node2`) in separate
+//! namespaces joined by the simulated VNet (`pkt-vnet`). pktrace runs on each node at once;
+//! pod ubuntu on node 1 connects to the ClusterIP of default/whereami-remote, whose only
+//! endpoint is a pod on node 2. `pktrace merge` must give one journey per packet: node 1's
+//! hops (pod veth in, the DNAT by the KUBE-SEP rule, out of eth0) then node 2's (in on eth0,
+//! out of the backend's veth), each NAT step on the node where it happened; replies too.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    LabGuard, pktrace_bin,
+    trace::{Pktrace, Trace, nat_steps, steps},
+};
+use xtask::lab::{
+    self, UBUNTU, in_ns,
+    node2::{NODE2_NS, REMOTE_BACKEND, REMOTE_CLUSTER_IP, REMOTE_SEP_CHAIN},
+};
+
+/// Connections the test makes (each several packets each way).
+const CONNECTIONS: usize = 5;
+const UPLINK: &str = "eth0";
+
+/// pktrace in node 2's namespace (`--pod-ip` of the backend: node 2 has no state file);
+/// killed on drop if still running.
+struct Node2Trace {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Node2Trace {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("pktrace-twonode-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let ready = dir.join("ready");
+        let ip = REMOTE_BACKEND.ip.to_string();
+        let mut args = vec!["--pod-ip", &ip, "--follow", "-o", "json"];
+        let hook = std::env::var(tests::trace::NAT_HOOK_ENV).ok();
+        if let Some(hook) = &hook {
+            args.extend(["--nat-hook", hook]);
+        }
+        let child = in_ns(
+            NODE2_NS,
+            pktrace_bin(),
+            args.iter()
+                .copied()
+                .chain(["--ready-file", ready.to_str().unwrap()]),
+        )
+        .stdout(fs::File::create(dir.join("stdout")).unwrap())
+        .stderr(fs::File::create(dir.join("stderr")).unwrap())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("starting pktrace in pkt-node2");
+        let mut me = Self {
+            child: Some(child),
+            dir,
+        };
+        let begin = Instant::now();
+        while !ready.exists() {
+            if let Some(status) = me.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "pktrace in pkt-node2 exited before it was ready ({status}):\n{}",
+                    me.stderr()
+                );
+            }
+            assert!(
+                begin.elapsed() < Duration::from_secs(60),
+                "pktrace in pkt-node2 not ready after 60 s:\n{}",
+                me.stderr()
+            );
+            sleep(Duration::from_millis(50));
+        }
+        me
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    /// SIGINT, wait (bounded), and what it printed.
+    fn stop(mut self) -> Trace {
+        sleep(Duration::from_millis(300));
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGINT) };
+        let begin = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if begin.elapsed() > Duration::from_secs(15) {
+                child.kill().ok();
+                panic!(
+                    "pktrace in pkt-node2 did not exit after SIGINT:\n{}",
+                    self.stderr()
+                );
+            }
+            sleep(Duration::from_millis(50));
+        };
+        let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
+        let lines = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        Trace {
+            status,
+            lines,
+            stderr: self.stderr(),
+        }
+    }
+}
+
+impl Drop for Node2Trace {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+        fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+fn write_jsonl(path: &Path, trace: &Trace) {
+    let text: Vec<String> = trace.lines.iter().map(ToString::to_string).collect();
+    fs::write(path, text.join("\n") + "\n").unwrap();
+}
+
+/// Steps of a merged journey that happened on `node`.
+fn on(journey: &Value, node: &str) -> Vec<Value> {
+    steps(journey)
+        .into_iter()
+        .filter(|s| s["node"] == node)
+        .collect()
+}
+
+fn point(step: &Value) -> (String, String) {
+    (
+        step["point"].as_str().unwrap_or("?").to_owned(),
+        step["iface"].as_str().unwrap_or("-").to_owned(),
+    )
+}
+
+#[test]
+fn two_node_cluster_ip_journeys_merge_across_nodes() {
+    let _lab = LabGuard::two_nodes();
+    let client = UBUNTU.ip.to_string();
+    let backend = REMOTE_BACKEND.ip.to_string();
+    let node1 = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let node2 = Node2Trace::start();
+
+    let mut seen = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let reply = lab::client_tcp(&UBUNTU.netns(), REMOTE_CLUSTER_IP)
+            .unwrap_or_else(|e| panic!("tcp to {REMOTE_CLUSTER_IP}: {e:#}"));
+        seen.push(reply);
+    }
+    let t1 = node1.stop();
+    let t2 = node2.stop();
+    assert!(t1.status.success(), "node 1:\n{}", t1.dump());
+    assert!(t2.status.success(), "node 2:\n{}", t2.dump());
+    assert_eq!(t1.summary()["lost_events"], 0, "{}", t1.dump());
+    assert_eq!(t2.summary()["lost_events"], 0, "{}", t2.dump());
+
+    // The backend on node 2 saw the client pod's own address: no SNAT anywhere.
+    let log = lab::server_log(&REMOTE_BACKEND.netns());
+    assert_eq!(log.lines().count(), CONNECTIONS, "{log}");
+    for (reply, line) in seen.iter().zip(log.lines()) {
+        assert!(reply.starts_with(&format!("client={client}:")), "{reply}");
+        assert!(line.contains(&reply["client=".len()..]), "{line} / {reply}");
+    }
+
+    // What each node saw on its own: node 1 sends requests out of eth0, node 2 takes them in.
+    let vip = REMOTE_CLUSTER_IP.to_string();
+    let requests1: Vec<&Value> = t1
+        .journeys()
+        .into_iter()
+        .filter(|j| j["steps"][0]["dst"] == vip.as_str())
+        .collect();
+    let replies2: Vec<&Value> = t2
+        .journeys()
+        .into_iter()
+        .filter(|j| j["steps"][0]["iface"] == REMOTE_BACKEND.host_if)
+        .collect();
+    assert!(
+        requests1.len() >= 3 * CONNECTIONS,
+        "SYN, ACK, FIN at least per connection\n{}",
+        t1.dump()
+    );
+    assert!(replies2.len() >= 2 * CONNECTIONS, "{}", t2.dump());
+
+    let dir = std::env::temp_dir().join(format!("pktrace-twonode-merge-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("node1.jsonl"), dir.join("node2.jsonl"));
+    write_jsonl(&a, &t1);
+    write_jsonl(&b, &t2);
+    let out = Command::new(pktrace_bin())
+        .arg("merge")
+        .arg(format!("node1={}", a.display()))
+        .arg(format!("node2={}", b.display()))
+        .output()
+        .expect("pktrace merge");
+    fs::remove_dir_all(&dir).ok();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "merge failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let (merge, merged) = lines.split_last().expect("merge output");
+    assert_eq!(merge["type"], "merge", "{merge}");
+    let dump = || format!("{text}\nnode 1:\n{}\nnode 2:\n{}", t1.dump(), t2.dump());
+
+    // Requests: every one node 1 traced is one journey over both nodes.
+    let requests: Vec<&Value> = merged
+        .iter()
+        .filter(|j| j["steps"][0]["node"] == "node1" && j["steps"][0]["dst"] == vip.as_str())
+        .collect();
+    assert_eq!(requests.len(), requests1.len(), "{}", dump());
+    for j in &requests {
+        assert_eq!(j["nodes"], serde_json::json!(["node1", "node2"]), "{j}");
+        let (n1, n2) = (on(j, "node1"), on(j, "node2"));
+        assert_eq!(
+            point(&n1[0]),
+            ("ingress".into(), UBUNTU.host_if.into()),
+            "{j}"
+        );
+        assert_eq!(
+            point(n1.last().unwrap()),
+            ("egress".into(), UPLINK.into()),
+            "{j}"
+        );
+        assert_eq!(point(&n2[0]), ("ingress".into(), UPLINK.into()), "{j}");
+        assert_eq!(
+            point(n2.last().unwrap()),
+            ("egress".into(), REMOTE_BACKEND.host_if.into()),
+            "{j}"
+        );
+        // The one NAT step: the DNAT on node 1, by the service's endpoint rule; none on node 2.
+        let nat = nat_steps(j);
+        assert_eq!(nat.len(), 1, "{j}");
+        assert_eq!(nat[0]["point"], "dnat", "{j}");
+        assert_eq!(nat[0]["node"], "node1", "{j}");
+        assert_eq!(nat[0]["orig_dst"], vip.as_str(), "{j}");
+        assert!(
+            nat[0]["dst"]
+                .as_str()
+                .is_some_and(|d| d.starts_with(&format!("{backend}:"))),
+            "{j}"
+        );
+        if nat[0].get("rule").is_some() {
+            assert_eq!(nat[0]["rule"], REMOTE_SEP_CHAIN, "{j}");
+        }
+        // On the wire: the client pod's own address to the pod, as node 2 received it.
+        assert!(
+            n2[0]["src"]
+                .as_str()
+                .is_some_and(|s| s.starts_with(&format!("{client}:"))),
+            "{j}"
+        );
+        assert!(
+            n2[0]["wire_ns"].is_i64() || n2[0]["wire_ns"].is_u64(),
+            "{j}"
+        );
+        assert_eq!(n1.last().unwrap()["ip_id"], n2[0]["ip_id"], "{j}");
+    }
+
+    // Replies: node 2's pod veth → node 2's eth0 → node 1's eth0 → the un-DNAT on node 1 →
+    // ubuntu's veth.
+    let replies: Vec<&Value> = merged
+        .iter()
+        .filter(|j| {
+            j["steps"][0]["node"] == "node2" && j["steps"][0]["iface"] == REMOTE_BACKEND.host_if
+        })
+        .collect();
+    assert_eq!(replies.len(), replies2.len(), "{}", dump());
+    for j in &replies {
+        assert_eq!(j["nodes"], serde_json::json!(["node2", "node1"]), "{j}");
+        let (n2, n1) = (on(j, "node2"), on(j, "node1"));
+        assert_eq!(
+            point(n2.last().unwrap()),
+            ("egress".into(), UPLINK.into()),
+            "{j}"
+        );
+        assert_eq!(point(&n1[0]), ("ingress".into(), UPLINK.into()), "{j}");
+        assert_eq!(
+            point(n1.last().unwrap()),
+            ("egress".into(), UBUNTU.host_if.into()),
+            "{j}"
+        );
+        let nat = nat_steps(j);
+        assert_eq!(nat.len(), 1, "{j}");
+        assert_eq!(
+            (&nat[0]["point"], &nat[0]["reply"], &nat[0]["node"]),
+            (&"dnat".into(), &true.into(), &"node1".into()),
+            "{j}"
+        );
+        assert!(
+            n1.last().unwrap()["src"] == vip.as_str(),
+            "the reply leaves as the ClusterIP: {j}"
+        );
+    }
+
+    // Nothing else was left unmerged on the way between the nodes, and no SNAT anywhere.
+    assert!(
+        merged
+            .iter()
+            .all(|j| nat_steps(j).iter().all(|s| s["point"] != "snat")),
+        "{}",
+        dump()
+    );
+    let cross = requests.len() + replies.len();
+    assert_eq!(merge["cross_node"], cross, "{merge}");
+    assert_eq!(
+        merge["journeys_in"],
+        t1.journeys().len() + t2.journeys().len(),
+        "{merge}"
+    );
+
+    // One kernel, one clock: the offset estimated from the packets must be within its own
+    // error bound of zero (two-way: requests one way, replies the other).
+    let node2_clock = merge["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == "node2"))
+        .unwrap_or_else(|| panic!("{merge}"));
+    assert_eq!(node2_clock["clock"], "two-way", "{merge}");
+    let offset = node2_clock["offset_ns"].as_i64().unwrap();
+    let error = node2_clock["error_ns"].as_i64().unwrap();
+    assert!(
+        offset.abs() <= error,
+        "offset {offset} ns beyond its bound {error} ns: {merge}"
+    );
+    eprintln!(
+        "two_node: {} of {} node-1 requests and {} of {} node-2 replies merged across nodes \
+         ({} journeys in, {} out); node 2 clock offset {offset} ns ± {error} ns (true offset 0: \
+         one kernel)",
+        requests.len(),
+        requests1.len(),
+        replies.len(),
+        replies2.len(),
+        merge["journeys_in"],
+        merge["journeys_out"],
+    );
+}
