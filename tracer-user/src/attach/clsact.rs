@@ -18,6 +18,7 @@ const TAG: u32 = 0x5000;
 const OURS: [&str; 2] = ["tc_ingress", "tc_egress"];
 
 const RTM_DELQDISC: u16 = 37;
+const RTM_GETQDISC: u16 = 38;
 const RTM_NEWTFILTER: u16 = 44;
 const RTM_DELTFILTER: u16 = 45;
 const RTM_GETTFILTER: u16 = 46;
@@ -68,7 +69,9 @@ pub fn sweep(ifindex: u32, parent: u32) -> io::Result<usize> {
         if !OURS.contains(&f.name.as_str()) {
             continue;
         }
-        let Some(pid) = pid_of(f.handle) else { continue };
+        let Some(pid) = pid_of(f.handle) else {
+            continue;
+        };
         if is_live_pktrace(pid) {
             continue;
         }
@@ -86,14 +89,22 @@ fn is_live_pktrace(pid: u32) -> bool {
 /// The bpf filters on `ifindex` at `parent`.
 pub fn list(ifindex: u32, parent: u32) -> io::Result<Vec<Filter>> {
     let sock = Socket::open()?;
-    sock.send(RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP, &tcmsg(ifindex, parent, 0, 0))?;
+    sock.send(
+        RTM_GETTFILTER,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        &tcmsg(ifindex, parent, 0, 0),
+    )?;
     let mut out = Vec::new();
     sock.recv_all(|ty, payload| {
         if ty == RTM_NEWTFILTER && payload.len() >= TCMSG_LEN {
             let handle = u32::from_ne_bytes(payload[8..12].try_into().unwrap_or_default());
             let info = u32::from_ne_bytes(payload[16..20].try_into().unwrap_or_default());
             let name = bpf_name(&payload[TCMSG_LEN..]).unwrap_or_default();
-            out.push(Filter { priority: (info >> 16) as u16, handle, name });
+            out.push(Filter {
+                priority: (info >> 16) as u16,
+                handle,
+                name,
+            });
         }
     })?;
     Ok(out)
@@ -102,7 +113,11 @@ pub fn list(ifindex: u32, parent: u32) -> io::Result<Vec<Filter>> {
 fn delete(ifindex: u32, parent: u32, f: &Filter) -> io::Result<()> {
     let sock = Socket::open()?;
     let info = (u32::from(f.priority) << 16) | ETH_P_ALL_BE;
-    sock.send(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, &tcmsg(ifindex, parent, f.handle, info))?;
+    sock.send(
+        RTM_DELTFILTER,
+        NLM_F_REQUEST | NLM_F_ACK,
+        &tcmsg(ifindex, parent, f.handle, info),
+    )?;
     sock.recv_all(|_, _| {})
 }
 
@@ -116,9 +131,10 @@ pub const RECORD_DIR: &str = "/run/pktrace";
 /// declared before the `aya::Ebpf` that owns them, so it drops after). A qdisc someone else
 /// created, or one with filters, is never removed.
 ///
-/// The list is also kept in a file under [`RECORD_DIR`], written right after each qdisc is
-/// created: a SIGKILL between the two calls (microseconds) can leave an empty clsact qdisc, which
-/// changes no packet's fate; a qdisc someone else created is never recorded.
+/// The list is also kept in a file under [`RECORD_DIR`] (replaced atomically), written *before*
+/// each qdisc is created, once [`has_clsact`] said there is none: a SIGKILL at any point leaves
+/// no unrecorded qdisc of ours, and a qdisc someone else created is never recorded (if one
+/// appears between the check and our create, the create fails and the entry is forgotten).
 #[derive(Debug, Default)]
 pub struct CreatedQdiscs {
     ifindexes: Vec<u32>,
@@ -153,11 +169,25 @@ impl CreatedQdiscs {
     /// are removed at our exit once empty (their filters are swept first). Returns how many.
     pub fn adopt_orphans(&mut self) -> usize {
         let Some(netns) = netns_inode() else { return 0 };
-        let Ok(dir) = std::fs::read_dir(RECORD_DIR) else { return 0 };
+        let Ok(dir) = std::fs::read_dir(RECORD_DIR) else {
+            return 0;
+        };
         let mut adopted = 0;
         for entry in dir.flatten() {
-            let name = entry.file_name();
-            let Some((ns, pid)) = parse_record_name(&name.to_string_lossy()) else { continue };
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(partial) = name.strip_suffix(".tmp") {
+                // A record killed mid-write; the renamed one before it, if any, is complete.
+                if let Some((ns, pid)) = parse_record_name(partial)
+                    && ns == netns
+                    && !is_live_pktrace(pid)
+                {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+                continue;
+            }
+            let Some((ns, pid)) = parse_record_name(&name) else {
+                continue;
+            };
             if ns != netns || pid == std::process::id() || is_live_pktrace(pid) {
                 continue;
             }
@@ -186,9 +216,16 @@ impl CreatedQdiscs {
         if self.ifindexes.is_empty() {
             return;
         }
-        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(RECORD_DIR);
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(RECORD_DIR);
         let text: String = self.ifindexes.iter().map(|i| format!("{i}\n")).collect();
-        let _ = std::fs::write(path, text);
+        // Written aside, then renamed over: a SIGKILL mid-write never leaves a truncated record.
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
     }
 }
 
@@ -220,9 +257,30 @@ impl Drop for CreatedQdiscs {
     }
 }
 
+/// Whether `ifindex` has a clsact (or ingress) qdisc: a non-dump RTM_GETQDISC for handle
+/// `ffff:` fails (ENOENT without an ingress queue, EINVAL when the queue holds only the noop
+/// qdisc) unless one is there.
+pub fn has_clsact(ifindex: u32) -> io::Result<bool> {
+    let sock = Socket::open()?;
+    sock.send(
+        RTM_GETQDISC,
+        NLM_F_REQUEST | NLM_F_ACK,
+        &tcmsg(ifindex, TC_H_CLSACT, CLSACT_HANDLE, 0),
+    )?;
+    match sock.recv_all(|_, _| {}) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn delete_qdisc(ifindex: u32) -> io::Result<()> {
     let sock = Socket::open()?;
-    sock.send(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, &tcmsg(ifindex, TC_H_CLSACT, CLSACT_HANDLE, 0))?;
+    sock.send(
+        RTM_DELQDISC,
+        NLM_F_REQUEST | NLM_F_ACK,
+        &tcmsg(ifindex, TC_H_CLSACT, CLSACT_HANDLE, 0),
+    )?;
     sock.recv_all(|_, _| {})
 }
 
@@ -271,7 +329,11 @@ impl Socket {
         use std::os::fd::FromRawFd as _;
         // SAFETY: plain socket(2); the fd is owned from here on.
         let fd = unsafe {
-            libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE)
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -292,7 +354,11 @@ impl Socket {
         msg.extend_from_slice(body);
         // SAFETY: sends `msg.len()` initialised bytes.
         let n = unsafe { libc::send(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
-        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
     }
 
     /// Reads replies until DONE or an ACK/error; hands other messages to `f`.
@@ -301,7 +367,8 @@ impl Socket {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // SAFETY: receives into a buffer of `buf.len()` bytes.
-            let n = unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let n =
+                unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -316,8 +383,17 @@ impl Socket {
                 match ty {
                     NLMSG_DONE => return Ok(()),
                     NLMSG_ERROR => {
-                        let code = i32::from_ne_bytes(payload.get(0..4).and_then(|b| b.try_into().ok()).unwrap_or_default());
-                        return if code == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(-code)) };
+                        let code = i32::from_ne_bytes(
+                            payload
+                                .get(0..4)
+                                .and_then(|b| b.try_into().ok())
+                                .unwrap_or_default(),
+                        );
+                        return if code == 0 {
+                            Ok(())
+                        } else {
+                            Err(io::Error::from_raw_os_error(-code))
+                        };
                     }
                     _ => f(ty, payload),
                 }
@@ -333,7 +409,10 @@ mod tests {
 
     #[test]
     fn record_names_parse_and_others_do_not() {
-        assert_eq!(parse_record_name("clsact-4026531840-4242"), Some((4_026_531_840, 4242)));
+        assert_eq!(
+            parse_record_name("clsact-4026531840-4242"),
+            Some((4_026_531_840, 4242))
+        );
         assert_eq!(parse_record_name("clsact-x-1"), None);
         assert_eq!(parse_record_name("other-1-2"), None);
         assert_eq!(parse_record_name("clsact-1"), None);
