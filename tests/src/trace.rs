@@ -22,7 +22,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long pktrace may take to exit after SIGINT.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A pktrace process in `pkt-node`; killed (SIGKILL) on drop if still running.
+/// A pktrace process in a lab namespace (`pkt-node` unless started with
+/// [`Pktrace::start_in`]); killed (SIGKILL) on drop if still running.
 pub struct Pktrace {
     child: Option<Child>,
     dir: PathBuf,
@@ -52,9 +53,21 @@ impl Pktrace {
         me
     }
 
+    /// [`Pktrace::start`] in another lab namespace (e.g. a second node's).
+    #[must_use]
+    pub fn start_in(ns: &str, args: &[&str]) -> Self {
+        let mut me = Self::spawn_in(ns, args, &[]);
+        me.wait_until_ready();
+        me
+    }
+
     /// Starts pktrace like [`Pktrace::start_with_env`] without waiting for it to attach.
     #[must_use]
     pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_in(NODE_NS, args, env)
+    }
+
+    fn spawn_in(ns: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempdir();
         let ready = dir.join("ready");
         let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
@@ -68,7 +81,7 @@ impl Pktrace {
             }
         }
         full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
-        let mut cmd = in_ns(NODE_NS, pktrace_bin(), &full);
+        let mut cmd = in_ns(ns, pktrace_bin(), &full);
         cmd.envs(env.iter().copied());
         cmd.stdout(file(&dir, "stdout")).stderr(file(&dir, "stderr")).stdin(Stdio::null());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));

@@ -177,7 +177,7 @@ fn tcp_and_icmp_to_the_internet_are_masqueraded_to_the_node() {
     let mut seen = String::new();
     let trace = traced(|| {
         seen = tcp("203.0.113.80:80");
-        let ok = xtask::lab::in_ns(&UBUNTU.netns(), "ping", ["-c", "2", "-i", "0.2", "-W", "2", "203.0.113.80"])
+        let ok = lab::in_ns(&UBUNTU.netns(), "ping", ["-c", "2", "-i", "0.2", "-W", "2", "203.0.113.80"])
             .status()
             .expect("ping");
         assert!(ok.success(), "ping 203.0.113.80 failed");

@@ -5,13 +5,7 @@
 //! hops (pod veth in, the DNAT by the KUBE-SEP rule, out of eth0) then node 2's (in on eth0,
 //! out of the backend's veth), each NAT step on the node where it happened; replies too.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
-};
+use std::{fs, path::Path, process::Command};
 
 use serde_json::Value;
 use tests::{
@@ -19,112 +13,13 @@ use tests::{
     trace::{Pktrace, Trace, nat_steps, steps},
 };
 use xtask::lab::{
-    self, UBUNTU, in_ns,
+    self, UBUNTU,
     node2::{NODE2_NS, REMOTE_BACKEND, REMOTE_CLUSTER_IP, REMOTE_SEP_CHAIN},
 };
 
 /// Connections the test makes (each several packets each way).
 const CONNECTIONS: usize = 5;
 const UPLINK: &str = "eth0";
-
-/// pktrace in node 2's namespace (`--pod-ip` of the backend: node 2 has no state file);
-/// killed on drop if still running.
-struct Node2Trace {
-    child: Option<Child>,
-    dir: PathBuf,
-}
-
-impl Node2Trace {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("pktrace-twonode-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let ready = dir.join("ready");
-        let ip = REMOTE_BACKEND.ip.to_string();
-        let mut args = vec!["--pod-ip", &ip, "--follow", "-o", "json"];
-        let hook = std::env::var(tests::trace::NAT_HOOK_ENV).ok();
-        if let Some(hook) = &hook {
-            args.extend(["--nat-hook", hook]);
-        }
-        let child = in_ns(
-            NODE2_NS,
-            pktrace_bin(),
-            args.iter()
-                .copied()
-                .chain(["--ready-file", ready.to_str().unwrap()]),
-        )
-        .stdout(fs::File::create(dir.join("stdout")).unwrap())
-        .stderr(fs::File::create(dir.join("stderr")).unwrap())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("starting pktrace in pkt-node2");
-        let mut me = Self {
-            child: Some(child),
-            dir,
-        };
-        let begin = Instant::now();
-        while !ready.exists() {
-            if let Some(status) = me.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!(
-                    "pktrace in pkt-node2 exited before it was ready ({status}):\n{}",
-                    me.stderr()
-                );
-            }
-            assert!(
-                begin.elapsed() < Duration::from_secs(60),
-                "pktrace in pkt-node2 not ready after 60 s:\n{}",
-                me.stderr()
-            );
-            sleep(Duration::from_millis(50));
-        }
-        me
-    }
-
-    fn stderr(&self) -> String {
-        fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
-    }
-
-    /// SIGINT, wait (bounded), and what it printed.
-    fn stop(mut self) -> Trace {
-        sleep(Duration::from_millis(300));
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGINT) };
-        let begin = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if begin.elapsed() > Duration::from_secs(15) {
-                child.kill().ok();
-                panic!(
-                    "pktrace in pkt-node2 did not exit after SIGINT:\n{}",
-                    self.stderr()
-                );
-            }
-            sleep(Duration::from_millis(50));
-        };
-        let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
-        let lines = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect();
-        Trace {
-            status,
-            lines,
-            stderr: self.stderr(),
-        }
-    }
-}
-
-impl Drop for Node2Trace {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().ok();
-            child.wait().ok();
-        }
-        fs::remove_dir_all(&self.dir).ok();
-    }
-}
 
 fn write_jsonl(path: &Path, trace: &Trace) {
     let text: Vec<String> = trace.lines.iter().map(ToString::to_string).collect();
@@ -152,7 +47,8 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
     let client = UBUNTU.ip.to_string();
     let backend = REMOTE_BACKEND.ip.to_string();
     let node1 = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
-    let node2 = Node2Trace::start();
+    // Node 2 has no state file: its backend is traced by address.
+    let node2 = Pktrace::start_in(NODE2_NS, &["--pod-ip", &backend, "--follow"]);
 
     let mut seen = Vec::new();
     for _ in 0..CONNECTIONS {
