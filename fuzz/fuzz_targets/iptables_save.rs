@@ -96,6 +96,7 @@ fuzz_target!(|input: Input<'_>| {
         mark: input.mark,
         local_addrs: input.local.iter().take(4).map(Addr::ip).collect(),
         out_iface: input.out_iface.clone(),
+        sources: Vec::new(),
     };
     if let Some(d) = rules.snat_decision(&pre, &ctx) {
         check(&rules, &d, &["MASQUERADE", "SNAT"]);

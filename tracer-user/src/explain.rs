@@ -27,8 +27,9 @@ use std::{collections::HashSet, fmt::Write as _, io};
 
 use eval::Hit;
 pub use eval::PacketCtx;
-#[cfg(test)]
-use rules::NatRules;
+// The fuzz targets (`fuzz/`) evaluate parsed rules directly.
+#[allow(unused_imports, reason = "used by the tests and the fuzz targets")]
+pub use rules::NatRules;
 use rules::{Rule, Test};
 pub use ruleset::Ruleset;
 pub use session::Explainer;
