@@ -6,6 +6,7 @@ use std::{
     ffi::OsStr,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
+    sync::atomic::{AtomicBool, Ordering},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -148,4 +149,28 @@ pub fn exclusive_lock(path: &str) -> Result<std::fs::File> {
         return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {path}"));
     }
     Ok(file)
+}
+
+/// Set by SIGINT while [`with_sigint_flag`] runs: long tasks (demo, bench) stop at their next
+/// check and clean up instead of dying with the lab half torn down.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether Ctrl-C was pressed inside [`with_sigint_flag`].
+#[must_use]
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Runs `f` with SIGINT turned into the [`interrupted`] flag, then restores the default.
+pub fn with_sigint_flag<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let result = f();
+    // SAFETY: restores the default disposition.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+    result
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
 }

@@ -7,7 +7,6 @@ use std::{
     net::{Ipv4Addr, SocketAddrV4},
     path::{Path, PathBuf},
     process::{Child, ExitStatus},
-    sync::atomic::{AtomicBool, Ordering},
     thread,
     time::{Duration, Instant},
 };
@@ -32,9 +31,6 @@ const MIN_ROUNDS: u32 = 3;
 const MAX_ROUNDS: u32 = 100;
 const PAUSE: Duration = Duration::from_millis(300);
 
-/// Set by SIGINT during the demo: stop the traffic and clean up.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
 /// Options of `cargo xtask demo`.
 #[derive(Debug, Clone, Default)]
 pub struct DemoOptions {
@@ -57,9 +53,7 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     lab::up()?;
     let ready = env::temp_dir().join(format!("pktrace-demo-{}.ready", std::process::id()));
     let _ = fs::remove_file(&ready);
-    install_sigint_flag();
-    let result = trace(&pktrace, &ready, options);
-    restore_sigint();
+    let result = crate::cmd::with_sigint_flag(|| trace(&pktrace, &ready, options));
     let _ = fs::remove_file(&ready);
     if options.keep_lab || was_up {
         eprintln!("demo: leaving the lab up (`cargo xtask lab down` removes it)");
@@ -128,7 +122,7 @@ fn wait_ready(child: &mut Child, ready: &Path) -> Result<()> {
         if let Some(status) = child.try_wait()? {
             bail!("pktrace exited before it was ready ({status})");
         }
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if crate::cmd::interrupted() {
             bail!("interrupted");
         }
         if Instant::now() > deadline {
@@ -171,7 +165,7 @@ fn traffic(min_duration: Option<Duration>) {
     let start = Instant::now();
     for round in 1..=MAX_ROUNDS {
         let enough = round > MIN_ROUNDS && min_duration.is_none_or(|d| start.elapsed() >= d);
-        if enough || INTERRUPTED.load(Ordering::SeqCst) {
+        if enough || crate::cmd::interrupted() {
             break;
         }
         one_round(round);
@@ -208,7 +202,7 @@ const ROUND: [(Request, &str); 6] = [
 fn one_round(round: u32) {
     let ns = UBUNTU.netns();
     for (request, what) in &ROUND {
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if crate::cmd::interrupted() {
             return;
         }
         let heading = match request {
@@ -240,18 +234,4 @@ fn ping(ns: &str, ip: &str) -> Result<String> {
         bail!("no reply ({})", out.status);
     }
     Ok("reply received".to_owned())
-}
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-fn install_sigint_flag() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-}
-
-fn restore_sigint() {
-    // SAFETY: restores the default disposition.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
 }

@@ -21,13 +21,7 @@ mod targets;
 mod throughput;
 mod tracer;
 
-use std::{
-    env, fs,
-    os::fd::AsRawFd as _,
-    path::PathBuf,
-    sync::atomic::{AtomicBool, Ordering},
-    time::Instant,
-};
+use std::{env, fs, os::fd::AsRawFd as _, path::PathBuf, time::Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
@@ -164,9 +158,7 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         seconds,
     };
     let start = Instant::now();
-    install_sigint_flag();
-    let results = measure(&ctx, opts.only.unwrap_or(Phases::ALL));
-    restore_sigint();
+    let results = crate::cmd::with_sigint_flag(|| measure(&ctx, opts.only.unwrap_or(Phases::ALL)));
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
     report(&machine, opts, &results)
@@ -314,29 +306,12 @@ impl Drop for Scratch {
     }
 }
 
-/// Set by SIGINT: the phases stop at the next check and everything is cleaned up.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
 /// Fails once Ctrl-C was pressed.
 pub fn check_interrupted() -> Result<()> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
+    if crate::cmd::interrupted() {
         bail!("interrupted");
     }
     Ok(())
-}
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-fn install_sigint_flag() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-}
-
-fn restore_sigint() {
-    // SAFETY: restores the default disposition.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
 }
 
 #[cfg(test)]
