@@ -330,17 +330,12 @@ fn seed_decisions() {
     }
 }
 
+/// A tc step (with `iface`) or a NAT step (with `orig`), at time 0.
 fn step(point: Point, orig: Option<Tuple>, tuple: Tuple, iface: Option<&str>) -> Step {
-    Step {
-        point,
-        iface: iface.map(str::to_owned),
-        tuple,
-        orig,
-        reply: false,
-        latency_ns: None,
-        ktime_ns: 0,
-        ip_id: None,
-        attribution: None,
+    use crate::output::test_support::{nat, tc};
+    match orig {
+        Some(orig) => nat(point, orig, tuple, 0, None),
+        None => tc(point, iface.unwrap_or_default(), tuple, 0),
     }
 }
 
@@ -603,8 +598,7 @@ fn recreated_pod_is_explained_from_its_new_address() {
     let rules = Arc::new(ruleset(AZURE, None));
     let old: IpAddr = "10.13.76.46".parse().unwrap();
     let new: IpAddr = "10.13.76.60".parse().unwrap();
-    let mut ex =
-        session::Explainer::with_rules(Some(rules), vec!["10.13.76.4".parse().unwrap()], vec![old]);
+    let mut ex = Explainer::with_rules(Some(rules), vec!["10.13.76.4".parse().unwrap()], vec![old]);
     let journey = || {
         let out = t(PROTO_TCP, "10.13.76.60:40000", "10.13.1.4:80");
         Journey {

@@ -306,7 +306,10 @@ mod tests {
     use tracer_common::PROTO_TCP;
 
     use super::*;
-    use crate::journey::{Ending, Step, tuple};
+    use crate::{
+        journey::{Ending, tuple},
+        output::test_support::{nat, tc},
+    };
 
     const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 
@@ -321,22 +324,11 @@ mod tests {
         let ep = |s: &str| s.parse().unwrap();
         let out = tuple(PROTO_TCP, ep("10.13.76.46:40000"), ep("203.0.113.80:443"));
         let masq = tuple(PROTO_TCP, ep("10.13.76.4:40000"), ep("203.0.113.80:443"));
-        let step = |point, orig, tuple, iface: Option<&str>| Step {
-            point,
-            iface: iface.map(str::to_owned),
-            tuple,
-            orig,
-            reply: false,
-            latency_ns: None,
-            ktime_ns: 0,
-            ip_id: None,
-            attribution: None,
-        };
         Journey {
             steps: vec![
-                step(Point::Ingress, None, out, Some("azv46")),
-                step(Point::Snat, Some(out), masq, None),
-                step(Point::Egress, None, masq, Some("eth0")),
+                tc(Point::Ingress, "azv46", out, 0),
+                nat(Point::Snat, out, masq, 0, None),
+                tc(Point::Egress, "eth0", masq, 0),
             ],
             ending: Ending::Left,
         }
