@@ -63,6 +63,7 @@ impl Hooked {
 
 /// The NAT observation in use; dropping it detaches.
 pub struct NatAttachment {
+    #[expect(dead_code, reason = "held for its Drop: the links detach with it")]
     hooked: Hooked,
     report: Vec<String>,
 }
@@ -72,16 +73,6 @@ impl NatAttachment {
     #[must_use]
     pub fn report(&self) -> &[String] {
         &self.report
-    }
-
-    /// How many kernel links are attached.
-    #[must_use]
-    pub fn links(&self) -> usize {
-        match &self.hooked {
-            Hooked::None => 0,
-            Hooked::Netfilter(links) => links.len(),
-            Hooked::Probe(p) => p.links(),
-        }
     }
 }
 

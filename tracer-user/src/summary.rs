@@ -51,13 +51,6 @@ impl Histogram {
         self.max = self.max.max(v);
     }
 
-    /// Number of values recorded.
-    #[cfg(test)]
-    #[must_use]
-    pub const fn count(&self) -> u64 {
-        self.count
-    }
-
     /// The value at quantile `q` (0.0..=1.0, nearest rank), within 1 % of the exact one and
     /// never outside the recorded min..=max; 0 when empty.
     #[must_use]

@@ -560,12 +560,6 @@ pub fn probe_netfilter_links() -> Result<(), AttachError> {
     }
 }
 
-/// True when [`probe_netfilter_links`] succeeds.
-#[must_use]
-pub fn netfilter_links_supported() -> bool {
-    probe_netfilter_links().is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use std::{fs, net::UdpSocket, os::fd::AsRawFd as _, thread, time::Duration};
