@@ -267,19 +267,14 @@ fn attach_one(
     match mode {
         TcMode::Tcx => prog.attach_with_options(iface, ty, TcAttachOptions::TcxOrder(LinkOrder::first())),
         TcMode::Clsact => {
-            // An existing clsact qdisc (the CNI's) is used as it is, never replaced or recorded.
-            // Ours is recorded before it is created, so no SIGKILL can leave it unrecorded.
-            let ours = !clsact::has_clsact(index).unwrap_or(true);
-            if ours {
+            // An existing clsact qdisc (the CNI's, or ours from the other direction) is used as
+            // it is, never replaced or recorded. Ours is recorded before it is created, so no
+            // SIGKILL can leave it unrecorded.
+            if !clsact::has_clsact(index).unwrap_or(false) {
                 created.record(index);
-            }
-            match tc::qdisc_add_clsact(iface) {
-                Ok(()) => {}
-                Err(e) => {
-                    if ours {
-                        // Someone created one between the check and ours: theirs, not ours.
-                        created.forget(index);
-                    }
+                if let Err(e) = tc::qdisc_add_clsact(iface) {
+                    // Someone created one between the check and ours: theirs, not ours.
+                    created.forget(index);
                     let exists = matches!(&e, tc::TcError::IoError(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
                         || format!("{e:?}").contains("AlreadyExists")
                         || format!("{e:?}").contains("File exists");
