@@ -291,6 +291,12 @@ pub fn iface_matches(patterns: &[String], name: &str) -> bool {
     patterns.iter().any(|p| glob_match(p, name))
 }
 
+/// True when `pattern` has glob characters (`*`, `?`), false for a plain interface name.
+#[must_use]
+pub fn is_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?'])
+}
+
 /// Glob match over characters: `*` is any run (also empty), `?` one character.
 #[must_use]
 pub fn glob_match(pattern: &str, text: &str) -> bool {

@@ -19,6 +19,7 @@ use crate::{
         self, Globals,
         clsact::CreatedQdiscs,
         links::{Batch, LinkEvent, LinkMonitor},
+        policy::{self, Policy},
         tc,
     },
     caps,
@@ -35,7 +36,6 @@ use crate::{
     resolve,
     summary::Summary,
 };
-
 
 /// How often the collector drains the ring buffer when the kernel did not wake it.
 const DRAIN_EVERY: Duration = Duration::from_millis(20);
@@ -98,15 +98,29 @@ fn subject(cfg: &Config) -> Result<Subject, RunError> {
                 eprintln!("pktrace: {line}");
             }
             if !found.fallbacks.is_empty() || cfg.verbose > 0 {
-                eprintln!("pktrace: pod {} found through {}", output::safe(&found.pod.label()), found.via);
+                eprintln!(
+                    "pktrace: pod {} found through {}",
+                    output::safe(&found.pod.label()),
+                    found.via
+                );
             }
-            Subject { label: found.pod.label(), addrs: found.pod.ips }
+            Subject {
+                label: found.pod.label(),
+                addrs: found.pod.ips,
+            }
         }
         Target::Ips(ips) => Subject {
-            label: ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+            label: ips
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
             addrs: ips.clone(),
         },
-        Target::All => Subject { label: "*".into(), addrs: Vec::new() },
+        Target::All => Subject {
+            label: "*".into(),
+            addrs: Vec::new(),
+        },
     })
 }
 
@@ -148,21 +162,38 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let all = tc::list_ifaces();
     let names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
     let choice = crate::config::choose_interfaces(cfg.interfaces.as_deref(), &names);
-    let ifaces: Vec<tc::Iface> =
-        all.iter().filter(|i| crate::config::iface_matches(&choice.patterns, &i.name)).cloned().collect();
+    let ifaces: Vec<tc::Iface> = all
+        .iter()
+        .filter(|i| crate::config::iface_matches(&choice.patterns, &i.name))
+        .cloned()
+        .collect();
     if ifaces.is_empty() {
         return Err(tc::TcAttachError::NoInterface {
             patterns: choice.patterns.join(","),
-            present: all.iter().map(|i| output::safe(&i.name)).collect::<Vec<_>>().join(" "),
+            present: all
+                .iter()
+                .map(|i| output::safe(&i.name))
+                .collect::<Vec<_>>()
+                .join(" "),
         }
         .into());
     }
-    let attachments = tc::attach(&mut ebpf, &ifaces, &mut created_qdiscs)?;
-    let (mode, swept) = (attachments.mode, attachments.swept());
+    let policy = Policy::current();
+    let (attachments, modes) = tc::attach(
+        &mut ebpf,
+        &ifaces,
+        &choice.patterns,
+        policy,
+        &mut created_qdiscs,
+    )?;
+    let swept = attachments.swept();
     if swept > 0 {
-        eprintln!("pktrace: removed {swept} tc filters left by a pktrace that did not exit cleanly");
+        eprintln!(
+            "pktrace: removed {swept} tc filters left by a pktrace that did not exit cleanly"
+        );
     }
-    let nat_attachment: NatAttachment = nat::attach(cfg.nat_hook, &mut ebpf, &globals, cfg.verbose)?;
+    let nat_attachment: NatAttachment =
+        nat::attach(cfg.nat_hook, &mut ebpf, &globals, cfg.verbose)?;
     let mut collector = Collector::new(&mut ebpf)?;
     // Everything is loaded and attached: keep only what the rest of the session uses.
     let dropped = caps::drop_unneeded()?;
@@ -172,16 +203,24 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         }
     }
 
-    announce(&subject, &ifaces, mode, &nat_attachment);
+    announce(&subject, &ifaces, policy::summary(&modes), &nat_attachment);
     eprintln!("pktrace: interfaces {}", output::safe(&choice.describe()));
+    eprintln!(
+        "pktrace: attach: {}",
+        policy.describe(&ifaces, &modes, &choice.patterns)
+    );
     // Before the ready file: a SIGINT right after it must still end with the summary.
     let signals = (
         signal(SignalKind::interrupt()).map_err(RunError::Runtime)?,
         signal(SignalKind::terminate()).map_err(RunError::Runtime)?,
     );
     if let Some(path) = &cfg.ready_file {
-        std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|source| RunError::ReadyFile { path: path.display().to_string(), source })?;
+        std::fs::write(path, format!("{}\n", std::process::id())).map_err(|source| {
+            RunError::ReadyFile {
+                path: path.display().to_string(),
+                source,
+            }
+        })?;
     }
 
     let stdout: Box<dyn Write + Send> = Box::new(io::stdout());
@@ -197,10 +236,15 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         counters: Counters::default(),
     };
     // SAFETY: the monitor owns its socket, which stays open as long as the AsyncFd holds it.
-    let links =
-        monitor.map(|m| unsafe { AsyncFd::register(m) }.map_err(|e| RunError::Runtime(e.into()))).transpose()?;
+    let links = monitor
+        .map(|m| unsafe { AsyncFd::register(m) }.map_err(|e| RunError::Runtime(e.into())))
+        .transpose()?;
     let pod = match &cfg.target {
-        Target::Pod { .. } => Some(PodWatch::new(subject.label.clone(), subject.addrs.clone(), cfg.state_file.clone())),
+        Target::Pod { .. } => Some(PodWatch::new(
+            subject.label.clone(),
+            subject.addrs.clone(),
+            cfg.state_file.clone(),
+        )),
         _ => None,
     };
     let mut hot = Hot {
@@ -214,18 +258,25 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         lookup: None,
         patterns: choice.patterns.clone(),
     };
-    let result = session.event_loop(cfg, &mut collector, sink.as_mut(), signals, &mut hot).await;
+    let result = session
+        .event_loop(cfg, &mut collector, sink.as_mut(), signals, &mut hot)
+        .await;
     drop(hot);
     // Whatever stopped the loop, report what is left.
     let mut done = Vec::new();
     collector.drain(|ev| session.correlator.push(ev, &mut done));
     session.correlator.flush(&mut done);
-    let end = session.output(done, sink.as_mut()).and_then(|()| session.housekeeping(&collector, sink.as_mut()));
+    let end = session
+        .output(done, sink.as_mut())
+        .and_then(|()| session.housekeeping(&collector, sink.as_mut()));
     session.summary.set_lost(session.counters.ringbuf_full);
     session.summary.set_evicted(session.correlator.evicted());
     let end = end.and_then(|()| sink.summary(&session.summary));
     drop(nat_attachment);
-    result.and(end.or_else(ignore_broken_pipe)).or_else(ignore_broken_pipe).map_err(RunError::Output)
+    result
+        .and(end.or_else(ignore_broken_pipe))
+        .or_else(ignore_broken_pipe)
+        .map_err(RunError::Output)
 }
 
 /// Hidden knob: the most journeys the join table keeps open (tests of its eviction).
@@ -234,25 +285,36 @@ const JOIN_MAX_ENV: &str = "PKTRACE_JOIN_MAX";
 /// The join table's limits: the defaults, or a smaller table for tests.
 fn join_limits() -> Limits {
     let mut limits = Limits::default();
-    if let Some(n) = std::env::var(JOIN_MAX_ENV).ok().and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(n) = std::env::var(JOIN_MAX_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         limits.max_open = n.max(1);
     }
     limits
 }
 
 fn ignore_broken_pipe(e: io::Error) -> io::Result<()> {
-    if e.kind() == io::ErrorKind::BrokenPipe { Ok(()) } else { Err(e) }
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(e)
+    }
 }
 
-fn announce(subject: &Subject, ifaces: &[tc::Iface], mode: tc::TcMode, nat: &NatAttachment) {
+fn announce(subject: &Subject, ifaces: &[tc::Iface], mode: &str, nat: &NatAttachment) {
     let names: Vec<String> = ifaces.iter().map(|i| output::safe(&i.name)).collect();
     let addrs: Vec<String> = subject.addrs.iter().map(ToString::to_string).collect();
     eprintln!(
         "pktrace: tracing {} ({}) on {} interfaces ({}): {}",
         output::safe(&subject.label),
-        if addrs.is_empty() { "every packet".into() } else { addrs.join(", ") },
+        if addrs.is_empty() {
+            "every packet".into()
+        } else {
+            addrs.join(", ")
+        },
         ifaces.len(),
-        mode.as_str(),
+        mode,
         names.join(" ")
     );
     for line in nat.report() {
@@ -283,14 +345,17 @@ impl Session {
     ) -> io::Result<()> {
         // SAFETY: the ring buffer's fd stays open and the same for as long as `collector`,
         // which outlives this AsyncFd.
-        let mut ring = unsafe { AsyncFd::register_with_interest(RawRing(collector), Interest::READABLE) }
-            .map_err(io::Error::from)?;
+        let mut ring =
+            unsafe { AsyncFd::register_with_interest(RawRing(collector), Interest::READABLE) }
+                .map_err(io::Error::from)?;
         let mut drain = interval(DRAIN_EVERY);
         drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut chores = interval(HOUSEKEEPING_EVERY);
         chores.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = cfg.limits.duration.map(|d| Instant::now() + d);
-        let stop_at = sleep_until(deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)));
+        let stop_at = sleep_until(
+            deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)),
+        );
         tokio::pin!(stop_at);
         loop {
             tokio::select! {
@@ -353,7 +418,11 @@ impl Session {
     }
 
     /// Reports new losses and evictions and closes idle journeys.
-    fn housekeeping(&mut self, collector: &Collector, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+    fn housekeeping(
+        &mut self,
+        collector: &Collector,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
         if let Ok(c) = collector.counters() {
             self.counters = c;
         }
@@ -432,7 +501,12 @@ impl Hot<'_> {
 
     /// Applies link events: attach, rename, detach, forget; journeys last seen on a vanished
     /// interface go to `done`.
-    fn apply(&mut self, events: Vec<LinkEvent>, correlator: &mut Correlator, done: &mut Vec<Journey>) {
+    fn apply(
+        &mut self,
+        events: Vec<LinkEvent>,
+        correlator: &mut Correlator,
+        done: &mut Vec<Journey>,
+    ) {
         for ev in events {
             if let LinkEvent::Del { index, .. } = ev {
                 self.failed.remove(&index);
@@ -442,7 +516,17 @@ impl Hot<'_> {
                     if let Some(pod) = &mut self.pod {
                         pod.dirty = true;
                     }
-                    match self.tc.attach(self.ebpf, &iface, self.created) {
+                    let attached: Vec<String> = self
+                        .tc
+                        .attached()
+                        .into_iter()
+                        .map(|(_, name)| name)
+                        .collect();
+                    let mode = self
+                        .tc
+                        .policy
+                        .mode_for_new(&iface.name, &attached, &self.patterns);
+                    match self.tc.attach(self.ebpf, &iface, mode, self.created) {
                         Ok(()) => {
                             self.failed.remove(&iface.index);
                             correlator.set_iface(iface.index, tc::host_if(&iface.name));
@@ -450,7 +534,7 @@ impl Hot<'_> {
                                 eprintln!(
                                     "pktrace: attached to {} ({})",
                                     output::safe(&iface.name),
-                                    self.tc.mode.as_str()
+                                    mode.as_str()
                                 );
                             }
                         }
@@ -467,14 +551,20 @@ impl Hot<'_> {
                 Action::Detach { index, name } => {
                     self.tc.detach(self.ebpf, index);
                     if self.verbose {
-                        eprintln!("pktrace: detached from {}: renamed out of --interfaces", output::safe(&name));
+                        eprintln!(
+                            "pktrace: detached from {}: renamed out of --interfaces",
+                            output::safe(&name)
+                        );
                     }
                 }
                 Action::Gone { index } => {
                     correlator.interface_gone(index, done);
                     let name = self.tc.forget(self.ebpf, index, self.created);
                     if self.verbose {
-                        eprintln!("pktrace: {} is gone", output::safe(name.as_deref().unwrap_or("?")));
+                        eprintln!(
+                            "pktrace: {} is gone",
+                            output::safe(name.as_deref().unwrap_or("?"))
+                        );
                     }
                 }
                 Action::Nothing => {}
@@ -489,8 +579,14 @@ impl Hot<'_> {
     ///
     /// Returns the pod's addresses when they changed.
     async fn follow_pod(&mut self, cfg: &Config) -> Option<Vec<IpAddr>> {
-        let Some(pod) = &mut self.pod else { return None };
-        if self.lookup.as_ref().is_some_and(tokio::task::JoinHandle::is_finished) {
+        let Some(pod) = &mut self.pod else {
+            return None;
+        };
+        if self
+            .lookup
+            .as_ref()
+            .is_some_and(tokio::task::JoinHandle::is_finished)
+        {
             let found = match self.lookup.take() {
                 Some(handle) => handle.await.ok().flatten(),
                 None => None,
@@ -498,20 +594,28 @@ impl Hot<'_> {
             // Not resolvable for now (deleted, not recreated yet): keep the old addresses.
             let (added, removed) = found.and_then(|ips| pod.update(ips))?;
             let line = pod.moved_line(&removed);
-            match attach::track_addrs(self.ebpf, &added).and_then(|()| attach::untrack_addrs(self.ebpf, &removed)) {
+            match attach::track_addrs(self.ebpf, &added)
+                .and_then(|()| attach::untrack_addrs(self.ebpf, &removed))
+            {
                 Ok(()) => eprintln!("pktrace: {line}"),
-                Err(e) => eprintln!("pktrace: {line}, but the kernel filter could not be updated: {e}"),
+                Err(e) => {
+                    eprintln!("pktrace: {line}, but the kernel filter could not be updated: {e}")
+                }
             }
             return Some(pod.addrs.clone());
         }
         if self.lookup.is_some() || !pod.due() {
             return None;
         }
-        let Target::Pod { namespace, name } = &cfg.target else { return None };
+        let Target::Pod { namespace, name } = &cfg.target else {
+            return None;
+        };
         let sources = resolve::Sources::for_node(&cfg.state_file, cfg.kubeconfig.as_deref());
         let (namespace, name) = (namespace.clone(), name.clone());
         self.lookup = Some(tokio::task::spawn_blocking(move || {
-            resolve::resolve(&sources, &namespace, &name).ok().map(|found| found.pod.ips)
+            resolve::resolve(&sources, &namespace, &name)
+                .ok()
+                .map(|found| found.pod.ips)
         }));
         None
     }

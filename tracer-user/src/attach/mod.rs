@@ -5,6 +5,7 @@
 pub mod clsact;
 pub mod links;
 pub mod netfilter;
+pub mod policy;
 pub mod probe;
 pub mod tc;
 
@@ -26,7 +27,9 @@ pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
 /// Failures to load the kernel object.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("this pktrace was built without its kernel programs (AYA_BUILD_SKIP=1); rebuild without it")]
+    #[error(
+        "this pktrace was built without its kernel programs (AYA_BUILD_SKIP=1); rebuild without it"
+    )]
     NoObject,
     #[error(
         "not allowed to load eBPF programs: run as root (sudo) or with CAP_BPF, CAP_NET_ADMIN \
@@ -54,8 +57,16 @@ pub struct Globals {
 impl Globals {
     #[must_use]
     pub fn new(trace_all: bool, offsets: KernelOffsets) -> Self {
-        let filter_mode = if trace_all { filter::ALL } else { filter::TRACKED };
-        Self { filter_mode, offsets, wake_bytes: WAKE_BYTES }
+        let filter_mode = if trace_all {
+            filter::ALL
+        } else {
+            filter::TRACKED
+        };
+        Self {
+            filter_mode,
+            offsets,
+            wake_bytes: WAKE_BYTES,
+        }
     }
 
     /// The globals as (symbol, bytes), for loaders other than aya's.
@@ -64,7 +75,10 @@ impl Globals {
         vec![
             ("FILTER_MODE", self.filter_mode.to_ne_bytes().to_vec()),
             ("WAKE_BYTES", self.wake_bytes.to_ne_bytes().to_vec()),
-            ("OFFSETS", crate::btf::kernel_offsets_bytes(&self.offsets).to_vec()),
+            (
+                "OFFSETS",
+                crate::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
+            ),
         ]
     }
 }
@@ -86,12 +100,19 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
         .override_global("FILTER_MODE", &globals.filter_mode, true)
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
         .override_global("OFFSETS", &globals.offsets, true);
-    if let Some(bytes) = std::env::var(RING_BYTES_ENV).ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(bytes) = std::env::var(RING_BYTES_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
         loader.map_max_entries("EVENTS", bytes);
     }
-    loader
-        .load(OBJECT)
-        .map_err(|e| if is_permission(&e) { LoadError::Permission(e) } else { LoadError::Ebpf(e) })
+    loader.load(OBJECT).map_err(|e| {
+        if is_permission(&e) {
+            LoadError::Permission(e)
+        } else {
+            LoadError::Ebpf(e)
+        }
+    })
 }
 
 fn is_permission(e: &aya::EbpfError) -> bool {
@@ -101,8 +122,11 @@ fn is_permission(e: &aya::EbpfError) -> bool {
 
 /// Puts the traced pod's addresses into the in-kernel filter.
 pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
-    let map = ebpf.map_mut("TRACKED_ADDRS").ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
-    let mut map: BpfHashMap<_, AddrKey, u32> = BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    let map = ebpf
+        .map_mut("TRACKED_ADDRS")
+        .ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
+    let mut map: BpfHashMap<_, AddrKey, u32> =
+        BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
     for addr in addrs {
         map.insert(addr_key(*addr), 1, 0).map_err(LoadError::Seed)?;
     }
@@ -129,8 +153,11 @@ pub fn addr_key(addr: std::net::IpAddr) -> AddrKey {
 /// Takes addresses out of the in-kernel filter (a followed pod that moved to another IP).
 /// Flows already tracked stay tracked until the LRU ages them out.
 pub fn untrack_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
-    let map = ebpf.map_mut("TRACKED_ADDRS").ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
-    let mut map: BpfHashMap<_, AddrKey, u32> = BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    let map = ebpf
+        .map_mut("TRACKED_ADDRS")
+        .ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
+    let mut map: BpfHashMap<_, AddrKey, u32> =
+        BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
     for addr in addrs {
         // Absent already is as good as removed.
         let _ = map.remove(&addr_key(*addr));

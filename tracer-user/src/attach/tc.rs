@@ -1,4 +1,5 @@
-//! tc programs on interfaces: tcx links where the kernel has them (6.6+), clsact otherwise.
+//! tc programs on interfaces: tcx links or clsact filters, per interface as [`policy`] decides
+//! (tcx needs 6.6+).
 //!
 //! pktrace attaches at the head of the tcx chain and returns "next", so the CNI's own programs
 //! still run and see every packet. tcx links are file descriptors: they go away with the
@@ -15,15 +16,10 @@ use aya::{
         LinkOrder, ProgramError, SchedClassifier, TcAttachType,
         tc::{self, SchedClassifierLinkId, TcAttachOptions},
     },
-    util::KernelVersion,
 };
 
-use super::clsact;
+use super::{clsact, policy::Policy};
 use crate::journey::correlate::HostIf;
-
-/// Set to `1` to use clsact filters even where tcx links exist (tests of the clsact path on
-/// new kernels).
-pub const FORCE_CLSACT_ENV: &str = "PKTRACE_FORCE_CLSACT";
 
 /// How the programs were attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +80,10 @@ pub fn list_ifaces() -> Vec<Iface> {
         let mut p = head;
         while (*p).if_index != 0 && !(*p).if_name.is_null() {
             let name = CStr::from_ptr((*p).if_name).to_string_lossy().into_owned();
-            out.push(Iface { index: (*p).if_index, name });
+            out.push(Iface {
+                index: (*p).if_index,
+                name,
+            });
             p = p.add(1);
         }
         libc::if_freenameindex(head);
@@ -97,7 +96,10 @@ pub fn list_ifaces() -> Vec<Iface> {
 /// neither enter nor leave the node there.
 #[must_use]
 pub fn is_internal(name: &str) -> bool {
-    Path::new("/sys/class/net").join(name).join("bridge").exists()
+    Path::new("/sys/class/net")
+        .join(name)
+        .join("bridge")
+        .exists()
 }
 
 /// What the correlator needs to know of the attached interfaces.
@@ -109,17 +111,23 @@ pub fn host_ifs(ifaces: &[Iface]) -> HashMap<u32, HostIf> {
 /// What the correlator needs to know of one interface.
 #[must_use]
 pub fn host_if(name: &str) -> HostIf {
-    HostIf { name: name.to_owned(), edge: !is_internal(name) }
+    HostIf {
+        name: name.to_owned(),
+        edge: !is_internal(name),
+    }
 }
 
 /// The programs' names and where each goes.
-const PROGRAMS: [(&str, TcAttachType); 2] =
-    [("tc_ingress", TcAttachType::Ingress), ("tc_egress", TcAttachType::Egress)];
+const PROGRAMS: [(&str, TcAttachType); 2] = [
+    ("tc_ingress", TcAttachType::Ingress),
+    ("tc_egress", TcAttachType::Egress),
+];
 
 /// What is attached where: one link per program per interface, by ifindex.
 #[derive(Debug)]
 pub struct TcAttachments {
-    pub mode: TcMode,
+    /// How each interface's mechanism is chosen.
+    pub policy: Policy,
     links: HashMap<u32, Attached>,
     swept: usize,
 }
@@ -127,6 +135,7 @@ pub struct TcAttachments {
 #[derive(Debug)]
 struct Attached {
     name: String,
+    mode: TcMode,
     links: Vec<(&'static str, SchedClassifierLinkId)>,
 }
 
@@ -140,7 +149,10 @@ impl TcAttachments {
     /// Every attached interface: (index, name).
     #[must_use]
     pub fn attached(&self) -> Vec<(u32, String)> {
-        self.links.iter().map(|(i, a)| (*i, a.name.clone())).collect()
+        self.links
+            .iter()
+            .map(|(i, a)| (*i, a.name.clone()))
+            .collect()
     }
 
     /// Records a rename of an attached interface.
@@ -150,26 +162,28 @@ impl TcAttachments {
         }
     }
 
-    /// Attaches both programs to one more interface, as at start (see [`attach`]).
+    /// Attaches both programs to one more interface with `mode`, as at start (see [`attach`]);
+    /// [`Policy::mode_for_new`] chooses the mode of an interface that appears later.
     pub fn attach(
         &mut self,
         ebpf: &mut Ebpf,
         iface: &Iface,
+        mode: TcMode,
         created: &mut clsact::CreatedQdiscs,
     ) -> Result<(), TcAttachError> {
         if self.links.contains_key(&iface.index) {
             return Ok(());
         }
-        if self.mode == TcMode::Clsact {
-            for parent in [clsact::PARENT_INGRESS, clsact::PARENT_EGRESS] {
-                // No clsact qdisc yet is the common case: nothing to sweep.
-                self.swept += clsact::sweep(iface.index, parent).unwrap_or(0);
-            }
+        // Also before a tcx attach: a dead pktrace may have put clsact filters here (it chose
+        // clsact for a node with more pods then). No clsact qdisc is the common case: nothing
+        // to sweep.
+        for parent in [clsact::PARENT_INGRESS, clsact::PARENT_EGRESS] {
+            self.swept += clsact::sweep(iface.index, parent).unwrap_or(0);
         }
         let mut links = Vec::with_capacity(PROGRAMS.len());
         for (program, ty) in PROGRAMS {
             let prog = classifier(ebpf, program)?;
-            match attach_one(prog, iface, ty, self.mode, created) {
+            match attach_one(prog, iface, ty, mode, created) {
                 Ok(id) => links.push((program, id)),
                 Err(source) => {
                     // Not half attached: take back what this interface already got.
@@ -178,11 +192,22 @@ impl TcAttachments {
                             let _ = prog.detach(id);
                         }
                     }
-                    return Err(TcAttachError::Attach { program, iface: crate::output::safe(&iface.name), source });
+                    return Err(TcAttachError::Attach {
+                        program,
+                        iface: crate::output::safe(&iface.name),
+                        source,
+                    });
                 }
             }
         }
-        self.links.insert(iface.index, Attached { name: iface.name.clone(), links });
+        self.links.insert(
+            iface.index,
+            Attached {
+                name: iface.name.clone(),
+                mode,
+                links,
+            },
+        );
         Ok(())
     }
 
@@ -201,7 +226,12 @@ impl TcAttachments {
     /// Forgets an interface that is gone: the kernel removed its tcx links and clsact filters
     /// with the device, so nothing is deleted (a tcx link's fd is closed; a clsact filter's
     /// record is dropped without a netlink request that could only fail). Returns its name.
-    pub fn forget(&mut self, ebpf: &mut Ebpf, index: u32, created: &mut clsact::CreatedQdiscs) -> Option<String> {
+    pub fn forget(
+        &mut self,
+        ebpf: &mut Ebpf,
+        index: u32,
+        created: &mut clsact::CreatedQdiscs,
+    ) -> Option<String> {
         let attached = self.links.remove(&index)?;
         created.forget(index);
         for (program, id) in attached.links {
@@ -209,7 +239,7 @@ impl TcAttachments {
                 continue;
             };
             if let Ok(link) = prog.take_link(id) {
-                match self.mode {
+                match attached.mode {
                     TcMode::Tcx => drop(link),
                     // Plain data (ifindex, priority, handle): forgetting it leaks nothing.
                     TcMode::Clsact => std::mem::forget(link),
@@ -226,34 +256,46 @@ impl TcAttachments {
     }
 }
 
-fn classifier<'a>(ebpf: &'a mut Ebpf, program: &'static str) -> Result<&'a mut SchedClassifier, TcAttachError> {
-    ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or(TcAttachError::MissingProgram(program))
+fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    program: &'static str,
+) -> Result<&'a mut SchedClassifier, TcAttachError> {
+    ebpf.program_mut(program)
+        .and_then(|p| p.try_into().ok())
+        .ok_or(TcAttachError::MissingProgram(program))
 }
 
-/// Loads both classifiers and attaches them at ingress and egress of every interface, one
+/// Loads both classifiers and attaches them at ingress and egress of every interface with the
+/// mechanism `policy` plans for it ([`Policy::plan`]; `patterns` are `--interfaces`), one
 /// interface at a time ([`TcAttachments::attach`], the path interfaces that appear later take
-/// too). The links live as long as `ebpf`. In clsact mode, filters left by pktraces that died
-/// without detaching are removed first ([`TcAttachments::swept`] says how many).
+/// too). The links live as long as `ebpf`. clsact filters left by pktraces that died without
+/// detaching are removed first ([`TcAttachments::swept`] says how many). Returns the
+/// attachments and the mechanism of each interface, in the order of `ifaces`.
 pub fn attach(
     ebpf: &mut Ebpf,
     ifaces: &[Iface],
+    patterns: &[String],
+    policy: Policy,
     created: &mut clsact::CreatedQdiscs,
-) -> Result<TcAttachments, TcAttachError> {
-    let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
-    let forced = std::env::var_os(FORCE_CLSACT_ENV).is_some_and(|v| v == "1");
-    let mode = if tcx && !forced { TcMode::Tcx } else { TcMode::Clsact };
+) -> Result<(TcAttachments, Vec<TcMode>), TcAttachError> {
     for (program, _) in PROGRAMS {
-        classifier(ebpf, program)?.load().map_err(|source| TcAttachError::Load { program, source })?;
+        classifier(ebpf, program)?
+            .load()
+            .map_err(|source| TcAttachError::Load { program, source })?;
     }
-    let mut out = TcAttachments { mode, links: HashMap::new(), swept: 0 };
-    for iface in ifaces {
-        out.attach(ebpf, iface, created)?;
+    let modes = policy.plan(ifaces, patterns);
+    let mut out = TcAttachments {
+        policy,
+        links: HashMap::new(),
+        swept: 0,
+    };
+    for (iface, &mode) in ifaces.iter().zip(&modes) {
+        out.attach(ebpf, iface, mode, created)?;
     }
-    if mode == TcMode::Clsact {
-        // The qdiscs a dead pktrace recorded as its own go when we exit, if empty by then.
-        created.adopt_orphans();
-    }
-    Ok(out)
+    // The qdiscs a dead pktrace recorded as its own go when we exit, if empty by then (its
+    // filters were swept above).
+    created.adopt_orphans();
+    Ok((out, modes))
 }
 
 fn attach_one(
@@ -265,7 +307,9 @@ fn attach_one(
 ) -> Result<SchedClassifierLinkId, ProgramError> {
     let (index, iface) = (iface.index, iface.name.as_str());
     match mode {
-        TcMode::Tcx => prog.attach_with_options(iface, ty, TcAttachOptions::TcxOrder(LinkOrder::first())),
+        TcMode::Tcx => {
+            prog.attach_with_options(iface, ty, TcAttachOptions::TcxOrder(LinkOrder::first()))
+        }
         TcMode::Clsact => {
             // An existing clsact qdisc (the CNI's, or ours from the other direction) is used as
             // it is, never replaced or recorded. Ours is recorded before it is created, so no
@@ -285,7 +329,10 @@ fn attach_one(
             }
             // The handle carries our PID, so a later pktrace can tell our filters from a live
             // one's if we die without detaching (see `clsact`).
-            let options = tc::NlOptions { handle: clsact::handle_for(std::process::id()), ..tc::NlOptions::default() };
+            let options = tc::NlOptions {
+                handle: clsact::handle_for(std::process::id()),
+                ..tc::NlOptions::default()
+            };
             prog.attach_with_options(iface, ty, TcAttachOptions::Netlink(options))
         }
     }

@@ -172,7 +172,8 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "rss_kib": c.memory_mid.rss, "anon_kib": c.memory_mid.anon, "hwm_kib": c.memory_end.hwm,
         })).collect::<Vec<_>>(),
         "startup": results.startup.samples.iter().map(|s| json!({
-            "round": s.round, "interfaces": s.interfaces, "mode": s.mode, "ready_s": s.ready_s,
+            "round": s.round, "interfaces": s.interfaces, "attach": s.attach.label(), "mode": s.mode,
+            "ready_s": s.ready_s,
             "first_journey_s": s.first_journey_s, "stop_s": s.stop_s,
         })).collect::<Vec<_>>(),
         "create_veths_s": results.startup.create_veths_s,

@@ -9,7 +9,7 @@ use super::{
     proc::Memory,
     stats::{Dist, Table, show},
     throughput::{Sample, Throughput},
-    tracer::Condition,
+    tracer::{Attach, Condition},
 };
 
 /// What a throughput row shows.
@@ -299,44 +299,47 @@ fn footprint(r: &Results) -> Table {
             show(Dist::of(runs().map(|s| mib(s.memory_end.hwm))), 1),
         ]);
     }
-    let mut configs: Vec<(usize, &str)> = r
+    let mut configs: Vec<(usize, Attach, &str)> = r
         .startup
         .samples
         .iter()
-        .map(|s| (s.interfaces, s.mode.as_str()))
+        .map(|s| (s.interfaces, s.attach, s.mode.as_str()))
         .collect();
     configs.dedup();
-    let startups = |n: usize, mode: &str| {
-        let mode = mode.to_owned();
+    let startups = |n: usize, attach: Attach| {
         r.startup
             .samples
             .iter()
-            .filter(move |s| s.interfaces == n && s.mode == mode)
+            .filter(move |s| s.interfaces == n && s.attach == attach)
     };
-    for &(n, mode) in &configs {
-        let at = format!("{n} interfaces, {mode}");
-        let ready = Dist::of(startups(n, mode).map(|s| s.ready_s));
+    for &(n, attach, mode) in &configs {
+        let at = format!("{n} interfaces, {} ({mode})", attach.label());
+        let ready = Dist::of(startups(n, attach).map(|s| s.ready_s));
         table.row([format!("start → ready file, s: {at}"), show(ready, 3)]);
-        let first = Dist::of(startups(n, mode).map(|s| s.first_journey_s));
+        let first = Dist::of(startups(n, attach).map(|s| s.first_journey_s));
         table.row([
             format!("start → first journey line, s: {at}"),
             show(first, 3),
         ]);
-        let stop = Dist::of(startups(n, mode).map(|s| s.stop_s));
+        let stop = Dist::of(startups(n, attach).map(|s| s.stop_s));
         table.row([format!("SIGINT → exit, s: {at}"), show(stop, 3)]);
     }
-    if let (Some(&(few, mode)), Some(&(many, _))) = (configs.first(), configs.get(1))
-        && many > few
-        && let (Some(a), Some(b)) = (
-            Dist::of(startups(few, mode).map(|s| s.ready_s)),
-            Dist::of(startups(many, mode).map(|s| s.ready_s)),
-        )
+    // What each extra interface costs, against the node as it is (few interfaces, all tcx).
+    if let Some(&(few, few_attach, _)) = configs.first()
+        && let Some(base) = Dist::of(startups(few, few_attach).map(|s| s.ready_s))
     {
-        let per = (b.median - a.median) / (many - few) as f64 * 1e3;
-        table.row([
-            format!("start-up per extra interface, ms ({mode}; difference of medians)"),
-            format!("{per:.2}"),
-        ]);
+        for &(many, attach, mode) in configs.iter().filter(|c| c.0 > few) {
+            if let Some(d) = Dist::of(startups(many, attach).map(|s| s.ready_s)) {
+                let per = (d.median - base.median) / (many - few) as f64 * 1e3;
+                table.row([
+                    format!(
+                        "start-up per extra interface, ms ({}, {mode}; difference of medians)",
+                        attach.label()
+                    ),
+                    format!("{per:.2}"),
+                ]);
+            }
+        }
     }
     table.row([
         "creating the extra veths (ip -batch), s".to_owned(),

@@ -1,6 +1,8 @@
 //! Start-up: time from starting pktrace to its `--ready-file` and to its first journey line,
-//! on the bench node as it is (five interfaces) and with 250 extra pod veths (`--interfaces
-//! 'azv*'`), while the client pod pings the backend every 10 ms.
+//! on the bench node as it is (five interfaces) and with 250 extra pod veths (same
+//! `--interfaces`: `eth0,azure0,azv*`), while the client pod pings the backend every 10 ms.
+//! With the extra veths pktrace runs three ways: its default (tcx on `eth0` and `azure0`,
+//! clsact on the many `azv*`), and forced to clsact or to tcx everywhere.
 
 use std::{
     process::Stdio,
@@ -13,7 +15,7 @@ use super::{
     Ctx,
     net::{BACKEND, BenchNet, CLIENT, INTERFACES},
     proc::{Bg, TRAFFIC_CPU, pinned},
-    tracer::{Condition, Launch, Output, Tracer},
+    tracer::{Attach, Condition, Launch, Output, Tracer},
 };
 
 /// Extra veth pairs of the second configuration (the issue's "250 veths").
@@ -25,9 +27,11 @@ const FIRST_JOURNEY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub struct StartupSample {
     pub round: usize,
+    /// How pktrace was told to choose its tc mechanism.
+    pub attach: Attach,
     /// Interfaces pktrace attached to.
     pub interfaces: usize,
-    /// How: `tcx` or `clsact`, as pktrace reported it.
+    /// How: `tcx`, `clsact` or `tcx+clsact`, as pktrace reported it.
     pub mode: String,
     /// Spawn → ready file.
     pub ready_s: f64,
@@ -46,12 +50,14 @@ pub struct Startup {
 }
 
 /// The configurations, in order: the bench node as it is, then with the extra veths with
-/// tcx links (the default on this kernel) and with clsact filters (`PKTRACE_FORCE_CLSACT`,
-/// pktrace's switch for testing that path; a pktrace without it uses tcx and says so).
-const CONFIGS: [(usize, &str, bool); 3] = [
-    (0, INTERFACES, false),
-    (EXTRA_VETHS, "azv*", false),
-    (EXTRA_VETHS, "azv*", true),
+/// pktrace's default choice, and forced to clsact filters (`PKTRACE_FORCE_CLSACT`) and to tcx
+/// links (`PKTRACE_FORCE_TCX`) everywhere. pktrace reports what it used; an older pktrace
+/// without a switch uses its own rule and says so.
+const CONFIGS: [(usize, Attach); 4] = [
+    (0, Attach::Default),
+    (EXTRA_VETHS, Attach::Default),
+    (EXTRA_VETHS, Attach::ForceClsact),
+    (EXTRA_VETHS, Attach::ForceTcx),
 ];
 
 /// Runs `ctx.runs` starts of each configuration; removes the extra veths afterwards.
@@ -59,7 +65,7 @@ pub fn run(ctx: &Ctx, net: &mut BenchNet) -> Result<Startup> {
     let mut out = Startup::default();
     let _ping = ping(ctx)?;
     let mut veths = 0;
-    for (extra, interfaces, force_clsact) in CONFIGS {
+    for (extra, attach) in CONFIGS {
         if extra > veths {
             let start = Instant::now();
             net.add_veths(extra)?;
@@ -74,16 +80,17 @@ pub fn run(ctx: &Ctx, net: &mut BenchNet) -> Result<Startup> {
             super::check_interrupted()?;
             let launch = Launch {
                 out: Output::Pipe,
-                interfaces: Some(interfaces),
-                force_clsact,
+                interfaces: Some(INTERFACES),
+                attach,
             };
             let sample = one(ctx, round, &launch)?;
             eprintln!(
-                "bench: start-up round {}/{} on {} interfaces ({}): ready after {:.3} s, first \
-                 journey after {:.3} s, exit {:.3} s after SIGINT",
+                "bench: start-up round {}/{} on {} interfaces ({}, {}): ready after {:.3} s, \
+                 first journey after {:.3} s, exit {:.3} s after SIGINT",
                 round + 1,
                 ctx.runs,
                 sample.interfaces,
+                attach.label(),
                 sample.mode,
                 sample.ready_s,
                 sample.first_journey_s,
@@ -107,6 +114,7 @@ fn one(ctx: &Ctx, round: usize, launch: &Launch<'_>) -> Result<StartupSample> {
     let (interfaces, mode) = attached(&stderr).unwrap_or((0, String::from("?")));
     Ok(StartupSample {
         round,
+        attach: launch.attach,
         interfaces,
         mode,
         ready_s,
@@ -143,6 +151,9 @@ mod tests {
     fn reads_the_interface_count() {
         let line = "pktrace: tracing 10.13.77.46 (10.13.77.46) on 253 interfaces (tcx): azv…\n";
         assert_eq!(attached(line), Some((253, "tcx".to_owned())));
+        let line =
+            "pktrace: tracing 10.13.77.46 (10.13.77.46) on 255 interfaces (tcx+clsact): eth0\n";
+        assert_eq!(attached(line), Some((255, "tcx+clsact".to_owned())));
         assert_eq!(attached("nothing"), None);
     }
 }

@@ -115,12 +115,43 @@ pub struct Launch<'a> {
     pub out: Output<'a>,
     /// pktrace's `--interfaces` (default [`INTERFACES`]).
     pub interfaces: Option<&'a str>,
-    /// pktrace with `PKTRACE_FORCE_CLSACT=1`: clsact filters instead of tcx links.
-    pub force_clsact: bool,
+    /// How pktrace chooses between tcx links and clsact filters.
+    pub attach: Attach,
 }
 
-/// pktrace's switch for its clsact path on kernels with tcx.
-const FORCE_CLSACT_ENV: &str = "PKTRACE_FORCE_CLSACT";
+/// pktrace's choice of tc mechanism: its own rule, or one of its switches that force one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attach {
+    /// pktrace's default: tcx on named interfaces and few glob-matched ones, clsact beyond.
+    #[default]
+    Default,
+    /// `PKTRACE_FORCE_CLSACT=1`: clsact filters everywhere.
+    ForceClsact,
+    /// `PKTRACE_FORCE_TCX=1`: tcx links everywhere.
+    ForceTcx,
+}
+
+impl Attach {
+    /// The environment variable that selects it, if any.
+    #[must_use]
+    pub const fn env(self) -> Option<&'static str> {
+        match self {
+            Self::Default => None,
+            Self::ForceClsact => Some("PKTRACE_FORCE_CLSACT"),
+            Self::ForceTcx => Some("PKTRACE_FORCE_TCX"),
+        }
+    }
+
+    /// How the report names it.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::ForceClsact => "forced clsact",
+            Self::ForceTcx => "forced tcx",
+        }
+    }
+}
 
 impl Tracer {
     /// Starts the tracer of `condition` (none for [`Condition::Untraced`]) and waits until it
@@ -173,8 +204,8 @@ impl Tracer {
                     .map(String::from),
                 );
                 let mut cmd = pinned(NODE_NS, TRACER_CPU, pktrace, &args);
-                if launch.force_clsact {
-                    cmd.env(FORCE_CLSACT_ENV, "1");
+                if let Some(var) = launch.attach.env() {
+                    cmd.env(var, "1");
                 }
                 let mut bg = Bg::spawn("pktrace", cmd, stdout, &err)?;
                 first_journey = bg
