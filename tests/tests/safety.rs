@@ -36,6 +36,8 @@ mod safety {
     use xtask::lab::{self, NODE_NS, UBUNTU, in_ns, topology::VNET_HOST};
 
     const FORCE_CLSACT: (&str, &str) = ("PKTRACE_FORCE_CLSACT", "1");
+    /// tcx everywhere, whatever pktrace's default would choose for the lab's interfaces.
+    const FORCE_TCX: (&str, &str) = ("PKTRACE_FORCE_TCX", "1");
     /// The VNet host, reached from the pod without NAT.
     const VNET_IP: &str = "10.13.1.4";
 
@@ -125,7 +127,7 @@ mod safety {
             &[true]
         };
         for &clsact in modes {
-            let env: &[(&str, &str)] = if clsact { &[FORCE_CLSACT] } else { &[] };
+            let env: &[(&str, &str)] = if clsact { &[FORCE_CLSACT] } else { &[FORCE_TCX] };
             let mode = if clsact { "clsact" } else { "tcx" };
             // How long attaching takes here, so that kills during attach land inside it.
             let t = Instant::now();
@@ -330,7 +332,7 @@ mod safety {
                 timed_out: if drop { CONNECTS } else { 0 },
             };
             assert_eq!(without, want, "without pktrace (dropper: {drop})");
-            for env in [&[][..], &[FORCE_CLSACT][..]] {
+            for env in [&[FORCE_TCX][..], &[FORCE_CLSACT][..]] {
                 // pktrace attaches at the head of the same hook, before the test program.
                 let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], env);
                 let with = traffic_round(&prog);

@@ -1,0 +1,211 @@
+//! Issue 5: on a node with many pod veths pktrace attaches clsact filters to the veths (a tcx
+//! link waits for an RCU grace period under rtnl, about 30 ms per interface) and keeps tcx on the
+//! interfaces `--interfaces` names (`eth0`, `azure0`); veths that appear while following get
+//! clsact too. Journeys still cross both kinds, and nothing is left after exit or SIGKILL.
+
+use std::{
+    fs,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use tests::{
+    LabGuard,
+    leftovers::{kernel_has_tcx, our_filters, ours_loaded_after_settling, tagged_pid, tc_snapshot},
+    trace::{Pktrace, shape},
+};
+use xtask::lab::{self, NODE_NS, PODS, UBUNTU, in_ns, pods};
+
+/// Extra veths in the node namespace, named like pod veths: with the lab's 4 pods, more than
+/// tracer-user's `attach::policy::TCX_MAX_BY_PATTERN` (8) interfaces match `azv*`.
+const EXTRA: usize = 12;
+/// A host in the VNet behind `eth0`: routed by the node, not translated.
+const VNET_HOST: &str = "10.13.1.4:80";
+
+/// Veth pairs `azvmanyNN` / `pkmanyNN` in the node namespace; deleted on drop.
+struct ExtraVeths(usize);
+
+impl ExtraVeths {
+    fn add(n: usize) -> Self {
+        let me = Self(n);
+        for i in 0..n {
+            let (a, b) = (format!("azvmany{i:02}"), format!("pkmany{i:02}"));
+            let ok = in_ns(
+                NODE_NS,
+                "ip",
+                ["link", "add", &a, "type", "veth", "peer", "name", &b],
+            )
+            .status()
+            .is_ok_and(|s| s.success());
+            assert!(ok, "ip link add {a}");
+        }
+        me
+    }
+}
+
+impl Drop for ExtraVeths {
+    fn drop(&mut self) {
+        for i in 0..self.0 {
+            // Deleting one end deletes the pair.
+            let _ = in_ns(NODE_NS, "ip", ["link", "del", &format!("azvmany{i:02}")]).status();
+        }
+    }
+}
+
+/// Our filters on `iface`, as `tc` lists them, with their handles.
+fn filters_on(iface: &str) -> Vec<(String, u32)> {
+    our_filters()
+        .into_iter()
+        .filter(|(line, _)| line.starts_with(&format!("{iface} ")))
+        .collect()
+}
+
+/// Waits up to 3 s for `needle` in the running pktrace's stderr.
+fn wait_for_line(pk: &Pktrace, needle: &str) {
+    let start = Instant::now();
+    loop {
+        let (_, stderr) = pk.so_far();
+        if stderr.contains(needle) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "no '{needle}' within 3 s:\n{stderr}"
+        );
+        sleep(Duration::from_millis(50));
+    }
+}
+
+fn records() -> Vec<String> {
+    fs::read_dir("/run/pktrace")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn many_veths_get_clsact_named_interfaces_keep_tcx_and_nothing_is_left() {
+    if !kernel_has_tcx() {
+        eprintln!("skipped: this kernel has no tcx (< 6.6), so every interface gets clsact");
+        return;
+    }
+    let _lab = LabGuard::new();
+    let loaded = ours_loaded_after_settling();
+    assert!(
+        loaded.is_empty(),
+        "programs of ours loaded before the test: {loaded:?}"
+    );
+    let _veths = ExtraVeths::add(EXTRA);
+    let before = tc_snapshot();
+    let globbed = PODS.len() + EXTRA;
+
+    let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "-v"]);
+    let pid = u32::try_from(pk.pid()).unwrap_or(0);
+    let (_, stderr) = pk.so_far();
+    let want = format!("attach: tcx on eth0, azure0; clsact on {globbed} interfaces matching azv*");
+    assert!(stderr.contains(&want), "no '{want}':\n{stderr}");
+    // The pod veths hold our filters, tagged with our PID; the named interfaces hold none.
+    for iface in [UBUNTU.host_if, "azvmany00"] {
+        let f = filters_on(iface);
+        assert_eq!(f.len(), 2, "ingress and egress filters on {iface}: {f:?}");
+        assert!(f.iter().all(|(_, h)| tagged_pid(*h) == Some(pid)), "{f:?}");
+    }
+    for iface in ["eth0", "azure0"] {
+        assert!(
+            filters_on(iface).is_empty(),
+            "a filter on {iface}: it should be a tcx link"
+        );
+    }
+
+    // A pod that appears while following gets clsact as well (the count is still above 8).
+    let added = pods::add("many-a").expect("adding pod many-a");
+    wait_for_line(&pk, &format!("attached to {} (clsact)", added.host_if));
+    assert_eq!(
+        filters_on(&added.host_if).len(),
+        2,
+        "filters on the new pod's veth"
+    );
+
+    lab::client_tcp(&UBUNTU.netns(), VNET_HOST).expect("traffic while attached");
+    pods::del("many-a").expect("deleting pod many-a");
+    wait_for_line(&pk, &format!("{} is gone", added.host_if));
+    let trace = pk.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    // The request entered on the pod's veth (clsact) and crossed azure0 and eth0 (tcx).
+    let want: Vec<(String, String, bool)> = [
+        ("ingress", UBUNTU.host_if),
+        ("ingress", "azure0"),
+        ("egress", "azure0"),
+        ("egress", "eth0"),
+    ]
+    .iter()
+    .map(|(p, i)| ((*p).to_owned(), (*i).to_owned(), false))
+    .collect();
+    let out = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j["steps"][0]["dst"] == VNET_HOST)
+        .collect::<Vec<_>>();
+    assert!(
+        !out.is_empty(),
+        "no journey to {VNET_HOST}:\n{}",
+        trace.dump()
+    );
+    for j in &out {
+        assert_eq!(shape(j), want, "{j}");
+    }
+
+    assert!(
+        our_filters().is_empty(),
+        "filters left after exit: {:?}",
+        our_filters()
+    );
+    assert_eq!(tc_snapshot(), before, "tc qdiscs/filters changed");
+    let loaded = ours_loaded_after_settling();
+    assert!(loaded.is_empty(), "left behind after exit: {loaded:?}");
+    assert!(records().is_empty(), "qdisc records left: {:?}", records());
+
+    // SIGKILL: the filters stay, tagged with the dead PID; the next pktrace removes them.
+    let killed = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let dead = u32::try_from(killed.pid()).unwrap_or(0);
+    let _ = killed.kill_now();
+    let left = our_filters();
+    assert_eq!(
+        left.len(),
+        2 * globbed,
+        "one filter per direction and veth: {left:?}"
+    );
+    assert!(
+        left.iter().all(|(_, h)| tagged_pid(*h) == Some(dead)),
+        "{left:?}"
+    );
+    let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let trace = next.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    assert!(
+        trace
+            .stderr
+            .contains(&format!("removed {} tc filters", 2 * globbed)),
+        "no sweep reported:\n{}",
+        trace.stderr
+    );
+    assert!(
+        our_filters().is_empty(),
+        "filters left: {:?}",
+        our_filters()
+    );
+    assert_eq!(
+        tc_snapshot(),
+        before,
+        "tc qdiscs/filters changed after the kill and the sweep"
+    );
+    let loaded = ours_loaded_after_settling();
+    assert!(
+        loaded.is_empty(),
+        "left behind after SIGKILL and the next run: {loaded:?}"
+    );
+    assert!(records().is_empty(), "qdisc records left: {:?}", records());
+}
