@@ -12,8 +12,10 @@ use crate::{
         netfilter::{self, NetfilterLink},
         object,
         probe::{self, ProbeAttachment, ProbeError},
+        verifier_reason,
     },
     btf,
+    caps::{self, LockdownRefusal},
     config::NatHook,
 };
 
@@ -95,6 +97,8 @@ pub fn kernel_offsets_or_default(verbose: u8) -> KernelOffsets {
 struct Skip {
     why: String,
     verifier_log: Option<String>,
+    /// The kernel's lockdown is what refused (then `why` says so).
+    lockdown: Option<LockdownRefusal>,
 }
 
 impl From<String> for Skip {
@@ -102,6 +106,7 @@ impl From<String> for Skip {
         Self {
             why,
             verifier_log: None,
+            lockdown: None,
         }
     }
 }
@@ -112,6 +117,7 @@ impl From<ProbeError> for Skip {
         Self {
             why: one_line(&e),
             verifier_log,
+            lockdown: None,
         }
     }
 }
@@ -123,22 +129,62 @@ impl From<netfilter::AttachError> for Skip {
                 program,
                 errno,
                 log,
-            } => {
-                let last = log
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .trim();
-                Self {
-                    why: format!("the verifier rejected {program} ({errno}): {last}"),
-                    verifier_log: Some(log),
-                }
-            }
+            } => Self {
+                why: format!(
+                    "the verifier rejected {program} ({errno}): {}",
+                    verifier_reason(&log)
+                ),
+                verifier_log: Some(log),
+                lockdown: None,
+            },
             other => Self {
                 why: one_line(&other),
                 verifier_log: None,
+                lockdown: None,
             },
+        }
+    }
+}
+
+impl Skip {
+    /// The skip with lockdown as its reason when the kernel's lockdown (`lockdown`: the
+    /// lockdown file's text) is what made the verifier reject the program.
+    fn explained(mut self, lockdown: Option<&str>) -> Self {
+        let refusal = self
+            .verifier_log
+            .as_deref()
+            .and_then(|log| caps::lockdown_refusal(lockdown, log));
+        if let Some(refusal) = refusal {
+            self.why = refusal.to_string();
+            self.lockdown = Some(refusal);
+        }
+        self
+    }
+
+    /// The error when this hook was asked for by name: the reason and, for lockdown, what to
+    /// do, on one line.
+    fn unavailable(self, hook: &'static str) -> NatError {
+        let why = match &self.lockdown {
+            Some(refusal) => format!(
+                "{}: {}, or run without --nat-hook to trace the tc path only",
+                self.why,
+                refusal.advice()
+            ),
+            None => self.why,
+        };
+        NatError::Unavailable { hook, why }
+    }
+}
+
+/// Ends the report of an `auto` choice that attached nothing: its last line says NAT steps
+/// will not be shown and, when lockdown refused a hook, what would show them.
+fn no_hook_left(report: &mut [String], lockdown: Option<&LockdownRefusal>) {
+    if let Some(last) = report.last_mut() {
+        last.push_str("; NAT steps will not be shown");
+        if let Some(refusal) = lockdown {
+            last.push_str(" (");
+            last.push_str(&refusal.advice());
+            last.push(')');
         }
     }
 }
@@ -155,6 +201,8 @@ pub fn attach(
     verbose: u8,
 ) -> Result<NatAttachment, NatError> {
     let mut report = Vec::new();
+    let lockdown = caps::read_lockdown();
+    let mut refused_by_lockdown = None;
     for hook in ORDER {
         if want != NatHook::Auto && want != hook {
             continue;
@@ -165,22 +213,18 @@ pub fn attach(
                 report.push(format!("NAT hook {name}: {}", hooked.describe()));
                 return Ok(NatAttachment { hooked, report });
             }
-            Err(skip) => skip,
+            Err(skip) => skip.explained(lockdown.as_deref()),
         };
-        if let Some(log) = skip.verifier_log.filter(|_| verbose > 0) {
+        if let Some(log) = skip.verifier_log.as_deref().filter(|_| verbose > 0) {
             eprintln!("pktrace: NAT hook {name}: verifier log:\n{log}");
         }
         if want != NatHook::Auto {
-            return Err(NatError::Unavailable {
-                hook: name,
-                why: skip.why,
-            });
+            return Err(skip.unavailable(name));
         }
         report.push(format!("NAT hook {name}: skipped ({})", skip.why));
+        refused_by_lockdown = refused_by_lockdown.or(skip.lockdown);
     }
-    if let Some(last) = report.last_mut() {
-        last.push_str("; NAT steps will not be shown");
-    }
+    no_hook_left(&mut report, refused_by_lockdown.as_ref());
     Ok(NatAttachment {
         hooked: Hooked::None,
         report,
@@ -297,4 +341,75 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes into the timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOCKED: Option<&str> = Some("none integrity [confidentiality]\n");
+    /// How Debian's 6.1 kernel booted with `lockdown=confidentiality` rejects the NAT programs.
+    const LOCKED_DOWN_LOG: &str = "44: (85) call bpf_probe_read#4\nunknown func bpf_probe_read#4\n\
+                                   processed 42 insns (limit 1000000) max_states_per_insn 0\n";
+
+    fn rejected() -> Skip {
+        Skip::from(ProbeError::Verifier {
+            program: "nat_fentry_enter",
+            errno: std::io::Error::from_raw_os_error(libc::EINVAL),
+            log: LOCKED_DOWN_LOG.into(),
+        })
+    }
+
+    #[test]
+    fn a_hook_refused_by_lockdown_says_so_and_what_to_do() {
+        let skip = rejected().explained(LOCKED);
+        assert_eq!(
+            skip.why,
+            "the kernel is locked down (confidentiality) and refuses eBPF programs that read \
+             kernel memory (bpf_probe_read#4)"
+        );
+        let lockdown = skip.lockdown.clone();
+        assert_eq!(
+            skip.unavailable("fentry").to_string(),
+            "--nat-hook fentry: the kernel is locked down (confidentiality) and refuses eBPF \
+             programs that read kernel memory (bpf_probe_read#4): boot the node without \
+             lockdown=confidentiality to see NAT steps, or run without --nat-hook to trace the \
+             tc path only"
+        );
+        let mut report = vec![
+            "NAT hook fentry: skipped (the kernel is locked down …)".to_owned(),
+            "NAT hook conntrack: skipped (not built)".to_owned(),
+        ];
+        no_hook_left(&mut report, lockdown.as_ref());
+        assert_eq!(
+            report[1],
+            "NAT hook conntrack: skipped (not built); NAT steps will not be shown (boot the \
+             node without lockdown=confidentiality to see NAT steps)"
+        );
+    }
+
+    #[test]
+    fn other_rejections_keep_the_verifiers_reason() {
+        // Not locked down (integrity refuses nothing pktrace loads): the verifier's line.
+        let skip = rejected().explained(Some("none [integrity] confidentiality"));
+        assert!(skip.lockdown.is_none());
+        assert_eq!(
+            skip.why,
+            "the verifier rejected nat_fentry_enter (EINVAL): unknown func bpf_probe_read#4"
+        );
+        assert_eq!(
+            skip.unavailable("kprobe").to_string(),
+            "--nat-hook kprobe: the verifier rejected nat_fentry_enter (EINVAL): unknown func \
+             bpf_probe_read#4"
+        );
+        // No verifier log (a kernel without the program type): never blamed on lockdown.
+        let skip = Skip::from(String::from("no BPF netfilter programs")).explained(LOCKED);
+        assert!(skip.lockdown.is_none());
+        let mut report = vec!["NAT hook conntrack: skipped (not built)".to_owned()];
+        no_hook_left(&mut report, None);
+        assert_eq!(
+            report[0],
+            "NAT hook conntrack: skipped (not built); NAT steps will not be shown"
+        );
+    }
 }

@@ -143,12 +143,9 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
     // Declared before `ebpf` so that it drops after it, once our filters are gone.
     let mut created_qdiscs = CreatedQdiscs::default();
-    let mut ebpf = attach::load(&globals).map_err(|e| {
-        match (&e, caps::explain_eperm(caps::read_lockdown().as_deref())) {
-            (attach::LoadError::Permission(_), Some(lockdown)) => RunError::Privilege(lockdown),
-            _ => e.into(),
-        }
-    })?;
+    // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
+    // NAT programs, which `nat::attach` explains.
+    let mut ebpf = attach::load(&globals)?;
     attach::track_addrs(&mut ebpf, &subject.addrs)?;
 
     // Subscribed before listing: a link created in between is reported, not missed.

@@ -120,6 +120,17 @@ fn is_permission(e: &aya::EbpfError) -> bool {
     text.contains("PermissionDenied") || text.contains("Operation not permitted")
 }
 
+/// Where a verifier log says why it rejected the program: its last non-empty line that is not
+/// one of the statistics the verifier appends (`processed N insns …`, `verification time …`,
+/// `stack depth …`; kernel/bpf/verifier.c `print_verification_stats`, v6.1).
+#[must_use]
+pub fn verifier_reason(log: &str) -> &str {
+    let stats = ["processed ", "verification time ", "stack depth "];
+    let mut lines = log.lines().map(str::trim).filter(|l| !l.is_empty());
+    let last = lines.clone().next_back().unwrap_or("");
+    lines.rfind(|l| !stats.iter().any(|s| l.starts_with(s))).unwrap_or(last)
+}
+
 /// Puts the traced pod's addresses into the in-kernel filter.
 pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
     let map = ebpf
@@ -163,4 +174,22 @@ pub fn untrack_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), 
         let _ = map.remove(&addr_key(*addr));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verifier_reason_is_the_line_before_its_statistics() {
+        // Debian 6.1 booted with `lockdown=confidentiality`, nat_kprobe_enter.
+        let log = "44: (85) call bpf_probe_read#4\nunknown func bpf_probe_read#4\n\
+                   verification time 1711 usec\nstack depth 40+0+0\n\
+                   processed 42 insns (limit 1000000) max_states_per_insn 0 total_states 1\n\n";
+        assert_eq!(verifier_reason(log), "unknown func bpf_probe_read#4");
+        assert_eq!(verifier_reason("R1 invalid mem access 'scalar'\n"), "R1 invalid mem access 'scalar'");
+        // Nothing but statistics: those, rather than nothing.
+        assert_eq!(verifier_reason("processed 1 insns\n"), "processed 1 insns");
+        assert_eq!(verifier_reason(""), "");
+    }
 }

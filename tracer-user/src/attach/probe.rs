@@ -119,7 +119,7 @@ pub enum ProbeError {
     #[error(
         "the verifier rejected {program} ({}): {}",
         errno_name(errno),
-        last_line(log)
+        super::verifier_reason(log)
     )]
     Verifier {
         program: &'static str,
@@ -203,15 +203,6 @@ fn attach_hint(kind: ProbeKind, e: &io::Error) -> &'static str {
         }
         _ => "unexpected; see the error number",
     }
-}
-
-/// The last non-empty line of a verifier log (where it says what failed).
-fn last_line(log: &str) -> &str {
-    log.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
 }
 
 /// A load failure as a [`ProbeError`].
@@ -481,7 +472,7 @@ mod tests {
         };
         assert_eq!(
             verifier.to_string(),
-            "the verifier rejected nat_fexit_exit (EACCES): processed 1 insns"
+            "the verifier rejected nat_fexit_exit (EACCES): invalid bpf_context access off=0 size=8"
         );
         assert_eq!(verifier.verifier_log(), Some(log));
         let attach = ProbeError::Attach {

@@ -71,6 +71,8 @@ pub fn script(plan: &InitPlan) -> String {
         ("bpf", "/sys/fs/bpf", ""),
         ("tracefs", "/sys/kernel/tracing", ""),
         ("debugfs", "/sys/kernel/debug", ""),
+        // /sys/kernel/security/lockdown: what the lockdown tests check the guest runs under.
+        ("securityfs", "/sys/kernel/security", ""),
     ] {
         line(
             w,
@@ -208,6 +210,7 @@ mod tests {
         );
         assert!(text.contains("echo \"@@vm-test hook=$hook binary=$binary exit=$rc uptime=$up\""));
         assert!(text.contains("mount -t bpf bpf /sys/fs/bpf"));
+        assert!(text.contains("mount -t securityfs securityfs /sys/kernel/security"));
         assert!(!text.contains("export -f"));
         assert!(text.trim_end().ends_with("poweroff -f"));
         let begin = text.find("begin hook=$hook binary=$binary").unwrap();

@@ -6,6 +6,9 @@
 //! binaries) → [`initramfs`] (tools, libraries, [`modules`], payload, [`init`] script, laid
 //! out as an [`image`]) → [`pack`] ([`cpio`], lz4) → [`qemu`] (TCG, time-out, console
 //! streamed and logged) → [`report`] (markers and libtest lines, summary, verdict).
+//!
+//! One more boot of the same image runs the lockdown tests ([`payload::LOCKDOWN_TEST`]) under
+//! `lockdown=confidentiality`, after the VM with the least to do.
 
 pub mod cpio;
 pub mod image;
@@ -46,6 +49,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Guest memory (MiB).
 const MEMORY_MB: u32 = 1536;
+/// Kernel command-line words of the lockdown boot: the lockdown mode, and what the tests there
+/// must find (they fail, rather than skip, when the kernel is not in that mode).
+const LOCKDOWN_CMDLINE: [&str; 2] = [
+    "lockdown=confidentiality",
+    "PKTRACE_EXPECT_LOCKDOWN=confidentiality",
+];
 
 /// Options of `cargo xtask vm-test`.
 #[derive(Debug, Clone)]
@@ -102,7 +111,12 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
     let out_dir = target_dir().join("vm-test");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     remove_old_logs(&out_dir);
-    let binaries: Vec<String> = payload.tests.iter().map(|(n, _)| n.clone()).collect();
+    let binaries: Vec<String> = payload
+        .tests
+        .iter()
+        .map(|(n, _)| n.clone())
+        .filter(|n| n != payload::LOCKDOWN_TEST)
+        .collect();
     let runs = plan::runs(&options.hooks, &binaries);
     let initrd = pack::pack(&kernel, &payload, &runs, &options.test_args, &out_dir)?;
     let packed = Instant::now();
@@ -113,6 +127,14 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
         .map(|(name, path)| (name.clone(), plan::weight_of(path, &options.test_args)))
         .collect();
     let weight = |binary: &str| weights.iter().find(|(n, _)| n == binary).map_or(1, |w| w.1);
+    // The lockdown tests need their own boot; skipped when the filter selects none of them.
+    let lockdown = weights
+        .iter()
+        .any(|(n, w)| n == payload::LOCKDOWN_TEST && *w > 1)
+        .then(|| plan::Run {
+            hook: AUTO.to_owned(),
+            binary: payload::LOCKDOWN_TEST.to_owned(),
+        });
     let jobs = plan::jobs(options.jobs, runs.len(), MEMORY_MB);
     let base = QemuConfig {
         vmlinuz: kernel.vmlinuz.clone(),
@@ -124,10 +146,39 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
         log: PathBuf::new(),
         init_env: Vec::new(),
     };
-    let vms = run_vms(plan::deal(&runs, jobs, weight), &base, &out_dir);
+    let mut lanes: Vec<Vec<Boot>> = plan::deal(&runs, jobs, weight)
+        .into_iter()
+        .map(|runs| {
+            vec![Boot {
+                tag: String::new(),
+                runs,
+                cmdline: Vec::new(),
+            }]
+        })
+        .collect();
+    let mut order = runs.clone();
+    if let Some(run) = lockdown {
+        order.push(run.clone());
+        let boot = Boot {
+            tag: "vm-lockdown".to_owned(),
+            runs: vec![run],
+            cmdline: LOCKDOWN_CMDLINE.map(str::to_owned).to_vec(),
+        };
+        let load = |lane: &Vec<Boot>| -> usize {
+            lane.iter()
+                .flat_map(|b| &b.runs)
+                .map(|r| weight(&r.binary))
+                .sum()
+        };
+        match lanes.iter_mut().min_by_key(|lane| load(lane)) {
+            Some(lane) => lane.push(boot),
+            None => lanes.push(vec![boot]),
+        }
+    }
+    let vms = run_vms(lanes, &base, &out_dir);
     summarize(
         &vms,
-        &runs,
+        &order,
         &kernel.version,
         options,
         [start, prepared, built, packed],
@@ -135,33 +186,62 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
     )
 }
 
-/// Boots a VM per share of the runs, side by side, each with `base`'s settings, its own
-/// console log and its runs on the kernel command line; returns when all have ended.
-fn run_vms(shares: Vec<Vec<plan::Run>>, base: &QemuConfig, out_dir: &Path) -> Vec<Vm> {
-    let count = shares.len();
+/// One boot of the image: its runs and the words it adds to the kernel command line; `tag`
+/// names it in the output (empty: numbered by its lane).
+struct Boot {
+    tag: String,
+    runs: Vec<plan::Run>,
+    cmdline: Vec<String>,
+}
+
+/// Boots the VMs: the lanes side by side, the boots of a lane one after the other, each with
+/// `base`'s settings, its own console log and its runs on the kernel command line; returns
+/// when all have ended.
+fn run_vms(lanes: Vec<Vec<Boot>>, base: &QemuConfig, out_dir: &Path) -> Vec<Vm> {
+    let count = lanes.len();
+    let tagged = lanes.iter().map(Vec::len).sum::<usize>() > 1;
     thread::scope(|scope| {
-        let handles: Vec<_> = shares
+        let handles: Vec<_> = lanes
             .into_iter()
             .enumerate()
-            .map(|(i, runs)| {
-                let tag = if count > 1 {
-                    format!("vm{}", i + 1)
-                } else {
-                    "vm".to_owned()
-                };
-                let specs: Vec<String> = runs.iter().map(plan::Run::spec).collect();
-                eprintln!("vm-test: {tag} runs {}", specs.join(" "));
-                let config = QemuConfig {
-                    log: out_dir.join(format!("console-{tag}.log")),
-                    init_env: vec![format!("{}={}", init::RUNS_VAR, specs.join(","))],
-                    ..base.clone()
-                };
-                scope.spawn(move || boot(tag, runs, config, count > 1))
+            .map(|(i, lane)| {
+                let boots: Vec<(String, Vec<plan::Run>, QemuConfig)> = lane
+                    .into_iter()
+                    .map(|boot| {
+                        let tag = if !boot.tag.is_empty() {
+                            boot.tag
+                        } else if count > 1 {
+                            format!("vm{}", i + 1)
+                        } else {
+                            "vm".to_owned()
+                        };
+                        let specs: Vec<String> = boot.runs.iter().map(plan::Run::spec).collect();
+                        let mut init_env = boot.cmdline;
+                        init_env.push(format!("{}={}", init::RUNS_VAR, specs.join(",")));
+                        eprintln!(
+                            "vm-test: {tag} runs {} {}",
+                            specs.join(" "),
+                            init_env.join(" ")
+                        );
+                        let config = QemuConfig {
+                            log: out_dir.join(format!("console-{tag}.log")),
+                            init_env,
+                            ..base.clone()
+                        };
+                        (tag, boot.runs, config)
+                    })
+                    .collect();
+                scope.spawn(move || {
+                    boots
+                        .into_iter()
+                        .map(|(tag, runs, config)| boot(tag, runs, config, tagged))
+                        .collect::<Vec<Vm>>()
+                })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("a VM thread panicked"))
+            .flat_map(|h| h.join().expect("a VM thread panicked"))
             .collect()
     })
 }
@@ -261,7 +341,14 @@ fn summarize(
             .iter()
             .position(|o| o.hook == r.hook && o.binary == r.binary)
     });
-    eprint!("{}", indent(&report::table(&all, &options.hooks)));
+    // Columns: the hooks asked for, then any other a run had (the lockdown boot's `auto`).
+    let mut hooks = options.hooks.clone();
+    for run in order {
+        if !hooks.contains(&run.hook) {
+            hooks.push(run.hook.clone());
+        }
+    }
+    eprint!("{}", indent(&report::table(&all, &hooks)));
     eprintln!("  total {:.1} s", secs(start.elapsed()));
     if all.runs.iter().all(|r| r.tests.is_empty()) {
         eprintln!("vm-test: warning: no test ran (does the filter match any?)");

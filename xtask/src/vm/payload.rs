@@ -23,6 +23,9 @@ pub const VM_TESTS: [&str; 6] = [
     "attribution",
     "dist",
 ];
+/// The test binary that runs in a guest of its own, booted with `lockdown=confidentiality`
+/// (tests/tests/lockdown.rs); never in the others.
+pub const LOCKDOWN_TEST: &str = "lockdown";
 /// Set to `1` to run every test binary in the guest.
 pub const VM_ALL_TESTS_ENV: &str = "PKTRACE_VM_ALL_TESTS";
 
@@ -57,7 +60,7 @@ pub fn build() -> Result<Payload> {
     let all = std::env::var_os(VM_ALL_TESTS_ENV).is_some_and(|v| v == "1");
     let tests: Vec<_> = test_executables(&String::from_utf8_lossy(&out.stdout))
         .into_iter()
-        .filter(|(name, _)| all || VM_TESTS.contains(&name.as_str()))
+        .filter(|(name, _)| all || VM_TESTS.contains(&name.as_str()) || name == LOCKDOWN_TEST)
         .collect();
     if tests.is_empty() {
         bail!("`{}` listed no test executables", describe(&cmd));

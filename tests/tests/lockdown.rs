@@ -1,0 +1,183 @@
+//! Issue 6, item 6: a kernel locked down in "confidentiality" mode. It refuses every eBPF
+//! program that reads kernel memory: the verifier knows no `bpf_probe_read*` helper there, so
+//! pktrace's NAT programs (fentry, kprobe, netfilter) are rejected with EINVAL ("unknown func
+//! bpf_probe_read#4"), while its tc programs, which read packets with `bpf_skb_load_bytes`,
+//! load. So: a NAT hook asked for by name ends pktrace with one line naming lockdown and what
+//! to do, exit 1; the default (`auto`) traces the tc path and says, once per refused hook, that
+//! lockdown refused it. Either way nothing of pktrace's is left in the kernel.
+//!
+//! Only a kernel booted with `lockdown=confidentiality` can run these, and lockdown cannot be
+//! lifted without a reboot: `cargo xtask vm-test` boots its guest once more that way and runs
+//! this binary there (with `PKTRACE_EXPECT_LOCKDOWN=confidentiality`, so that a guest that is
+//! not locked down fails them). Anywhere else they say that they skip, and why.
+
+/// Named so that `cargo xtask vm-test -- lockdown` selects these tests.
+mod lockdown {
+    use std::{
+        fs,
+        net::SocketAddr,
+        process::Command,
+        thread::sleep,
+        time::{Duration, Instant},
+    };
+
+    use tests::{
+        LabGuard,
+        leftovers::{ours_loaded_after_settling, tc_snapshot},
+        pktrace_bin,
+        trace::Pktrace,
+    };
+    use xtask::lab::{self, UBUNTU, topology::VNET_HOST};
+
+    /// Set by the VM tier's lockdown boot: the mode the kernel must be in.
+    const EXPECT_ENV: &str = "PKTRACE_EXPECT_LOCKDOWN";
+    const LOCKDOWN_FILE: &str = "/sys/kernel/security/lockdown";
+    /// The VNet host, reached from the pod without NAT.
+    const VNET_IP: &str = "10.13.1.4";
+    /// What pktrace says lockdown refused (the helper's name follows).
+    const REFUSED: &str = "the kernel is locked down (confidentiality) and refuses eBPF programs \
+                           that read kernel memory (bpf_probe_read";
+    const ADVICE: &str = "boot the node without lockdown=confidentiality to see NAT steps";
+
+    /// True when the kernel is locked down in confidentiality mode. Otherwise the test says it
+    /// skips, or fails when [`EXPECT_ENV`] says this kernel must be locked down.
+    fn locked_down(test: &str) -> bool {
+        let text = fs::read_to_string(LOCKDOWN_FILE)
+            .unwrap_or_else(|e| format!("unreadable ({e}; is securityfs mounted?)"));
+        let locked = text.contains("[confidentiality]");
+        if let Ok(want) = std::env::var(EXPECT_ENV) {
+            assert!(
+                locked,
+                "{EXPECT_ENV}={want}, but {LOCKDOWN_FILE} says: {}",
+                text.trim()
+            );
+        }
+        if !locked {
+            eprintln!(
+                "{test}: SKIPPED: this kernel is not locked down in confidentiality mode \
+                 ({LOCKDOWN_FILE}: {}); `cargo xtask vm-test` runs this test in a guest booted \
+                 with lockdown=confidentiality",
+                text.trim()
+            );
+        }
+        locked
+    }
+
+    /// Nothing of pktrace's in the kernel: no program or link, no clsact qdisc on `lo`.
+    fn assert_nothing_left(what: &str) {
+        let left = ours_loaded_after_settling();
+        assert!(left.is_empty(), "{what}: left behind: {left:?}");
+        let out = Command::new("tc")
+            .args(["qdisc", "show", "dev", "lo"])
+            .output()
+            .expect("tc");
+        let qdiscs = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !qdiscs.contains("clsact"),
+            "{what}: clsact left on lo: {qdiscs}"
+        );
+    }
+
+    #[test]
+    fn a_nat_hook_refused_by_lockdown_is_one_line_and_exit_1() {
+        if !locked_down("a_nat_hook_refused_by_lockdown_is_one_line_and_exit_1") {
+            return;
+        }
+        let bin = pktrace_bin();
+        // Debian's 6.1 has no BPF netfilter programs (6.4+): that refusal is not lockdown's.
+        for hook in ["fentry", "kprobe"] {
+            // tc attaches first (to lo: no lab needed), then the NAT hook is refused.
+            let out = Command::new(&bin)
+                .args(["--pod-ip", "192.0.2.10", "--interfaces", "lo", "-d", "2s"])
+                .args(["--nat-hook", hook])
+                .output()
+                .expect("run pktrace");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "--nat-hook {hook}: {err}");
+            assert_eq!(err.lines().count(), 1, "--nat-hook {hook}: one line: {err}");
+            let line = err.trim_end();
+            assert!(
+                line.starts_with(&format!("pktrace: --nat-hook {hook}: {REFUSED}")),
+                "--nat-hook {hook}: {line}"
+            );
+            assert!(
+                line.ends_with(&format!(
+                    "): {ADVICE}, or run without --nat-hook to trace the tc path only"
+                )),
+                "--nat-hook {hook}: {line}"
+            );
+            assert!(
+                out.stdout.is_empty(),
+                "--nat-hook {hook}: stdout {:?}",
+                out.stdout
+            );
+            assert_nothing_left(&format!("--nat-hook {hook}"));
+            eprintln!("--nat-hook {hook}: exit 1: {line}");
+        }
+    }
+
+    #[test]
+    fn auto_traces_the_tc_path_and_names_lockdown_for_each_refused_nat_hook() {
+        if !locked_down("auto_traces_the_tc_path_and_names_lockdown_for_each_refused_nat_hook") {
+            return;
+        }
+        let _lab = LabGuard::new();
+        let before = tc_snapshot();
+        let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+        let vnet: SocketAddr = format!("{VNET_IP}:{}", VNET_HOST.tcp_port)
+            .parse()
+            .expect("address");
+        lab::client_tcp(&UBUNTU.netns(), vnet).expect("traffic");
+        // Journeys are printed once closed: wait for the first (bounded), then stop.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20)
+            && !pk.so_far().0.iter().any(|l| l["type"] == "journey")
+        {
+            sleep(Duration::from_millis(100));
+        }
+        let trace = pk.stop();
+        assert!(trace.status.success(), "{}", trace.dump());
+        let nat_lines: Vec<&str> = trace
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("pktrace: NAT hook "))
+            .collect();
+        for hook in ["fentry", "kprobe"] {
+            let want = format!("pktrace: NAT hook {hook}: skipped ({REFUSED}");
+            assert_eq!(
+                nat_lines.iter().filter(|l| l.starts_with(&want)).count(),
+                1,
+                "one line for {hook}: {}",
+                trace.stderr
+            );
+        }
+        let last = nat_lines.last().expect("NAT hook lines");
+        assert!(
+            last.ends_with(&format!("; NAT steps will not be shown ({ADVICE})")),
+            "{}",
+            trace.stderr
+        );
+        // The tc path is traced: the pod's packets to the VNet host, hop by hop, no NAT step.
+        let journeys = trace.starting(&UBUNTU.ip.to_string(), VNET_IP);
+        assert!(!journeys.is_empty(), "no journey: {}", trace.dump());
+        assert!(
+            journeys
+                .iter()
+                .all(|j| j["steps"].as_array().is_some_and(|s| s.len() >= 2)),
+            "{}",
+            trace.dump()
+        );
+        let left = ours_loaded_after_settling();
+        assert!(left.is_empty(), "auto: left behind: {left:?}");
+        assert_eq!(
+            tc_snapshot(),
+            before,
+            "auto: the node's qdiscs and filters changed"
+        );
+        eprintln!(
+            "auto: exit 0, {} journeys pod → VNet host, {} NAT hook lines naming lockdown or why",
+            journeys.len(),
+            nat_lines.len()
+        );
+    }
+}
