@@ -273,12 +273,17 @@ impl LockdownRefusal {
     }
 }
 
-/// Whether lockdown is why the verifier rejected a program: the lockdown file (its text, see
-/// [`read_lockdown`]) says "confidentiality" and the verifier's `log` names an unknown
-/// kernel-memory-reading helper. Anything else (`None`) keeps the verifier's own reason.
+/// Whether lockdown is why the verifier rejected a program: the verifier's `log` names an
+/// unknown kernel-memory-reading helper, and the lockdown file (its text, see
+/// [`read_lockdown`]) says "confidentiality". Without a readable file (no securityfs where
+/// pktrace looks) the log alone decides: on the kernels pktrace runs on (5.8+), only lockdown
+/// hides these helpers from tracing programs, and only its confidentiality mode does. A file
+/// naming another mode, or another rejection, keeps the verifier's own reason (`None`).
 #[must_use]
 pub fn lockdown_refusal(lockdown: Option<&str>, log: &str) -> Option<LockdownRefusal> {
-    let mode = lockdown_mode(lockdown?)?;
+    let mode = lockdown
+        .and_then(lockdown_mode)
+        .unwrap_or("confidentiality");
     if mode != "confidentiality" {
         return None;
     }
@@ -298,10 +303,14 @@ fn lockdown_mode(text: &str) -> Option<&str> {
         .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
 }
 
-/// The lockdown file's contents, `None` where there is none (no securityfs, no lockdown LSM).
+/// The lockdown file's contents: ours, else the one seen from PID 1's root (`ip netns exec`
+/// mounts a fresh /sys without securityfs; a container may have none); `None` where neither
+/// can be read (no securityfs, no lockdown LSM).
 #[must_use]
 pub fn read_lockdown() -> Option<String> {
-    fs::read_to_string(LOCKDOWN_FILE).ok()
+    fs::read_to_string(LOCKDOWN_FILE)
+        .or_else(|_| fs::read_to_string(format!("/proc/1/root{LOCKDOWN_FILE}")))
+        .ok()
 }
 
 /// The highest capability this kernel knows.
@@ -617,9 +626,17 @@ processed 42 insns (limit 1000000) max_states_per_insn 0 total_states 1 peak_sta
         assert!(
             lockdown_refusal(Some("[none] integrity confidentiality"), LOCKED_DOWN_LOG).is_none()
         );
-        // No lockdown LSM or securityfs, or a file in an unknown form: not lockdown.
-        assert!(lockdown_refusal(None, LOCKED_DOWN_LOG).is_none());
-        assert!(lockdown_refusal(Some("garbage"), LOCKED_DOWN_LOG).is_none());
+        // No lockdown file to read (securityfs not mounted here), or one in an unknown form:
+        // the log decides, as only confidentiality mode hides these helpers.
+        assert_eq!(
+            lockdown_refusal(None, LOCKED_DOWN_LOG),
+            Some(refusal.clone())
+        );
+        assert_eq!(
+            lockdown_refusal(Some("garbage"), LOCKED_DOWN_LOG),
+            Some(refusal)
+        );
+        assert!(lockdown_refusal(None, "R1 invalid mem access 'scalar'").is_none());
         // Locked down, but the verifier refused something else (another helper, a bound).
         let other = "unknown func bpf_get_current_task#35\nprocessed 3 insns";
         assert!(lockdown_refusal(locked, other).is_none());
