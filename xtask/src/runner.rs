@@ -73,7 +73,7 @@ const TIERS: [Tier; 6] = [
         run: || integration_test(&[]),
     },
     Tier {
-        name: "vm (qemu: kprobe, fentry)",
+        name: "vm (qemu: kprobe, fentry; lockdown)",
         // One guest at a time in CI: two TCG guests side by side on two cores once failed to
         // boot ("IO-APIC + timer doesn't work"); `cargo xtask vm-test` alone may use more.
         run: || crate::vm::vm_test(&crate::vm::VmOptions { jobs: 1, ..crate::vm::VmOptions::default() }),
