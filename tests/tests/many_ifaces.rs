@@ -43,10 +43,23 @@ impl ExtraVeths {
     }
 }
 
+impl ExtraVeths {
+    /// Deletes all but the first `n`.
+    fn shrink_to(&mut self, n: usize) {
+        for i in n..self.0 {
+            // Deleting one end deletes the pair.
+            let ok = in_ns(NODE_NS, "ip", ["link", "del", &format!("azvmany{i:02}")])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip link del azvmany{i:02}");
+        }
+        self.0 = self.0.min(n);
+    }
+}
+
 impl Drop for ExtraVeths {
     fn drop(&mut self) {
         for i in 0..self.0 {
-            // Deleting one end deletes the pair.
             let _ = in_ns(NODE_NS, "ip", ["link", "del", &format!("azvmany{i:02}")]).status();
         }
     }
@@ -98,8 +111,12 @@ fn many_veths_get_clsact_named_interfaces_keep_tcx_and_nothing_is_left() {
         loaded.is_empty(),
         "programs of ours loaded before the test: {loaded:?}"
     );
-    let _veths = ExtraVeths::add(EXTRA);
+    let mut veths = ExtraVeths::add(EXTRA);
     let before = tc_snapshot();
+    assert!(
+        !before.contains("clsact"),
+        "a clsact qdisc before the test:\n{before}"
+    );
     let globbed = PODS.len() + EXTRA;
 
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "-v"]);
@@ -207,5 +224,39 @@ fn many_veths_get_clsact_named_interfaces_keep_tcx_and_nothing_is_left() {
         loaded.is_empty(),
         "left behind after SIGKILL and the next run: {loaded:?}"
     );
+    assert!(records().is_empty(), "qdisc records left: {:?}", records());
+
+    // Killed again, and the node shrinks to 6 `azv*` veths before the next start: that one
+    // picks tcx for them, and must still remove the clsact filters the dead one left there
+    // (the filters on the deleted veths went with them).
+    let killed = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let _ = killed.kill_now();
+    assert_eq!(our_filters().len(), 2 * globbed, "{:?}", our_filters());
+    let kept = 2;
+    veths.shrink_to(kept);
+    let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let (_, stderr) = next.so_far();
+    let want = format!(
+        "attach: tcx on eth0, azure0, {} interfaces matching azv*",
+        PODS.len() + kept
+    );
+    assert!(stderr.contains(&want), "no '{want}':\n{stderr}");
+    assert!(
+        our_filters().is_empty(),
+        "filters left beside tcx: {:?}",
+        our_filters()
+    );
+    let trace = next.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    let swept = format!("removed {} tc filters", 2 * (PODS.len() + kept));
+    assert!(
+        trace.stderr.contains(&swept),
+        "no '{swept}':\n{}",
+        trace.stderr
+    );
+    let after = tc_snapshot();
+    assert!(!after.contains("clsact"), "a clsact qdisc left:\n{after}");
+    let loaded = ours_loaded_after_settling();
+    assert!(loaded.is_empty(), "left behind: {loaded:?}");
     assert!(records().is_empty(), "qdisc records left: {:?}", records());
 }
