@@ -23,7 +23,7 @@ mod ruleset;
 mod session;
 mod source;
 
-use std::{collections::HashSet, fmt::Write as _, io};
+use std::{collections::HashSet, fmt::Write as _, io, sync::Arc};
 
 use eval::Hit;
 pub use eval::PacketCtx;
@@ -128,7 +128,7 @@ pub trait Attribute {
                 let Some(decision) = self.decide(step, ctx) else {
                     continue;
                 };
-                step.attribution = Some(decision.attribution(step.reply));
+                step.attribution = Some(Arc::new(decision.attribution(step.reply)));
                 if point == Point::Dnat {
                     snat_ctx.mark = decision.mark;
                 }
@@ -157,15 +157,15 @@ pub trait Attribute {
             return;
         };
         let ctx = PacketCtx {
-            out_iface: egress.iface.clone(),
+            out_iface: egress.iface.as_deref().map(str::to_owned),
             ..ctx.clone()
         };
         if let Some(d) = self.no_snat_decision(&pre, &ctx) {
-            egress.attribution = Some(Attribution {
+            egress.attribution = Some(Arc::new(Attribution {
                 rule: d.chain,
                 service: None,
                 why: Some(d.why),
-            });
+            }));
         }
     }
 

@@ -42,6 +42,10 @@ const DRAIN_EVERY: Duration = Duration::from_millis(20);
 /// Most link-event datagrams read per wake-up (the rest wait for the next turn of the loop).
 const LINK_READS: usize = 64;
 
+/// The output's buffer: journeys are written in batches of this size, and at the end of each
+/// drain (one `write` per batch instead of one per line).
+const OUT_BUFFER: usize = 64 << 10;
+
 /// How often kernel counters are read (loss reports) and idle journeys closed.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 
@@ -220,7 +224,8 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         })?;
     }
 
-    let stdout: Box<dyn Write + Send> = Box::new(io::stdout());
+    let stdout: Box<dyn Write + Send> =
+        Box::new(io::BufWriter::with_capacity(OUT_BUFFER, io::stdout()));
     let mut sink = output::sink(cfg.format, cfg.color, subject.label.clone(), stdout);
     let mut session = Session {
         correlator: Correlator::new(tc::host_ifs(&ifaces), join_limits()),
@@ -231,6 +236,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         lost_reported: 0,
         evicted_reported: 0,
         counters: Counters::default(),
+        done: Vec::new(),
     };
     // SAFETY: the monitor owns its socket, which stays open as long as the AsyncFd holds it.
     let links = monitor
@@ -260,11 +266,10 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         .await;
     drop(hot);
     // Whatever stopped the loop, report what is left.
-    let mut done = Vec::new();
-    collector.drain(|ev| session.correlator.push(ev, &mut done));
-    session.correlator.flush(&mut done);
+    session.drain(&mut collector);
+    session.correlator.flush(&mut session.done);
     let end = session
-        .output(done, sink.as_mut())
+        .output(sink.as_mut())
         .and_then(|()| session.housekeeping(&collector, sink.as_mut()));
     session.summary.set_lost(session.counters.ringbuf_full);
     session.summary.set_evicted(session.correlator.evicted());
@@ -329,6 +334,8 @@ struct Session {
     lost_reported: u64,
     evicted_reported: u64,
     counters: Counters,
+    /// Journeys completed and not yet written (kept for its capacity between batches).
+    done: Vec<Journey>,
 }
 
 impl Session {
@@ -358,13 +365,13 @@ impl Session {
             tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    let done = self.drain(guard.get_inner_mut().0);
+                    self.drain(guard.get_inner_mut().0);
                     guard.clear_ready();
-                    self.output(done, sink)?;
+                    self.output(sink)?;
                 }
                 _ = drain.tick() => {
-                    let done = self.drain(ring.get_mut().0);
-                    self.output(done, sink)?;
+                    self.drain(ring.get_mut().0);
+                    self.output(sink)?;
                 }
                 _ = chores.tick() => {
                     self.housekeeping(ring.get_ref().0, sink)?;
@@ -375,11 +382,10 @@ impl Session {
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
-                    let done = self.drain(ring.get_mut().0);
-                    self.output(done, sink)?;
-                    let mut done = Vec::new();
-                    hot.apply(events, &mut self.correlator, &mut done);
-                    self.output(done, sink)?;
+                    self.drain(ring.get_mut().0);
+                    self.output(sink)?;
+                    hot.apply(events, &mut self.correlator, &mut self.done);
+                    self.output(sink)?;
                 }
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
@@ -392,17 +398,33 @@ impl Session {
         Ok(())
     }
 
-    fn drain(&mut self, collector: &mut Collector) -> Vec<Journey> {
-        let mut done = Vec::new();
-        let correlator = &mut self.correlator;
-        let (n, _) = collector.drain(|ev| correlator.push(ev, &mut done));
+    /// Joins every waiting event; completed journeys go to `self.done`.
+    fn drain(&mut self, collector: &mut Collector) {
+        let (correlator, done) = (&mut self.correlator, &mut self.done);
+        let (n, _) = collector.drain(|ev| correlator.push(ev, done));
         self.summary.add_events(n);
-        done
     }
 
-    /// Explains, counts and prints completed journeys (up to the `-c` limit).
-    fn output(&mut self, done: Vec<Journey>, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
-        for mut j in done {
+    /// Explains, counts and prints the completed journeys (up to the `-c` limit), then
+    /// flushes them in one write. Their step lists go back to the join table.
+    fn output(&mut self, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+        if self.done.is_empty() {
+            return Ok(());
+        }
+        let mut done = std::mem::take(&mut self.done);
+        let result = self.write_out(&mut done, sink);
+        done.clear();
+        self.done = done;
+        result
+    }
+
+    fn write_out(
+        &mut self,
+        done: &mut Vec<Journey>,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
+        let mut wrote = false;
+        for mut j in done.drain(..) {
             if j.steps.is_empty() || self.limit.is_some_and(|n| self.journeys >= n) {
                 continue;
             }
@@ -410,8 +432,10 @@ impl Session {
             self.journeys += 1;
             self.summary.record(&j);
             sink.journey(&j)?;
+            self.correlator.recycle(j.steps);
+            wrote = true;
         }
-        Ok(())
+        if wrote { sink.flush() } else { Ok(()) }
     }
 
     /// Reports new losses and evictions and closes idle journeys.
@@ -437,9 +461,8 @@ impl Session {
             self.lost_reported = lost;
         }
         self.summary.set_lost(lost);
-        let mut done = Vec::new();
-        self.correlator.expire(nat::monotonic_ns(), &mut done);
-        self.output(done, sink)?;
+        self.correlator.expire(nat::monotonic_ns(), &mut self.done);
+        self.output(sink)?;
         let evicted = self.correlator.evicted();
         if evicted > self.evicted_reported {
             sink.evicted(evicted - self.evicted_reported, evicted)?;

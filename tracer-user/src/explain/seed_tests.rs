@@ -358,14 +358,14 @@ fn local_policy_journey_says_why_there_is_no_snat() {
     let dnat = j.steps[1].attribution.clone().expect("DNAT attributed");
     assert_eq!(dnat.rule, "KUBE-SEP-SGJO6RZWDBFIJSTC");
     assert_eq!(dnat.service.as_deref(), Some("default/whereami"));
-    let why = dnat.why.unwrap();
+    let why = dnat.why.clone().unwrap();
     assert!(
         why.contains("via KUBE-FW-7G2JV7LNOR6DDNIY → KUBE-XLB-7G2JV7LNOR6DDNIY")
             && why.contains("externalTrafficPolicy=Local: not marked for SNAT"),
         "{why}"
     );
     let egress = j.steps[2].attribution.clone().expect("no-SNAT explained");
-    let why = egress.why.unwrap();
+    let why = egress.why.clone().unwrap();
     assert_eq!(egress.rule, "KUBE-POSTROUTING", "{why}");
     assert!(
         why.starts_with(

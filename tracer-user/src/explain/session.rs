@@ -19,6 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use foldhash::fast::RandomState;
 use tracer_common::Tuple;
 
 use super::{
@@ -41,10 +42,10 @@ const CACHE: usize = 4096;
 /// its first tuple and the interface it left by.
 type Key = (
     Vec<(Point, bool, Tuple, Tuple)>,
-    Option<(Tuple, Option<String>)>,
+    Option<(Tuple, Option<Arc<str>>)>,
 );
 /// The attribution of each NAT step, then of the last egress step.
-type Answers = (Vec<Option<Attribution>>, Option<Attribution>);
+type Answers = (Vec<Option<Arc<Attribution>>>, Option<Arc<Attribution>>);
 
 /// Rules that changed, and what reading them cost.
 pub struct Update {
@@ -59,7 +60,10 @@ pub struct Update {
 /// Attribution for one session.
 pub struct Explainer {
     rules: Option<Arc<Ruleset>>,
-    cache: HashMap<Key, Answers>,
+    cache: HashMap<Key, Answers, RandomState>,
+    /// The key of the journey being explained, built here so that a cached answer costs no
+    /// allocation.
+    key: Key,
     ctx: PacketCtx,
     updates: Option<(Receiver<Update>, Arc<AtomicBool>)>,
     /// An update taken and not yet reported.
@@ -104,7 +108,8 @@ impl Explainer {
     ) -> Self {
         Self {
             rules,
-            cache: HashMap::new(),
+            cache: HashMap::default(),
+            key: Key::default(),
             ctx: PacketCtx {
                 mark: 0,
                 local_addrs,
@@ -169,25 +174,26 @@ impl Explainer {
     pub fn explain(&mut self, j: &mut Journey) {
         self.take_updates();
         let Some(rules) = &self.rules else { return };
-        let nat: Vec<_> = j
-            .steps
-            .iter()
-            .filter(|s| s.point.is_nat())
-            .map(|s| (s.point, s.reply, s.orig.unwrap_or_default(), s.tuple))
-            .collect();
+        let (nat, leaving) = &mut self.key;
+        nat.clear();
+        nat.extend(
+            j.steps
+                .iter()
+                .filter(|s| s.point.is_nat())
+                .map(|s| (s.point, s.reply, s.orig.unwrap_or_default(), s.tuple)),
+        );
         let egress = j.steps.iter().rfind(|s| s.point == Point::Egress);
         let plain = nat
             .iter()
             .all(|(p, reply, _, _)| *p == Point::Dnat && !reply);
-        let leaving = match (plain, j.steps.first(), egress) {
+        *leaving = match (plain, j.steps.first(), egress) {
             (true, Some(first), Some(e)) => Some((first.tuple, e.iface.clone())),
             _ => None,
         };
         if nat.is_empty() && leaving.is_none() {
             return;
         }
-        let key: Key = (nat, leaving);
-        if let Some((steps, egress)) = self.cache.get(&key) {
+        if let Some((steps, egress)) = self.cache.get(&self.key) {
             let nat = j.steps.iter_mut().filter(|s| s.point.is_nat());
             for (step, attribution) in nat.zip(steps) {
                 step.attribution.clone_from(attribution);
@@ -212,7 +218,7 @@ impl Explainer {
             .iter()
             .rfind(|s| s.point == Point::Egress)
             .and_then(|s| s.attribution.clone());
-        self.cache.insert(key, (steps, egress));
+        self.cache.insert(self.key.clone(), (steps, egress));
     }
 }
 

@@ -9,8 +9,12 @@
 //! (pod veth or uplink) always starts a new journey and an egress on one ends it, so
 //! retransmits and reused skbs cannot either.
 
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
 
+use foldhash::fast::RandomState;
 use tracer_common::{Event, Fingerprint, Tuple, hook, kind};
 
 use super::model::{Ending, Journey, Point, Step};
@@ -42,6 +46,28 @@ impl Default for Limits {
     }
 }
 
+/// Most step lists and join-table slots kept for reuse (a burst's worth; the rest are freed).
+const SPARE: usize = 1024;
+/// Room for the steps of a usual journey (veth, bridge, NAT, uplink: up to 6), so that
+/// appending never reallocates.
+const STEPS: usize = 8;
+
+/// An attached interface as the join table keeps it: its name shared by every step on it.
+#[derive(Clone, Debug)]
+struct Known {
+    name: Arc<str>,
+    edge: bool,
+}
+
+impl From<HostIf> for Known {
+    fn from(i: HostIf) -> Self {
+        Self {
+            name: i.name.into(),
+            edge: i.edge,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct JoinKey {
     fp: Fingerprint,
@@ -59,11 +85,17 @@ struct Open {
     steps: Vec<Step>,
 }
 
-/// The join table.
+/// The join table. Its maps hash with foldhash (seeded per process: the keys come from
+/// packets), and the step lists and slots of finished journeys are reused, so that a packet's
+/// journey costs no allocation once the table is warm.
 #[derive(Debug)]
 pub struct Correlator {
-    ifaces: HashMap<u32, HostIf>,
-    open: HashMap<JoinKey, Vec<Open>>,
+    ifaces: HashMap<u32, Known, RandomState>,
+    open: HashMap<JoinKey, Vec<Open>, RandomState>,
+    /// Empty slot lists of keys that closed, for keys that open.
+    spare_slots: Vec<Vec<Open>>,
+    /// Empty step lists of journeys that were printed ([`Self::recycle`]).
+    spare_steps: Vec<Vec<Step>>,
     /// Open journeys in creation order, for eviction: (id, key).
     order: VecDeque<(u64, JoinKey)>,
     open_count: usize,
@@ -76,8 +108,10 @@ impl Correlator {
     #[must_use]
     pub fn new(ifaces: HashMap<u32, HostIf>, limits: Limits) -> Self {
         Self {
-            ifaces,
-            open: HashMap::new(),
+            ifaces: ifaces.into_iter().map(|(i, h)| (i, h.into())).collect(),
+            open: HashMap::default(),
+            spare_slots: Vec::new(),
+            spare_steps: Vec::new(),
             order: VecDeque::new(),
             open_count: 0,
             next_id: 0,
@@ -99,6 +133,24 @@ impl Correlator {
         self.open_count
     }
 
+    /// Takes back the steps of a journey that was written out, for a later journey.
+    pub fn recycle(&mut self, mut steps: Vec<Step>) {
+        if self.spare_steps.len() < SPARE && steps.capacity() >= STEPS {
+            steps.clear();
+            self.spare_steps.push(steps);
+        }
+    }
+
+    /// A step list with `first` in it, reused when one is spare.
+    fn steps_with(&mut self, first: Step) -> Vec<Step> {
+        let mut steps = self
+            .spare_steps
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(STEPS));
+        steps.push(first);
+        steps
+    }
+
     /// Takes one event; returns the journeys it completed (and any it evicted).
     pub fn push(&mut self, ev: &Event, done: &mut Vec<Journey>) {
         let key = JoinKey {
@@ -114,14 +166,14 @@ impl Correlator {
 
     fn push_tc(&mut self, ev: &Event, key: JoinKey, done: &mut Vec<Journey>) {
         let ingress = ev.kind == kind::TC_INGRESS;
-        let iface = self.iface(ev.ifindex);
+        let (name, edge) = self.iface(ev.ifindex);
         let step = Step {
             point: if ingress {
                 Point::Ingress
             } else {
                 Point::Egress
             },
-            iface: Some(iface.name.clone()),
+            iface: Some(name),
             tuple: ev.tuple,
             orig: None,
             reply: false,
@@ -131,8 +183,8 @@ impl Correlator {
             attribution: None,
         };
         let hop = Some((ev.ktime_ns, ev.ifindex));
-        let entering = ingress && iface.edge;
-        let leaving = !ingress && iface.edge;
+        let entering = ingress && edge;
+        let leaving = !ingress && edge;
         let found = if entering {
             None
         } else {
@@ -146,10 +198,13 @@ impl Correlator {
                     done.push(finish(open, Ending::Left));
                 }
             }
-            None if leaving => done.push(Journey {
-                steps: vec![step],
-                ending: Ending::Left,
-            }),
+            None if leaving => {
+                let steps = self.steps_with(step);
+                done.push(Journey {
+                    steps,
+                    ending: Ending::Left,
+                });
+            }
             None => self.start(key, step, ev.tuple, hop, done),
         }
     }
@@ -164,14 +219,12 @@ impl Correlator {
         }
     }
 
-    fn iface(&self, ifindex: u32) -> HostIf {
-        self.ifaces
-            .get(&ifindex)
-            .cloned()
-            .unwrap_or_else(|| HostIf {
-                name: format!("if{ifindex}"),
-                edge: true,
-            })
+    /// The interface's name and whether it is an edge; `if<index>` (an edge) when unknown.
+    fn iface(&self, ifindex: u32) -> (Arc<str>, bool) {
+        match self.ifaces.get(&ifindex) {
+            Some(k) => (Arc::clone(&k.name), k.edge),
+            None => (format!("if{ifindex}").into(), true),
+        }
     }
 
     /// The open journey with this key whose packet currently is `tuple` (the newest first).
@@ -222,9 +275,13 @@ impl Correlator {
             current: now,
             last_ktime: step.ktime_ns,
             last_if: hop,
-            steps: vec![step],
+            steps: self.steps_with(step),
         };
-        self.open.entry(key).or_default().push(open);
+        let spare = &mut self.spare_slots;
+        self.open
+            .entry(key)
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .push(open);
         self.order.push_back((id, key));
         self.open_count += 1;
     }
@@ -233,8 +290,11 @@ impl Correlator {
         let list = self.open.get_mut(&key)?;
         let pos = list.iter().position(|o| o.id == id)?;
         let open = list.remove(pos);
-        if list.is_empty() {
-            self.open.remove(&key);
+        if list.is_empty()
+            && let Some(list) = self.open.remove(&key)
+            && self.spare_slots.len() < SPARE
+        {
+            self.spare_slots.push(list);
         }
         self.open_count -= 1;
         Some(open)
@@ -252,7 +312,7 @@ impl Correlator {
 
     /// Names (or renames) an attached interface.
     pub fn set_iface(&mut self, ifindex: u32, iface: HostIf) {
-        self.ifaces.insert(ifindex, iface);
+        self.ifaces.insert(ifindex, iface.into());
     }
 
     /// An interface vanished: closes the open journeys whose latest hop was on it (as

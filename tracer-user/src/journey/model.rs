@@ -1,6 +1,9 @@
 //! What the collector rebuilds: a packet's [`Journey`] through the node as a list of [`Step`]s.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::Arc,
+};
 
 use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple};
 
@@ -51,8 +54,9 @@ pub struct Attribution {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     pub point: Point,
-    /// Interface name (tc steps), `None` for NAT steps.
-    pub iface: Option<String>,
+    /// Interface name (tc steps), `None` for NAT steps. Shared with the join table's name of
+    /// the interface: a step costs no copy of it.
+    pub iface: Option<Arc<str>>,
     /// The packet as seen after this point.
     pub tuple: Tuple,
     /// NAT steps: the packet before the step.
@@ -66,8 +70,9 @@ pub struct Step {
     /// IPv4 identification of the packet (unchanged by NAT; with the tuple on the wire it
     /// joins one node's uplink egress to the next node's ingress in `pktrace merge`).
     pub ip_id: Option<u32>,
-    /// NAT steps: which rule did it.
-    pub attribution: Option<Attribution>,
+    /// NAT steps: which rule did it. Shared with the attribution cache: every packet of a
+    /// connection gets the same answer without a copy of its text.
+    pub attribution: Option<Arc<Attribution>>,
 }
 
 /// How a journey ended.

@@ -1,4 +1,5 @@
-//! `-o json`: the JSON lines contract of DESIGN.md, one object per line, flushed per line.
+//! `-o json`: the JSON lines contract of DESIGN.md, one object per line. Journey lines are
+//! flushed once per batch ([`Sink::flush`]), the other lines at once.
 //!
 //! Lines: `{"type":"journey",…}` per journey, `{"type":"loss",…}` when events were lost, and
 //! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending`, `transit_ns` and
@@ -16,7 +17,7 @@ use std::{
 };
 
 use serde::Serialize;
-use tracer_common::{PROTO_TCP, PROTO_UDP, Tuple};
+use tracer_common::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP, Tuple};
 
 use super::Sink;
 use crate::{
@@ -47,8 +48,15 @@ impl JsonSink {
     }
 }
 
-/// Appends `s` as a JSON string, escaped as [`TerminalSafe`] does.
+/// Appends `s` as a JSON string, escaped as [`TerminalSafe`] does. Strings with nothing to
+/// escape (interface names, chains, services, nearly every `why`) are copied as they are.
 fn json_str(buf: &mut Vec<u8>, s: &str) {
+    if needs_no_escape(s) {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+        return;
+    }
     // Writing into a Vec cannot fail.
     let _ = s.serialize(&mut serde_json::Serializer::with_formatter(
         &mut *buf,
@@ -56,20 +64,62 @@ fn json_str(buf: &mut Vec<u8>, s: &str) {
     ));
 }
 
+/// True when neither serde_json (`"`, `\\`, below U+0020) nor [`TerminalSafe`] (controls,
+/// invisible format characters) would escape any character of `s`.
+fn needs_no_escape(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b < 0x80 {
+            if !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\' {
+                return false;
+            }
+            i += 1;
+            continue;
+        }
+        // A multi-byte character: `i` is at its first byte, so the slice is valid.
+        let Some(c) = s.get(i..).and_then(|rest| rest.chars().next()) else {
+            return false;
+        };
+        if c.is_control() || super::is_invisible_format(c) {
+            return false;
+        }
+        i += c.len_utf8();
+    }
+    true
+}
+
 /// Appends a tuple's source or destination as a JSON string: `addr:port` for TCP and UDP
-/// (`[v6]:port`), the address alone otherwise (as [`crate::journey::endpoint`]).
+/// (`[v6]:port`), the address alone otherwise (as [`crate::journey::endpoint`]). IPv4 is
+/// written digit by digit (the same text as `Display`); IPv6 goes through `Display`.
 fn json_endpoint(buf: &mut Vec<u8>, t: &Tuple, source: bool) {
     let (addr, port) = if source {
-        (src_ip(t), t.sport)
+        (&t.saddr, t.sport)
     } else {
-        (dst_ip(t), t.dport)
+        (&t.daddr, t.dport)
     };
+    let ports = matches!(t.proto, PROTO_TCP | PROTO_UDP);
     buf.push(b'"');
-    // Writing into a Vec cannot fail; addresses never need escaping.
-    let _ = match t.proto {
-        PROTO_TCP | PROTO_UDP => write!(buf, "{}", SocketAddr::new(addr, port)),
-        _ => write!(buf, "{addr}"),
-    };
+    if t.family == FAMILY_IPV6 {
+        let addr = if source { src_ip(t) } else { dst_ip(t) };
+        // Writing into a Vec cannot fail; addresses never need escaping.
+        let _ = if ports {
+            write!(buf, "{}", SocketAddr::new(addr, port))
+        } else {
+            write!(buf, "{addr}")
+        };
+    } else {
+        for (i, &octet) in addr[..4].iter().enumerate() {
+            if i > 0 {
+                buf.push(b'.');
+            }
+            num(buf, u64::from(octet));
+        }
+        if ports {
+            buf.push(b':');
+            num(buf, u64::from(port));
+        }
+    }
     buf.push(b'"');
 }
 
@@ -81,7 +131,7 @@ fn key(buf: &mut Vec<u8>, k: &str) {
 }
 
 fn num(buf: &mut Vec<u8>, n: u64) {
-    let _ = write!(buf, "{n}");
+    buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Appends one step object, keys in the order of [`StepOut`].
@@ -333,7 +383,10 @@ impl Sink for JsonSink {
         };
         self.buf.clear();
         write_journey(&mut self.buf, &self.pod, j, first);
-        self.out.write_all(&self.buf)?;
+        self.out.write_all(&self.buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 
@@ -380,6 +433,8 @@ impl Sink for JsonSink {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::{Value, json};
     use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
@@ -411,11 +466,11 @@ mod tests {
         let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
         let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
         let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
-        dnat.attribution = Some(Attribution {
+        dnat.attribution = Some(Arc::new(Attribution {
             rule: "KUBE-SEP-6HBOEI5FVFTJNRJ3".into(),
             service: Some("default/whereami".into()),
             why: None,
-        });
+        }));
         let mut steps = vec![
             tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
             dnat,
@@ -454,11 +509,11 @@ mod tests {
         let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
         let mut reply = nat(Point::Snat, masq.reversed(), icmp.reversed(), 50, None);
         reply.reply = true;
-        reply.attribution = Some(Attribution {
+        reply.attribution = Some(Arc::new(Attribution {
             rule: "IP-MASQ-AGENT".into(),
             service: None,
             why: Some("MASQUERADE by IP-MASQ-AGENT rule 3".into()),
-        });
+        }));
         let mut no_iface = tc(Point::Egress, "", v6, 70);
         no_iface.iface = None;
         let cases: Vec<(Step, Value)> = vec![
@@ -507,7 +562,10 @@ mod tests {
     #[test]
     fn a_journey_closed_for_its_interface_says_so() {
         let icmp = t(PROTO_ICMP, "10.13.76.46:0", "203.0.113.80:0");
-        let j = Journey { steps: vec![tc(Point::Ingress, "azv47c3ee9d512", icmp, 10)], ending: Ending::InterfaceGone };
+        let j = Journey {
+            steps: vec![tc(Point::Ingress, "azv47c3ee9d512", icmp, 10)],
+            ending: Ending::InterfaceGone,
+        };
         let out = lines(|s| s.journey(&j).unwrap());
         assert_eq!(out[0]["ending"], "interface_gone");
         assert_eq!(out[0]["steps"][0]["iface"], "azv47c3ee9d512");
@@ -553,17 +611,37 @@ mod tests {
         let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
         let mut odd = nat(Point::Snat, icmp, v6, 40, None);
         odd.reply = true;
-        odd.attribution = Some(Attribution {
+        odd.attribution = Some(Arc::new(Attribution {
             rule: String::new(),
             service: Some("ns/\u{9b}svc\"\\".into()),
             why: Some("bidi \u{202e} and \u{1b}[31m".into()),
-        });
+        }));
         let mut no_iface = tc(Point::Egress, "", v6, 70);
         no_iface.iface = None;
         let mut other_proto = tc(Point::Ingress, "azv\u{1b}[31m", icmp, 5);
         other_proto.tuple.proto = 47;
+        let edges = t(PROTO_TCP, "0.0.0.0:0", "255.255.255.255:65535");
+        let mut plain = nat(
+            Point::Dnat,
+            edges,
+            t(PROTO_UDP, "10.0.100.9:9", "1.20.3.4:10"),
+            7,
+            Some(0),
+        );
+        plain.attribution = Some(Arc::new(Attribution {
+            rule: "KUBE-SEP-6HBOEI5FVFTJNRJ3".into(),
+            service: Some("default/café".into()),
+            why: Some("DNAT by KUBE-SEP-X rule 1 (service a/b via KUBE-SERVICES → KUBE-SVC-Y, 1 of 2 endpoints) …".into()),
+        }));
         let journeys = [
             contract_journey(),
+            Journey {
+                steps: vec![
+                    tc(Point::Ingress, "azv0123456789a", edges, u64::MAX - 1),
+                    plain,
+                ],
+                ending: Ending::Left,
+            },
             Journey {
                 steps: vec![tc(Point::Ingress, "x", icmp, 10), odd, no_iface],
                 ending: Ending::TimedOut,
@@ -599,6 +677,44 @@ mod tests {
                     String::from_utf8_lossy(&want)
                 );
             }
+        }
+    }
+
+    /// Strings written as they are give serde's bytes: every character below U+3000, the
+    /// invisible ones above it, and longer mixes.
+    #[test]
+    fn strings_match_serde() {
+        let serde = |s: &str| {
+            let mut want = Vec::new();
+            s.serialize(&mut serde_json::Serializer::with_formatter(
+                &mut want,
+                TerminalSafe,
+            ))
+            .unwrap();
+            want
+        };
+        let mut samples: Vec<String> = (0..0x3000u32)
+            .chain([0xfeff, 0xfff9, 0xfffb, 0xfffd, 0x1f600, 0x10ffff])
+            .filter_map(char::from_u32)
+            .map(|c| format!("a{c}b"))
+            .collect();
+        samples.extend(
+            [
+                "",
+                "eth0",
+                "\"",
+                "\\",
+                "x\u{7f}",
+                "→",
+                "KUBE-SVC → KUBE-SEP …",
+                "\u{202e}end",
+            ]
+            .map(String::from),
+        );
+        for s in &samples {
+            let mut got = Vec::new();
+            json_str(&mut got, s);
+            assert_eq!(got, serde(s), "{s:?}");
         }
     }
 

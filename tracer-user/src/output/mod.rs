@@ -12,11 +12,18 @@ use crate::{config::Format, journey::Journey, summary::Summary};
 /// summary last. Errors are I/O errors of the output (a broken pipe is one: the caller treats
 /// it as a clean exit).
 pub trait Sink {
-    /// Writes one journey (nothing for a journey without steps).
+    /// Writes one journey (nothing for a journey without steps), without flushing: a
+    /// buffered output gets one write per batch of journeys, at [`Sink::flush`].
     ///
     /// # Errors
     /// Writing to the output failed.
     fn journey(&mut self, j: &Journey) -> io::Result<()>;
+
+    /// Flushes the journeys written so far (the other lines flush themselves).
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn flush(&mut self) -> io::Result<()>;
 
     /// Reports events the kernel could not deliver: `lost_new` since the last report,
     /// `lost_total` since the start.

@@ -195,7 +195,11 @@ impl Sink for TextSink {
             self.step_lines(step, first.ktime_ns, &mut block);
         }
         block.push('\n');
-        self.emit(&block)
+        self.out.write_all(block.as_bytes())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 
     fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()> {
@@ -256,6 +260,8 @@ impl Sink for TextSink {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
     use super::*;
@@ -281,7 +287,7 @@ mod tests {
         let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
         let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
         let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
-        dnat.attribution = Some(Attribution {
+        dnat.attribution = Some(Arc::new(Attribution {
             rule: "KUBE-SEP-6HBOEI5FVFTJNRJ3".into(),
             service: Some("default/whereami".into()),
             why: Some(
@@ -289,7 +295,7 @@ mod tests {
                  KUBE-SVC-7G2JV7LNOR6DDNIY, 1 of 2 endpoints)"
                     .into(),
             ),
-        });
+        }));
         Journey {
             steps: vec![
                 tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
@@ -323,20 +329,20 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
         let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
         let mut reply = nat(Point::Snat, masq.reversed(), icmp.reversed(), 50, Some(900));
         reply.reply = true;
-        reply.attribution = Some(Attribution {
+        reply.attribution = Some(Arc::new(Attribution {
             rule: "IP-MASQ-AGENT".into(),
             service: None,
             why: None,
-        });
+        }));
         let mut unknown_iface = tc(Point::Egress, "", v6, 70);
         unknown_iface.iface = None;
         let both = nat(Point::Dnat, icmp, masq.reversed(), 80, None);
         let mut no_rule_in_why = nat(Point::Snat, icmp, masq, 90, None);
-        no_rule_in_why.attribution = Some(Attribution {
+        no_rule_in_why.attribution = Some(Arc::new(Attribution {
             rule: "POSTROUTING".into(),
             service: Some("ns/svc".into()),
             why: Some("assumed".into()),
-        });
+        }));
         let cases: Vec<(Step, &str)> = vec![
             (
                 nat(Point::Snat, icmp, masq, 40, None),
@@ -383,9 +389,17 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
     #[test]
     fn a_journey_closed_for_its_interface_is_marked() {
         let icmp = t(PROTO_ICMP, "10.13.76.46:0", "203.0.113.80:0");
-        let j = Journey { steps: vec![tc(Point::Ingress, "azv47c3ee9d512", icmp, 10)], ending: Ending::InterfaceGone };
+        let j = Journey {
+            steps: vec![tc(Point::Ingress, "azv47c3ee9d512", icmp, 10)],
+            ending: Ending::InterfaceGone,
+        };
         let got = render(false, |s| s.journey(&j).unwrap());
-        assert!(got.lines().next().is_some_and(|l| l.ends_with("(interface gone)")), "{got}");
+        assert!(
+            got.lines()
+                .next()
+                .is_some_and(|l| l.ends_with("(interface gone)")),
+            "{got}"
+        );
     }
 
     #[test]

@@ -354,3 +354,38 @@ fn a_renamed_interface_names_later_steps_by_its_new_name() {
     let done = run(&mut c, &clusterip_packet(41303, fp(34), 1_000));
     assert_eq!(done[0].steps[0].iface.as_deref(), Some("azvrenamed0"));
 }
+
+/// Step lists handed back after output are reused empty: later journeys carry only their own
+/// steps, and a warm table allocates no new list (issue 5: no allocation per event).
+#[test]
+fn recycled_step_lists_start_empty_and_are_reused() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let first = run(&mut c, &clusterip_packet(41234, fp(1), 1_000));
+    let want = points(&first[0]).len();
+    let mut lists = Vec::new();
+    for j in first {
+        lists.push(j.steps.as_ptr());
+        c.recycle(j.steps);
+    }
+    for n in 0..20u16 {
+        let done = run(
+            &mut c,
+            &clusterip_packet(
+                50_000 + n,
+                fp(100 + u32::from(n)),
+                10_000 * u64::from(n + 2),
+            ),
+        );
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].steps.len(), want, "{:?}", points(&done[0]));
+        assert_eq!(done[0].steps[0].tuple.sport, 50_000 + n);
+        assert!(
+            lists.contains(&done[0].steps.as_ptr()),
+            "the recycled list is reused"
+        );
+        for j in done {
+            c.recycle(j.steps);
+        }
+    }
+    assert_eq!(c.open_count(), 0);
+}
