@@ -65,7 +65,12 @@ fn release_startup_memory() {
 
 impl Collector {
     /// Takes the `EVENTS` and `COUNTERS` maps out of the loaded object.
+    ///
+    /// The start-up garbage goes back first: mapping the ring buffer puts all of its pages
+    /// (twice its size) in the RSS at once, so trimming after it made the start-up garbage
+    /// and the ring one peak (VmHWM).
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
+        release_startup_memory();
         let ring = ebpf
             .take_map("EVENTS")
             .ok_or(CollectError::MissingMap("EVENTS"))?;
@@ -80,7 +85,6 @@ impl Collector {
             name: "COUNTERS",
             source,
         })?;
-        release_startup_memory();
         Ok(Self { ring, counters })
     }
 
