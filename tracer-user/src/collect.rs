@@ -88,12 +88,14 @@ impl Collector {
         Ok(Self { ring, counters })
     }
 
-    /// Hands every waiting event to `f`; returns how many there were. Records too short to be
-    /// an event (never written by our programs) are skipped and counted in the return value's
-    /// second element.
-    pub fn drain(&mut self, mut f: impl FnMut(&Event)) -> (u64, u64) {
+    /// Hands up to `max` waiting records to `f` as events; returns how many events there
+    /// were. Records too short to be an event (never written by our programs) are skipped and
+    /// counted in the return value's second element; fewer than `max` records in all means
+    /// the ring is empty.
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Event)) -> (u64, u64) {
         let (mut n, mut bad) = (0, 0);
-        while let Some(item) = self.ring.next() {
+        for _ in 0..max {
+            let Some(item) = self.ring.next() else { break };
             match Event::from_bytes(&item) {
                 Some(ev) => {
                     f(&ev);

@@ -42,6 +42,9 @@ const DRAIN_EVERY: Duration = Duration::from_millis(20);
 /// Most link-event datagrams read per wake-up (the rest wait for the next turn of the loop).
 const LINK_READS: usize = 64;
 
+/// Most events joined before their journeys are written (bounds the journeys held at once).
+const DRAIN_BATCH: usize = 1024;
+
 /// The output's buffer: journeys are written in batches of this size, and at the end of each
 /// drain (one `write` per batch instead of one per line).
 const OUT_BUFFER: usize = 64 << 10;
@@ -266,11 +269,11 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         .await;
     drop(hot);
     // Whatever stopped the loop, report what is left.
-    session.drain(&mut collector);
-    session.correlator.flush(&mut session.done);
-    let end = session
-        .output(sink.as_mut())
-        .and_then(|()| session.housekeeping(&collector, sink.as_mut()));
+    let end = session.drain(&mut collector, sink.as_mut()).and_then(|()| {
+        session.correlator.flush(&mut session.done);
+        session.output(sink.as_mut())
+    });
+    let end = end.and_then(|()| session.housekeeping(&collector, sink.as_mut()));
     session.summary.set_lost(session.counters.ringbuf_full);
     session.summary.set_evicted(session.correlator.evicted());
     let end = end.and_then(|()| sink.summary(&session.summary));
@@ -365,14 +368,10 @@ impl Session {
             tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    self.drain(guard.get_inner_mut().0);
+                    self.drain(guard.get_inner_mut().0, sink)?;
                     guard.clear_ready();
-                    self.output(sink)?;
                 }
-                _ = drain.tick() => {
-                    self.drain(ring.get_mut().0);
-                    self.output(sink)?;
-                }
+                _ = drain.tick() => self.drain(ring.get_mut().0, sink)?,
                 _ = chores.tick() => {
                     self.housekeeping(ring.get_ref().0, sink)?;
                     if let Some(addrs) = hot.follow_pod(cfg).await {
@@ -382,8 +381,7 @@ impl Session {
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
-                    self.drain(ring.get_mut().0);
-                    self.output(sink)?;
+                    self.drain(ring.get_mut().0, sink)?;
                     hot.apply(events, &mut self.correlator, &mut self.done);
                     self.output(sink)?;
                 }
@@ -398,11 +396,20 @@ impl Session {
         Ok(())
     }
 
-    /// Joins every waiting event; completed journeys go to `self.done`.
-    fn drain(&mut self, collector: &mut Collector) {
-        let (correlator, done) = (&mut self.correlator, &mut self.done);
-        let (n, _) = collector.drain(|ev| correlator.push(ev, done));
-        self.summary.add_events(n);
+    /// Joins every waiting event and writes the journeys they complete, [`DRAIN_BATCH`]
+    /// events at a time (a full ring is 55,000 events or more: buffered as journeys at once,
+    /// they would cost tens of MiB).
+    fn drain(&mut self, collector: &mut Collector, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+        loop {
+            let (correlator, done) = (&mut self.correlator, &mut self.done);
+            let (n, bad) = collector.drain(DRAIN_BATCH, |ev| correlator.push(ev, done));
+            self.summary.add_events(n);
+            self.output(sink)?;
+            let emptied = n + bad < DRAIN_BATCH as u64;
+            if emptied || self.limit.is_some_and(|n| self.journeys >= n) {
+                return Ok(());
+            }
+        }
     }
 
     /// Explains, counts and prints the completed journeys (up to the `-c` limit), then

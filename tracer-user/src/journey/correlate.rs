@@ -48,9 +48,10 @@ impl Default for Limits {
 
 /// Most step lists and join-table slots kept for reuse (a burst's worth; the rest are freed).
 const SPARE: usize = 1024;
-/// Room for the steps of a usual journey (veth, bridge, NAT, uplink: up to 6), so that
-/// appending never reallocates.
-const STEPS: usize = 8;
+/// Room for the steps of a usual journey (pod veth, bridge, NAT, bridge, veth or uplink: 4–6,
+/// about 150 bytes each), so that appending seldom reallocates; kept small because up to
+/// `Limits::max_open` journeys may be open at once.
+const STEPS: usize = 6;
 
 /// An attached interface as the join table keeps it: its name shared by every step on it.
 #[derive(Clone, Debug)]
