@@ -128,6 +128,21 @@ pub fn prog_runs(ids: &BTreeSet<u32>) -> Result<BTreeMap<String, ProgRun>> {
     Ok(runs)
 }
 
+/// The id of the program named `name` among `ids`.
+pub fn prog_id_named(ids: &BTreeSet<u32>, name: &str) -> Result<u32> {
+    let json: Value =
+        serde_json::from_str(&output(&mut command("bpftool", ["-j", "prog", "show"]))?)
+            .context("parsing `bpftool -j prog show`")?;
+    json.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("name").and_then(Value::as_str) == Some(name))
+        .filter_map(|p| p.get("id").and_then(Value::as_u64))
+        .filter_map(|id| u32::try_from(id).ok())
+        .find(|id| ids.contains(id))
+        .with_context(|| format!("pktrace holds no program named {name}"))
+}
+
 /// The kernel counters of one pktrace (`COUNTERS`, summed over CPUs), indexed like
 /// `tracer_common::counter`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

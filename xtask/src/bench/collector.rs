@@ -2,7 +2,9 @@
 //! and whether the kernel counts losses. pktrace runs on [`TRACER_CPU`] with its JSON lines in a
 //! file (to read the summary and the `loss` lines back); the 64-byte UDP stream runs on the
 //! other CPU, paced at 100,000 datagrams/s with the streaming pod traced, then as fast as it
-//! goes with `--trace-all`.
+//! goes with `--trace-all`. Last, [`Scenario::Synthetic`]: pktrace's own `tc_egress` run by
+//! the kernel as fast as it goes ([`super::synthetic`]), which real traffic from one CPU no
+//! longer matches: the collector's ceiling, on one-step journeys.
 //!
 //! [`TRACER_CPU`]: super::proc::TRACER_CPU
 
@@ -14,6 +16,7 @@ use super::{
     Ctx,
     iperf::{self, Rate, Stream},
     proc::Memory,
+    synthetic,
     tracer::{Condition, JsonTotals, Launch, Output, Tracer, json_totals, output_path},
 };
 
@@ -29,22 +32,24 @@ pub enum Scenario {
     Paced,
     /// `--trace-all`, UDP as fast as it goes.
     Flood,
+    /// `--trace-all`, fed by the synthetic producer (one-step journeys).
+    Synthetic,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 2] = [Self::Paced, Self::Flood];
+    pub const ALL: [Self; 3] = [Self::Paced, Self::Flood, Self::Synthetic];
 
     const fn condition(self) -> Condition {
         match self {
             Self::Paced => Condition::ClientPod,
-            Self::Flood => Condition::TraceAll,
+            Self::Flood | Self::Synthetic => Condition::TraceAll,
         }
     }
 
     const fn rate(self) -> Rate {
         match self {
             Self::Paced => Some(PACED_PPS),
-            Self::Flood => None,
+            Self::Flood | Self::Synthetic => None,
         }
     }
 
@@ -53,6 +58,7 @@ impl Scenario {
         match self {
             Self::Paced => "paced_100k_pod",
             Self::Flood => "flood_trace_all",
+            Self::Synthetic => "synthetic_trace_all",
         }
     }
 
@@ -61,6 +67,7 @@ impl Scenario {
         match self {
             Self::Paced => "--pod-ip, UDP 64 B at 100 kpps",
             Self::Flood => "--trace-all, UDP 64 B flood",
+            Self::Synthetic => "--trace-all, synthetic (BPF_PROG_TEST_RUN of tc_egress)",
         }
     }
 }
@@ -132,15 +139,23 @@ fn one(ctx: &Ctx, round: usize, scenario: Scenario) -> Result<CollectorSample> {
     let (cpu_ready, counters0) = (tracer.cpu_seconds()?, tracer.counters()?);
     let start = std::time::Instant::now();
     let mut memory_mid = Memory::default();
-    let result = iperf::run(
-        Stream::UdpClusterIp,
-        scenario.rate(),
-        ctx.seconds,
-        &ctx.dir,
-        || {
+    let sent_pps = if scenario == Scenario::Synthetic {
+        let produced = synthetic::run(&tracer.prog_ids, &ctx.dir, ctx.seconds, || {
             memory_mid = tracer.memory().unwrap_or_default();
-        },
-    )?;
+        })?;
+        produced.runs as f64 / produced.seconds
+    } else {
+        let result = iperf::run(
+            Stream::UdpClusterIp,
+            scenario.rate(),
+            ctx.seconds,
+            &ctx.dir,
+            || {
+                memory_mid = tracer.memory().unwrap_or_default();
+            },
+        )?;
+        result.sent_pps
+    };
     let secs = start.elapsed().as_secs_f64();
     let cpu_stream = tracer.cpu_seconds()? - cpu_ready;
     let counters = tracer.counters()?.since(&counters0);
@@ -155,7 +170,7 @@ fn one(ctx: &Ctx, round: usize, scenario: Scenario) -> Result<CollectorSample> {
     Ok(CollectorSample {
         round,
         scenario,
-        sent_pps: result.sent_pps,
+        sent_pps,
         emitted_per_s: counters.emitted as f64 / secs,
         kernel_lost: counters.ringbuf_full,
         cpu_pct: 100.0 * cpu_stream / secs,

@@ -17,6 +17,7 @@ mod proc;
 mod report;
 mod startup;
 mod stats;
+mod synthetic;
 mod targets;
 mod throughput;
 mod tracer;

@@ -1,0 +1,136 @@
+//! A synthetic ring-buffer producer, to saturate the collector when real traffic from one CPU
+//! cannot (issue 5 allows it): `BPF_PROG_TEST_RUN` of pktrace's own `tc_egress` (`bpftool prog
+//! run … repeat N`) on [`TRAFFIC_CPU`], with a 64-byte UDP frame from the client pod to the
+//! outside host as an egress on the node's uplink. With `--trace-all` every run emits one
+//! event, and the uplink is an edge, so every event is a whole one-step journey (attribution
+//! looked up, a JSON line written). The kernel produces faster than the collector drains:
+//! what the collector cannot take is counted by the kernel as lost, as under any flood.
+//!
+//! [`TRAFFIC_CPU`]: super::proc::TRAFFIC_CPU
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{
+    bpf,
+    net::{CLIENT, IPERF_PORT, NODE_NS, OUTSIDE_IP},
+    proc::{TRAFFIC_CPU, pinned},
+};
+use crate::{cmd::output, lab::netns::in_ns};
+
+/// Program runs per `bpftool prog run` (tens of milliseconds each).
+const REPEAT: u64 = 100_000;
+/// Most `bpftool prog run` calls per stream, whatever the time says.
+const MAX_CALLS: u32 = 2_000;
+/// The interface the frame leaves by: the node's uplink (an edge).
+const UPLINK: &str = "eth0";
+/// Size of the `struct __sk_buff` given as context, and the offset of its `ifindex`
+/// (include/uapi/linux/bpf.h, v6.1: `len`, `pkt_type`, `mark`, `queue_mapping`, `protocol`,
+/// `vlan_present`, `vlan_tci`, `vlan_proto`, `priority`, `ingress_ifindex`, then `ifindex`).
+const CTX_LEN: usize = 44;
+const IFINDEX_AT: usize = 40;
+
+/// The runs made: how many, over how long.
+pub struct Produced {
+    pub runs: u64,
+    pub seconds: f64,
+}
+
+/// Feeds pktrace's ring for `seconds` through its `tc_egress` (one of `prog_ids`); calls
+/// `midway` once halfway through.
+pub fn run(
+    prog_ids: &BTreeSet<u32>,
+    dir: &Path,
+    seconds: u64,
+    mut midway: impl FnMut(),
+) -> Result<Produced> {
+    let prog = bpf::prog_id_named(prog_ids, "tc_egress")?;
+    let ifindex: u32 = output(&mut in_ns(
+        NODE_NS,
+        "cat",
+        [format!("/sys/class/net/{UPLINK}/ifindex")],
+    ))?
+    .trim()
+    .parse()
+    .context("reading the uplink's ifindex")?;
+    let (frame, ctx) = (dir.join("synthetic.frame"), dir.join("synthetic.ctx"));
+    fs::write(&frame, udp_frame())?;
+    let mut skb = [0u8; CTX_LEN];
+    skb[IFINDEX_AT..IFINDEX_AT + 4].copy_from_slice(&ifindex.to_ne_bytes());
+    fs::write(&ctx, skb)?;
+    let (prog, repeat) = (prog.to_string(), REPEAT.to_string());
+    let args = [
+        "prog",
+        "run",
+        "id",
+        &prog,
+        "data_in",
+        &frame.display().to_string(),
+        "ctx_in",
+        &ctx.display().to_string(),
+        "repeat",
+        &repeat,
+    ]
+    .map(String::from);
+    let (start, duration) = (Instant::now(), Duration::from_secs(seconds));
+    let (mut calls, mut halfway) = (0u32, false);
+    while start.elapsed() < duration && calls < MAX_CALLS {
+        super::check_interrupted()?;
+        output(&mut pinned(NODE_NS, TRAFFIC_CPU, "bpftool", &args))
+            .context("running tc_egress with bpftool prog run")?;
+        calls += 1;
+        if !halfway && start.elapsed() >= duration / 2 {
+            halfway = true;
+            midway();
+        }
+    }
+    if calls == 0 {
+        bail!("the synthetic producer made no run");
+    }
+    Ok(Produced {
+        runs: u64::from(calls) * REPEAT,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Ethernet, IPv4 and UDP headers and 22 bytes of payload (64 bytes): the client pod to the
+/// outside host, as iperf3's UDP stream would send it after MASQUERADE left it alone.
+fn udp_frame() -> Vec<u8> {
+    let mut f = Vec::with_capacity(64);
+    f.extend_from_slice(&[0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc]); // router
+    f.extend_from_slice(&[0x02, 0x42, 0x0a, 0x0d, 0x4d, 0x04]); // node
+    f.extend_from_slice(&[0x08, 0x00]);
+    let (ip_len, udp_len) = (50u16, 30u16);
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[0x12, 0x34, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&CLIENT.ip.octets());
+    f.extend_from_slice(&OUTSIDE_IP.octets());
+    f.extend_from_slice(&40_000u16.to_be_bytes());
+    f.extend_from_slice(&IPERF_PORT.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.resize(64, 0);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_frame_is_64_bytes_of_ipv4_udp() {
+        let f = udp_frame();
+        assert_eq!(f.len(), 64);
+        assert_eq!(&f[12..14], &[0x08, 0x00]);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]) as usize, f.len() - 14);
+        assert_eq!(f[23], 17);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]) as usize, f.len() - 34);
+    }
+}
