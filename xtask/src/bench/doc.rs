@@ -159,6 +159,10 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
             "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
         })).collect::<Vec<_>>(),
+        "hook_floor": results.hooks.floor.iter().map(|h| json!({
+            "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
+            "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
+        })).collect::<Vec<_>>(),
         "hook_paths": results.hooks.paths.iter().map(|p| json!({
             "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
             "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,

@@ -2,6 +2,10 @@
 //! while a stream flows, for packets outside the filter (tracing another pod), emitted ones
 //! (tracing the streaming pod) and `--trace-all`. Statistics are on only for this phase: they
 //! add two clock reads to every program run, which the throughput phase must not pay.
+//!
+//! The bench's own empty programs ([`super::floor`]) sit on the same hook types during the whole
+//! phase and are measured in the same streams: their figure is what the statistics' clock
+//! reads and the call cost on their own, the floor under every pktrace program's figure.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +14,7 @@ use anyhow::Result;
 use super::{
     Ctx,
     bpf::{ProgRun, RunStats, prog_runs},
+    floor::Floor,
     iperf::Stream,
     throughput::measure,
     tracer::{Condition, Launch, Tracer},
@@ -51,11 +56,22 @@ pub struct PathCost {
 pub struct Hooks {
     pub samples: Vec<HookSample>,
     pub paths: Vec<PathCost>,
+    /// The empty programs ([`super::floor`]) in the same streams, by program name
+    /// ([`super::floor::TC_NAME`], [`super::floor::NF_NAME`]); empty when they could not be
+    /// attached.
+    pub floor: Vec<HookSample>,
 }
 
 /// Runs `ctx.runs` rounds of [`CONDITIONS`] × [`STREAMS`] with run-time statistics on.
 pub fn run(ctx: &Ctx) -> Result<Hooks> {
     let _stats = RunStats::enable()?;
+    let floor = Floor::attach()
+        .inspect_err(|err| eprintln!("bench: no empty-program floor: {err:#}"))
+        .ok();
+    let floor_ids = floor
+        .as_ref()
+        .map(|f| f.prog_ids.clone())
+        .unwrap_or_default();
     let mut out = Hooks::default();
     for round in 0..ctx.runs {
         for condition in CONDITIONS {
@@ -70,18 +86,19 @@ pub fn run(ctx: &Ctx) -> Result<Hooks> {
             for stream in STREAMS {
                 super::check_interrupted()?;
                 let before = prog_runs(&tracer.prog_ids)?;
+                let floor_before = prog_runs(&floor_ids)?;
                 let start = std::time::Instant::now();
                 let sample = measure(ctx, round, condition, stream, Some(&mut tracer))?;
                 let secs = start.elapsed().as_secs_f64();
                 let after = prog_runs(&tracer.prog_ids)?;
-                record(
-                    &mut out,
-                    (round, condition, stream),
-                    &before,
-                    &after,
-                    secs,
-                    sample.result.sent_packets,
-                );
+                let floor_after = prog_runs(&floor_ids)?;
+                let key = (round, condition, stream);
+                let (programs, total_ns) = samples(key, &before, &after, secs);
+                out.samples.extend(programs);
+                out.floor
+                    .extend(samples(key, &floor_before, &floor_after, secs).0);
+                let packets = sample.result.sent_packets;
+                out.paths.push(path_cost(key, total_ns, secs, packets));
             }
             tracer.stop()?;
         }
@@ -89,15 +106,15 @@ pub fn run(ctx: &Ctx) -> Result<Hooks> {
     Ok(out)
 }
 
+/// One sample per program that ran between `before` and `after`, and their total run time.
 #[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
-fn record(
-    out: &mut Hooks,
+fn samples(
     (round, condition, stream): (usize, Condition, Stream),
     before: &BTreeMap<String, ProgRun>,
     after: &BTreeMap<String, ProgRun>,
     secs: f64,
-    packets: u64,
-) {
+) -> (Vec<HookSample>, u64) {
+    let mut out = Vec::new();
     let mut total_ns = 0u64;
     for (program, end) in after {
         let start = before.get(program).copied().unwrap_or_default();
@@ -122,15 +139,26 @@ fn record(
             sample.ns_per_run,
             sample.runs_per_s / 1e3
         );
-        out.samples.push(sample);
+        out.push(sample);
     }
+    (out, total_ns)
+}
+
+/// pktrace's programs together during one stream.
+#[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+fn path_cost(
+    (round, condition, stream): (usize, Condition, Stream),
+    total_ns: u64,
+    secs: f64,
+    packets: u64,
+) -> PathCost {
     let ns_per_packet = (stream.is_udp() && packets > 0).then(|| total_ns as f64 / packets as f64);
     let cpu_pct = 100.0 * total_ns as f64 / 1e9 / secs;
-    out.paths.push(PathCost {
+    PathCost {
         round,
         condition,
         stream,
         ns_per_packet,
         cpu_pct,
-    });
+    }
 }

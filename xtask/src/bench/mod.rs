@@ -10,6 +10,7 @@
 mod bpf;
 mod collector;
 mod doc;
+mod floor;
 mod hooks;
 mod iperf;
 mod net;

@@ -4,7 +4,8 @@
 use super::{
     Results,
     collector::{CollectorSample, Scenario},
-    hooks::{self, Hooks},
+    floor,
+    hooks::{self, HookSample, Hooks},
     iperf::Stream,
     proc::Memory,
     stats::{Dist, Table, show},
@@ -168,14 +169,10 @@ fn per_hook(h: &Hooks) -> Table {
     let mut table = Table::new(
         std::iter::once("program, ns/run".to_owned()).chain(columns.iter().map(heading)),
     );
-    let mut programs: Vec<&str> = h.samples.iter().map(|s| s.program.as_str()).collect();
-    programs.sort_unstable();
-    programs.dedup();
-    for program in programs {
-        let mut row = vec![program.to_owned()];
+    let row = |samples: &[HookSample], program: &str, label: String| {
+        let mut row = vec![label];
         for &(c, s) in &columns {
-            let runs = h
-                .samples
+            let runs = samples
                 .iter()
                 .filter(|x| x.program == program && x.condition == c && x.stream == s);
             let ns = Dist::of(runs.clone().map(|x| x.ns_per_run));
@@ -185,7 +182,24 @@ fn per_hook(h: &Hooks) -> Table {
                 _ => "–".into(),
             });
         }
-        table.row(row);
+        row
+    };
+    let mut programs: Vec<&str> = h.samples.iter().map(|s| s.program.as_str()).collect();
+    programs.sort_unstable();
+    programs.dedup();
+    for program in programs {
+        table.row(row(&h.samples, program, program.to_owned()));
+    }
+    for (program, label) in [
+        (floor::TC_NAME, "floor: empty tc program (bench's own)"),
+        (
+            floor::NF_NAME,
+            "floor: empty netfilter program (bench's own)",
+        ),
+    ] {
+        if h.floor.iter().any(|s| s.program == program) {
+            table.row(row(&h.floor, program, label.to_owned()));
+        }
     }
     let mut per_packet = vec!["all programs, ns per UDP datagram".to_owned()];
     let mut cpu = vec!["all programs, % of a CPU".to_owned()];
@@ -380,7 +394,11 @@ pub fn tables(r: &Results) -> String {
         "BPF run-time statistics (on for this phase only): run_time_ns / run_cnt per program \
          over each stream, median (min–max) of the runs, and runs per second. Each measured run \
          includes about one clock read of the statistics themselves. tc programs run on every \
-         attached interface, so their rate adds up over interfaces.\n\n",
+         attached interface, so their rate adds up over interfaces. The floor rows are the \
+         bench's own programs that return at once (`r0 = verdict; exit`), on the same hook \
+         types (tcx ingress and egress of the same interfaces; the four IPv4 netfilter hooks) \
+         during the same streams: what the statistics' clock reads and the call cost with no \
+         work at all, included in every program's figure above.\n\n",
         per_hook(&r.hooks),
     );
     section(
