@@ -196,6 +196,65 @@ pub struct AddrKey {
 }
 const _: () = assert!(size_of::<AddrKey>() == 20);
 
+/// How many IPv4 addresses [`AddrSetV4`] holds.
+pub const V4_SET_MAX: usize = 14;
+
+/// The traced pods' IPv4 addresses for the programs' fast filter (the one entry of the
+/// `TRACKED_V4` array), a copy of the IPv4 keys of `TRACKED_ADDRS` that user space writes after
+/// every change to that map. Compared linearly: no hashing of a 20-byte key per address.
+///
+/// `exact == 1`: the IPv4 addresses of `TRACKED_ADDRS` are exactly `addrs[..len]`. Anything
+/// else (the zero value before user space wrote it, more than [`V4_SET_MAX`] addresses, or an
+/// update in progress) sends the programs to `TRACKED_ADDRS`. An update is three writes so that
+/// a program reading it concurrently (array values are copied without a lock) never sees a
+/// mix: `exact = 0` with the old addresses, then the new addresses with `exact = 0`, then the
+/// same with `exact = 1`; each write changes either `exact` or the rest, never both.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddrSetV4 {
+    pub exact: u32,
+    pub len: u32,
+    /// Addresses as they sit in the packet (network order), read as a native `u32`.
+    pub addrs: [u32; V4_SET_MAX],
+}
+const _: () = assert!(size_of::<AddrSetV4>() == 64);
+
+impl AddrSetV4 {
+    /// The set of `addrs` (octets), or the fall-back (`exact = 0`) when they do not fit.
+    #[must_use]
+    pub fn of(addrs: &[[u8; 4]]) -> Self {
+        let mut set = Self::default();
+        if addrs.len() > V4_SET_MAX {
+            return set;
+        }
+        for (slot, a) in set.addrs.iter_mut().zip(addrs) {
+            *slot = u32::from_ne_bytes(*a);
+        }
+        set.len = addrs.len() as u32;
+        set.exact = 1;
+        set
+    }
+
+    /// Whether `addr` (network order, as read from the packet) is among `addrs[..len]`; only
+    /// meaningful once `exact == 1` was seen (checked once by the caller: a second read could
+    /// see an update begin).
+    #[inline(always)]
+    #[must_use]
+    pub fn contains(&self, addr: u32) -> bool {
+        let mut i = 0;
+        while i < V4_SET_MAX {
+            if i as u32 >= self.len {
+                break;
+            }
+            if self.addrs[i] == addr {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
+}
+
 /// A packet as it entered a nat hook (per-CPU, one slot per hook), until the hook's exit
 /// program pairs it with the packet as it left.
 #[repr(C)]
@@ -235,6 +294,7 @@ mod pod {
     unsafe impl aya::Pod for super::Event {}
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
+    unsafe impl aya::Pod for super::AddrSetV4 {}
     unsafe impl aya::Pod for super::PendingNat {}
     unsafe impl aya::Pod for super::KernelOffsets {}
 }
@@ -255,5 +315,41 @@ impl Event {
     #[must_use]
     pub const fn is_reply(&self) -> bool {
         self.ct_info != ct::NONE && self.ct_info >= ct::IS_REPLY
+    }
+}
+
+#[cfg(test)]
+mod addr_set_tests {
+    use super::*;
+
+    #[test]
+    fn exact_set_holds_its_addresses_only() {
+        let a = [[10, 0, 0, 1], [192, 0, 2, 7]];
+        let set = AddrSetV4::of(&a);
+        assert_eq!((set.exact, set.len), (1, 2));
+        assert!(set.contains(u32::from_ne_bytes([10, 0, 0, 1])));
+        assert!(set.contains(u32::from_ne_bytes([192, 0, 2, 7])));
+        assert!(!set.contains(u32::from_ne_bytes([10, 0, 0, 2])));
+        // Unused slots are zero but not members.
+        assert!(!set.contains(0));
+    }
+
+    #[test]
+    fn empty_set_is_exact_and_holds_nothing() {
+        let set = AddrSetV4::of(&[]);
+        assert_eq!((set.exact, set.len), (1, 0));
+        assert!(!set.contains(0));
+    }
+
+    #[test]
+    fn too_many_addresses_fall_back_to_the_map() {
+        let many: Vec<[u8; 4]> = (0..=V4_SET_MAX as u8).map(|i| [10, 0, 0, i]).collect();
+        assert_eq!(AddrSetV4::of(&many).exact, 0);
+        let fit = &many[..V4_SET_MAX];
+        let set = AddrSetV4::of(fit);
+        assert_eq!(set.exact, 1);
+        assert!(fit.iter().all(|a| set.contains(u32::from_ne_bytes(*a))));
+        // The zero value (before user space writes it) says "ask the map".
+        assert_eq!(AddrSetV4::default().exact, 0);
     }
 }

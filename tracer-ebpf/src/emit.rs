@@ -3,10 +3,10 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AddrKey, Event, KernelOffsets, Tuple, counter, filter,
+    AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, Tuple, counter, filter,
     parse::{Parsed, Window},
 };
 
@@ -24,6 +24,11 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::C
 /// Addresses of the traced pods, seeded by user space.
 #[map]
 pub static TRACKED_ADDRS: HashMap<AddrKey, u32> = HashMap::with_max_entries(256, 0);
+
+/// The IPv4 addresses of `TRACKED_ADDRS` as a small array ([`AddrSetV4`]), written by user
+/// space after every change to it: compared linearly instead of two hash lookups per packet.
+#[map]
+pub static TRACKED_V4: Array<AddrSetV4> = Array::with_max_entries(1, 0);
 
 /// Flows followed after NAT rewrote them (both directions), added by the NAT programs.
 #[map]
@@ -93,13 +98,51 @@ pub fn scratch(slot: u32) -> Option<&'static mut Scratch> {
     SCRATCH.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
 }
 
+/// Set (to 1, never back) once a flow went into `TRACKED_FLOWS`: until then no packet can
+/// match a flow and the programs skip that map's lookup.
+#[unsafe(no_mangle)]
+static mut FLOWS_PRESENT: u32 = 0;
+
+/// True when `TRACKED_FLOWS` may hold a flow.
+#[inline(always)]
+pub fn flows_present() -> bool {
+    // SAFETY: a plain read of a global; programs on other CPUs only ever write 1.
+    unsafe { core::ptr::read_volatile(&raw const FLOWS_PRESENT) != 0 }
+}
+
+/// True in [`filter::ALL`] mode (every packet traced).
+#[inline(always)]
+pub fn trace_all() -> bool {
+    filter_mode() == filter::ALL
+}
+
+/// The IPv4 fast filter, `None` when it cannot answer (see [`AddrSetV4`]).
+#[inline(always)]
+pub fn v4_set() -> Option<&'static AddrSetV4> {
+    TRACKED_V4.get(0).filter(|s| s.exact == 1)
+}
+
+/// Whether one of two IPv4 addresses (network order, as read from the packet) is tracked.
+#[inline(always)]
+pub fn v4_tracked(set: &AddrSetV4, saddr: u32, daddr: u32) -> bool {
+    set.contains(saddr) || set.contains(daddr)
+}
+
 #[inline(always)]
 fn addr_tracked(family: u8, addr: &[u8; 16]) -> bool {
-    let key = AddrKey {
-        addr: *addr,
+    let mut key = AddrKey {
+        addr: [0; 16],
         family,
         _pad: [0; 3],
     };
+    // Whole words: a byte copy of the array becomes aya-ebpf's byte-loop `memcpy`.
+    // SAFETY: both are 16 bytes; unaligned reads and writes of u64s within them.
+    unsafe {
+        let src = addr.as_ptr().cast::<u64>();
+        let dst = key.addr.as_mut_ptr().cast::<u64>();
+        dst.write_unaligned(src.read_unaligned());
+        dst.add(1).write_unaligned(src.add(1).read_unaligned());
+    }
     // SAFETY: the value is only tested for presence.
     unsafe { TRACKED_ADDRS.get(&key).is_some() }
 }
@@ -107,20 +150,31 @@ fn addr_tracked(family: u8, addr: &[u8; 16]) -> bool {
 /// True when the packet's address of a traced pod, or its flow, is tracked.
 #[inline(always)]
 pub fn is_tracked(t: &Tuple) -> bool {
-    if filter_mode() == filter::ALL {
+    if trace_all() {
         return true;
     }
-    if addr_tracked(t.family, &t.saddr) || addr_tracked(t.family, &t.daddr) {
+    if has_tracked_addr(t) {
         return true;
     }
     // SAFETY: as above.
-    unsafe { TRACKED_FLOWS.get(t).is_some() }
+    flows_present() && unsafe { TRACKED_FLOWS.get(t).is_some() }
 }
 
 /// True when one of the tuple's addresses belongs to a traced pod.
 #[inline(always)]
 pub fn has_tracked_addr(t: &Tuple) -> bool {
+    if t.family == FAMILY_IPV4
+        && let Some(set) = v4_set()
+    {
+        return v4_tracked(set, word4(&t.saddr), word4(&t.daddr));
+    }
     addr_tracked(t.family, &t.saddr) || addr_tracked(t.family, &t.daddr)
+}
+
+/// The first four bytes of an address as a native `u32` (an IPv4 address in a [`Tuple`]).
+#[inline(always)]
+fn word4(a: &[u8; 16]) -> u32 {
+    u32::from_ne_bytes([a[0], a[1], a[2], a[3]])
 }
 
 /// Follows a flow in both directions. Only a flow not followed yet is inserted (an LRU insert
@@ -128,7 +182,7 @@ pub fn has_tracked_addr(t: &Tuple) -> bool {
 /// when every packet is traced anyway.
 #[inline(always)]
 pub fn track_flow(t: &Tuple) {
-    if filter_mode() == filter::ALL {
+    if trace_all() {
         return;
     }
     // SAFETY: the value is only tested for presence.
@@ -136,10 +190,17 @@ pub fn track_flow(t: &Tuple) {
         return;
     }
     let rev = t.reversed();
+    // Before the inserts: a program that sees the flow must not skip the lookup.
+    // SAFETY: a plain write of a global; every writer writes the same value.
+    unsafe { core::ptr::write_volatile(&raw mut FLOWS_PRESENT, 1) };
     if TRACKED_FLOWS.insert(t, &1, 0).is_ok() && TRACKED_FLOWS.insert(&rev, &1, 0).is_ok() {
         count(counter::FLOWS_ADDED);
     }
 }
+
+/// Bytes an event takes in the ring buffer: the record header (`BPF_RINGBUF_HDR_SZ`) and the
+/// event, rounded up to 8.
+const RECORD_BYTES: u64 = (8 + core::mem::size_of::<Event>() as u64).next_multiple_of(8);
 
 /// `Event` in 8-byte words.
 const EVENT_WORDS: usize = core::mem::size_of::<Event>() / 8;
@@ -169,7 +230,12 @@ pub fn emit(fill: impl FnOnce(&mut Event)) {
             fill(ev);
             // SAFETY: a plain read of a static the loader patched before verification.
             let wake = unsafe { core::ptr::read_volatile(&WAKE_BYTES) };
-            let flags = if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= wake {
+            // Edge-triggered: only the event whose record made the fill cross `wake` wakes the
+            // reader. While the reader lags, the fill stays above it and every further event
+            // would pay for a wakeup it does not need; the reader's drain timer covers the
+            // rare crossing no event sees (producers on several CPUs reserving at once).
+            let avail = EVENTS.query(u64::from(BPF_RB_AVAIL_DATA));
+            let flags = if avail >= wake && avail < wake + RECORD_BYTES {
                 BPF_RB_FORCE_WAKEUP
             } else {
                 BPF_RB_NO_WAKEUP

@@ -71,9 +71,18 @@ pub(crate) fn read<T>(base: u64, off: u32) -> Result<T, ()> {
     unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.map_err(|_| ())
 }
 
-/// The `struct sk_buff *` of a netfilter program's context (`struct bpf_nf_ctx`).
+/// Offset of `skb` in `struct bpf_nf_ctx { state; skb; }` (include/linux/netfilter.h, v6.4).
+const NF_CTX_SKB: u32 = 8;
+
+/// The `struct sk_buff *` of a netfilter program's context (`struct bpf_nf_ctx`): a direct
+/// context load where the member sits where every kernel with netfilter programs has it, a
+/// probe read otherwise.
 #[inline(always)]
 fn skb_of(ctx: *mut c_void, off: &KernelOffsets) -> Result<u64, ()> {
+    if off.nf_ctx_skb == NF_CTX_SKB {
+        // SAFETY: the verifier allows this read-only 8-byte context load (`nf_is_valid_access`).
+        return Ok(unsafe { *ctx.cast::<u64>().add(1) });
+    }
     read::<u64>(ctx as u64, off.nf_ctx_skb)
 }
 
@@ -81,8 +90,16 @@ fn skb_of(ctx: *mut c_void, off: &KernelOffsets) -> Result<u64, ()> {
 /// netfilter hooks and in `nf_nat_manip_pkt`) and how many bytes it has, capped at the window.
 #[inline(always)]
 fn linear_of(skb: u64, off: &KernelOffsets) -> Result<(u64, u32), ()> {
-    let len: u32 = read(skb, off.skb_len)?;
-    let data_len: u32 = read(skb, off.skb_data_len)?;
+    // `len` and `data_len` are neighbours in `struct sk_buff` (v4.x–v6.x): one read for both.
+    let (len, data_len) = if off.skb_data_len == off.skb_len + 4 {
+        let both: [u32; 2] = read(skb, off.skb_len)?;
+        (both[0], both[1])
+    } else {
+        (
+            read::<u32>(skb, off.skb_len)?,
+            read::<u32>(skb, off.skb_data_len)?,
+        )
+    };
     let data: u64 = read(skb, off.skb_data)?;
     let linear = len.saturating_sub(data_len);
     let cap = if linear > PKT_WINDOW as u32 {

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use tracer_common::{Event, PKT_WINDOW, counter, ct, kind, parse};
 
-use crate::emit::{count, emit, is_tracked, scratch};
+use crate::emit::{count, emit, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked};
 
 /// Smallest frame worth parsing (an Ethernet header).
 const MIN_FRAME: u32 = 14;
@@ -31,14 +31,58 @@ pub fn tc_egress(ctx: TcContext) -> i32 {
     TC_ACT_UNSPEC
 }
 
+/// The Ethernet and IPv4 header bytes [`outside_filter`] reads.
+const FAST_FRAME: usize = 14 + 20;
+
+/// True when the packet is certainly outside the filter, decided from its linear bytes in
+/// place (no copy, no parse): an IPv4 frame without VLAN tags whose header the parser would
+/// accept (version 4, IHL ≥ 5, all 20 bytes present), neither address in the IPv4 fast filter,
+/// and no flow followed yet, so that the full path would reach the same verdict from the
+/// same two addresses. False means "take the full path", never "tracked".
+#[inline(always)]
+fn outside_filter(ctx: &TcContext) -> bool {
+    if trace_all() || flows_present() {
+        return false;
+    }
+    let Some(set) = v4_set() else {
+        return false;
+    };
+    let (data, end) = (ctx.data(), ctx.data_end());
+    if data + FAST_FRAME > end {
+        return false;
+    }
+    // SAFETY: the 34 bytes at `data` are within the packet's linear data (checked above; the
+    // verifier checks it again). Unaligned reads: the IP header sits at an odd offset.
+    let (ethertype, vihl, saddr, daddr) = unsafe {
+        let p = data as *const u8;
+        (
+            p.add(12).cast::<u16>().read_unaligned(),
+            *p.add(14),
+            p.add(26).cast::<u32>().read_unaligned(),
+            p.add(30).cast::<u32>().read_unaligned(),
+        )
+    };
+    ethertype == 0x0800u16.to_be()
+        && vihl >> 4 == 4
+        && vihl & 0x0f >= 5
+        && !v4_tracked(set, saddr, daddr)
+}
+
 #[inline(always)]
 fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     count(counter::SEEN);
+    if outside_filter(ctx) {
+        return Ok(());
+    }
     let len = ctx.len();
     if len < MIN_FRAME {
         return Err(());
     }
-    let cap = if len > PKT_WINDOW as u32 { PKT_WINDOW as u32 } else { len };
+    let cap = if len > PKT_WINDOW as u32 {
+        PKT_WINDOW as u32
+    } else {
+        len
+    };
     let scratch = scratch(0).ok_or(())?;
     // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
     let ret = unsafe {

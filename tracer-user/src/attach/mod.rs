@@ -9,8 +9,11 @@ pub mod policy;
 pub mod probe;
 pub mod tc;
 
-use aya::{Ebpf, EbpfLoader, maps::HashMap as BpfHashMap};
-use tracer_common::{AddrKey, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array as BpfArray, HashMap as BpfHashMap},
+};
+use tracer_common::{AddrKey, AddrSetV4, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter};
 
 /// The kernel object built by build.rs from tracer-ebpf, embedded so that the binary is the only
 /// file to copy to a node.
@@ -141,6 +144,35 @@ pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), Lo
     for addr in addrs {
         map.insert(addr_key(*addr), 1, 0).map_err(LoadError::Seed)?;
     }
+    sync_v4_set(ebpf)
+}
+
+/// Rewrites the kernel's IPv4 fast filter (`TRACKED_V4`, see [`AddrSetV4`]) from
+/// `TRACKED_ADDRS`, in three writes that a program reading concurrently never sees mixed:
+/// "ask the map" with the old addresses, the new addresses still saying so, then "exact".
+fn sync_v4_set(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let map = ebpf.map("TRACKED_ADDRS").ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
+    let addrs: BpfHashMap<_, AddrKey, u32> = BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    let mut v4: Vec<[u8; 4]> = Vec::new();
+    for key in addrs.keys() {
+        let key = key.map_err(LoadError::Seed)?;
+        if key.family == FAMILY_IPV4 {
+            v4.push([key.addr[0], key.addr[1], key.addr[2], key.addr[3]]);
+        }
+    }
+    v4.sort_unstable();
+    let new = AddrSetV4::of(&v4);
+    let map = ebpf.map_mut("TRACKED_V4").ok_or(LoadError::MissingMap("TRACKED_V4"))?;
+    let mut set: BpfArray<_, AddrSetV4> = BpfArray::try_from(map).map_err(LoadError::Seed)?;
+    let old = set.get(&0, 0).map_err(LoadError::Seed)?;
+    if old == new {
+        return Ok(());
+    }
+    set.set(0, AddrSetV4 { exact: 0, ..old }, 0).map_err(LoadError::Seed)?;
+    set.set(0, AddrSetV4 { exact: 0, ..new }, 0).map_err(LoadError::Seed)?;
+    if new.exact == 1 {
+        set.set(0, new, 0).map_err(LoadError::Seed)?;
+    }
     Ok(())
 }
 
@@ -173,7 +205,7 @@ pub fn untrack_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), 
         // Absent already is as good as removed.
         let _ = map.remove(&addr_key(*addr));
     }
-    Ok(())
+    sync_v4_set(ebpf)
 }
 
 #[cfg(test)]
