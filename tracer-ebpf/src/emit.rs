@@ -51,8 +51,9 @@ pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(2, 0);
 #[unsafe(no_mangle)]
 static FILTER_MODE: u32 = filter::TRACKED;
 
-/// Wake the reader once this many bytes wait in the ring buffer; below it the reader drains on
-/// a timer (a wakeup per event costs microseconds per packet).
+/// Wake the reader when the ring buffer's fill crosses this many bytes (once per crossing,
+/// see [`emit`]); below it, and while it stays above, the reader drains on a timer (a wakeup
+/// per event costs microseconds per packet).
 #[unsafe(no_mangle)]
 static WAKE_BYTES: u64 = 1 << 20;
 
