@@ -260,3 +260,106 @@ fn many_veths_get_clsact_named_interfaces_keep_tcx_and_nothing_is_left() {
     assert!(loaded.is_empty(), "left behind: {loaded:?}");
     assert!(records().is_empty(), "qdisc records left: {:?}", records());
 }
+
+/// Record files written by the test itself, removed on drop.
+struct RecordFiles(Vec<std::path::PathBuf>);
+
+impl Drop for RecordFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// The ifindex of `iface` in the node namespace.
+fn node_ifindex(iface: &str) -> u32 {
+    let out = in_ns(NODE_NS, "cat", [format!("/sys/class/net/{iface}/ifindex")])
+        .output()
+        .expect("reading an ifindex");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no ifindex for {iface}"))
+}
+
+fn has_clsact_qdisc(iface: &str) -> bool {
+    let out = in_ns(NODE_NS, "tc", ["qdisc", "show", "dev", iface])
+        .output()
+        .expect("tc qdisc show");
+    String::from_utf8_lossy(&out.stdout).contains("clsact")
+}
+
+/// Issue 6, item 1: records of clsact qdiscs left by dead pktraces are acted on only while they
+/// still describe the same interface, and records of namespaces that are gone are deleted.
+/// (A namespace inode and an ifindex can both be reused: a stale record must never make
+/// pktrace delete a qdisc it did not create.)
+#[test]
+fn stale_qdisc_records_never_remove_a_foreign_qdisc() {
+    use std::os::unix::fs::MetadataExt as _;
+    let _lab = LabGuard::new();
+    // Two veths pktrace does not attach to (not `azv*`), each with a clsact qdisc and no
+    // filter, created here: a dead pktrace's record claims both.
+    let pairs = [("pkrec0", "pkrecp0"), ("pkrec1", "pkrecp1")];
+    struct Pairs<'a>(&'a [(&'a str, &'a str)]);
+    impl Drop for Pairs<'_> {
+        fn drop(&mut self) {
+            for (a, _) in self.0 {
+                let _ = in_ns(NODE_NS, "ip", ["link", "del", a]).status();
+            }
+        }
+    }
+    let _pairs = Pairs(&pairs);
+    for (a, b) in pairs {
+        let ok = in_ns(
+            NODE_NS,
+            "ip",
+            ["link", "add", a, "type", "veth", "peer", "name", b],
+        )
+        .status()
+        .is_ok_and(|s| s.success())
+            && in_ns(NODE_NS, "tc", ["qdisc", "add", "dev", a, "clsact"])
+                .status()
+                .is_ok_and(|s| s.success());
+        assert!(ok, "veth {a} with a clsact qdisc");
+    }
+    let node_ns = fs::metadata(format!("/run/netns/{NODE_NS}"))
+        .expect("the node's netns mount")
+        .ino();
+    let root_ns = fs::metadata("/proc/self/ns/net").expect("own netns").ino();
+    // The "dead pktrace" is this test process: alive, but not a pktrace.
+    let pid = std::process::id();
+    let dir = std::path::Path::new("/run/pktrace");
+    fs::create_dir_all(dir).expect("/run/pktrace");
+    let same_ns = dir.join(format!("clsact-{node_ns}-{pid}"));
+    let gone_ns = dir.join(format!("clsact-1-{pid}"));
+    let live_ns = dir.join(format!("clsact-{root_ns}-{pid}"));
+    let _files = RecordFiles(vec![same_ns.clone(), gone_ns.clone(), live_ns.clone()]);
+    // pkrec0 is recorded under the name it has (as if the dead pktrace created its qdisc);
+    // pkrec1's ifindex is recorded under another name (the interface it created one on is
+    // gone and the ifindex now belongs to someone else).
+    let (i0, i1) = (node_ifindex("pkrec0"), node_ifindex("pkrec1"));
+    fs::write(&same_ns, format!("{i0} pkrec0\n{i1} azvreused\n")).expect("record");
+    fs::write(&gone_ns, "3 azv0\n").expect("record");
+    fs::write(&live_ns, "999999 azvnothere\n").expect("record");
+
+    let trace = Pktrace::start(&["--pod", "ubuntu"]).stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    assert!(
+        !has_clsact_qdisc("pkrec0"),
+        "the dead pktrace's own (recorded, empty) qdisc should have been removed"
+    );
+    assert!(
+        has_clsact_qdisc("pkrec1"),
+        "a qdisc recorded under another interface's name was removed"
+    );
+    assert!(!same_ns.exists(), "the adopted record is still there");
+    assert!(
+        !gone_ns.exists(),
+        "the record of a namespace that is gone is still there"
+    );
+    assert!(
+        live_ns.exists(),
+        "the record of a live namespace (not this pktrace's) was removed"
+    );
+}

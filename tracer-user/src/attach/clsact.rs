@@ -138,6 +138,10 @@ pub const RECORD_DIR: &str = "/run/pktrace";
 #[derive(Debug, Default)]
 pub struct CreatedQdiscs {
     ifindexes: Vec<u32>,
+    /// The interface's name when it was recorded, written next to its ifindex: a later pktrace
+    /// adopts an entry only while that ifindex still has that name (a namespace inode, like an
+    /// ifindex, can be reused once the old one is gone).
+    names: std::collections::HashMap<u32, String>,
 }
 
 impl CreatedQdiscs {
@@ -145,6 +149,9 @@ impl CreatedQdiscs {
     pub fn record(&mut self, ifindex: u32) {
         if !self.ifindexes.contains(&ifindex) {
             self.ifindexes.push(ifindex);
+        }
+        if let Some(name) = if_name(ifindex) {
+            self.names.insert(ifindex, name);
         }
         self.save();
     }
@@ -156,6 +163,7 @@ impl CreatedQdiscs {
             return;
         }
         self.ifindexes.retain(|&i| i != ifindex);
+        self.names.remove(&ifindex);
         if self.ifindexes.is_empty() {
             if let Some(path) = Self::path() {
                 let _ = std::fs::remove_file(path);
@@ -166,35 +174,51 @@ impl CreatedQdiscs {
     }
 
     /// Takes over the qdiscs recorded by pktraces of this network namespace that are gone: they
-    /// are removed at our exit once empty (their filters are swept first). Returns how many.
+    /// are removed at our exit once empty (their filters are swept first). An entry is taken
+    /// only while its ifindex still has the recorded name. Records of dead pktraces whose
+    /// network namespace no longer exists are deleted (their qdiscs went with it). Returns how
+    /// many qdiscs were adopted.
     pub fn adopt_orphans(&mut self) -> usize {
         let Some(netns) = netns_inode() else { return 0 };
         let Ok(dir) = std::fs::read_dir(RECORD_DIR) else {
             return 0;
         };
+        let mut live_netns = None;
         let mut adopted = 0;
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(partial) = name.strip_suffix(".tmp") {
-                // A record killed mid-write; the renamed one before it, if any, is complete.
-                if let Some((ns, pid)) = parse_record_name(partial)
-                    && ns == netns
-                    && !is_live_pktrace(pid)
-                {
+            let (partial, record) = match name.strip_suffix(".tmp") {
+                Some(partial) => (true, partial),
+                None => (false, name.as_str()),
+            };
+            let Some((ns, pid)) = parse_record_name(record) else {
+                continue;
+            };
+            if pid == std::process::id() || is_live_pktrace(pid) {
+                continue;
+            }
+            if ns != netns {
+                let live = live_netns.get_or_insert_with(live_net_namespaces);
+                if netns_is_gone(ns, live) {
                     let _ = std::fs::remove_file(entry.path());
                 }
                 continue;
             }
-            let Some((ns, pid)) = parse_record_name(&name) else {
-                continue;
-            };
-            if ns != netns || pid == std::process::id() || is_live_pktrace(pid) {
+            if partial {
+                // A record killed mid-write; the renamed one before it, if any, is complete.
+                let _ = std::fs::remove_file(entry.path());
                 continue;
             }
             let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            for ifindex in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            for (ifindex, recorded) in parse_record(&text) {
+                if recorded.is_some_and(|n| if_name(ifindex).as_deref() != Some(n)) {
+                    continue; // that interface is gone; the ifindex is someone else's now
+                }
                 if !self.ifindexes.contains(&ifindex) {
                     self.ifindexes.push(ifindex);
+                    if let Some(n) = recorded {
+                        self.names.insert(ifindex, n.to_owned());
+                    }
                     adopted += 1;
                 }
             }
@@ -220,7 +244,14 @@ impl CreatedQdiscs {
             .recursive(true)
             .mode(0o700)
             .create(RECORD_DIR);
-        let text: String = self.ifindexes.iter().map(|i| format!("{i}\n")).collect();
+        let text: String = self
+            .ifindexes
+            .iter()
+            .map(|i| match self.names.get(i) {
+                Some(name) => format!("{i} {name}\n"),
+                None => format!("{i}\n"),
+            })
+            .collect();
         // Written aside, then renamed over: a SIGKILL mid-write never leaves a truncated record.
         let tmp = path.with_extension("tmp");
         if std::fs::write(&tmp, text).is_ok() {
@@ -233,6 +264,71 @@ impl CreatedQdiscs {
 fn parse_record_name(name: &str) -> Option<(u64, u32)> {
     let (ns, pid) = name.strip_prefix("clsact-")?.split_once('-')?;
     Some((ns.parse().ok()?, pid.parse().ok()?))
+}
+
+/// A record's lines: `ifindex name` (or a bare `ifindex`, as older pktraces wrote them).
+fn parse_record(text: &str) -> impl Iterator<Item = (u32, Option<&str>)> {
+    text.lines().filter_map(|line| {
+        let mut words = line.split_whitespace();
+        let ifindex = words.next()?.parse().ok()?;
+        Some((ifindex, words.next()))
+    })
+}
+
+/// The name `ifindex` has in this network namespace now.
+fn if_name(ifindex: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `buf` is IF_NAMESIZE bytes, as if_indextoname requires.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success the kernel's name was copied into `buf`, NUL-terminated.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// The network namespaces that still exist, as far as can be seen from here: those of every
+/// process and those kept by a bind mount (`ip netns add`). `None` when /proc or mountinfo
+/// cannot be read (then no namespace may be called gone). A process whose namespace even root
+/// may not see (one of a more privileged user namespace, such as a sandbox's init) is skipped:
+/// a record wrongly deleted leaves at worst an empty clsact qdisc, which changes no packet,
+/// and a record is only ever acted on while its interface still has the recorded name.
+fn live_net_namespaces() -> Option<std::collections::HashSet<u64>> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut live = std::collections::HashSet::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        match std::fs::metadata(entry.path().join("ns/net")) {
+            Ok(m) => {
+                live.insert(m.ino());
+            }
+            // Exited meanwhile, or not ours to see.
+            Err(_) => {}
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    live.extend(nsfs_net_mounts(&mounts));
+    Some(live)
+}
+
+/// Network namespace inodes bind-mounted somewhere, from mountinfo's `root` field `net:[N]`.
+fn nsfs_net_mounts(mountinfo: &str) -> impl Iterator<Item = u64> + '_ {
+    mountinfo.lines().filter_map(|line| {
+        let root = line.split_whitespace().nth(3)?;
+        root.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+    })
+}
+
+/// Whether the namespace `ns` is surely gone: no process is in it and no mount keeps it.
+fn netns_is_gone(ns: u64, live: &Option<std::collections::HashSet<u64>>) -> bool {
+    live.as_ref().is_some_and(|live| !live.contains(&ns))
 }
 
 /// The inode of this process's network namespace (ifindexes are per namespace).
@@ -416,6 +512,39 @@ mod tests {
         assert_eq!(parse_record_name("clsact-x-1"), None);
         assert_eq!(parse_record_name("other-1-2"), None);
         assert_eq!(parse_record_name("clsact-1"), None);
+    }
+
+    #[test]
+    fn record_lines_carry_ifindex_and_name_old_ones_only_the_ifindex() {
+        let got: Vec<_> = parse_record("7 azv1a2b\n12\nx y\n\n9 eth0 extra\n").collect();
+        assert_eq!(got, [(7, Some("azv1a2b")), (12, None), (9, Some("eth0"))]);
+    }
+
+    #[test]
+    fn bind_mounted_net_namespaces_are_read_from_mountinfo() {
+        let mountinfo = "\
+25 30 0:4 / /proc rw,nosuid - proc proc rw
+612 28 0:4 net:[4026532177] /run/netns/pkt-node rw - nsfs nsfs rw
+613 28 0:4 mnt:[4026532180] /run/x rw - nsfs nsfs rw
+614 28 0:4 net:[4026532300] /run/netns/pkt-out rw - nsfs nsfs rw
+";
+        let got: Vec<_> = nsfs_net_mounts(mountinfo).collect();
+        assert_eq!(got, [4_026_532_177, 4_026_532_300]);
+    }
+
+    #[test]
+    fn a_namespace_is_gone_only_when_proc_was_read_and_nothing_holds_it() {
+        let live = Some([1, 2].into_iter().collect());
+        assert!(netns_is_gone(3, &live));
+        assert!(!netns_is_gone(2, &live));
+        assert!(!netns_is_gone(3, &None));
+    }
+
+    #[test]
+    fn this_namespace_is_live() {
+        let me = netns_inode().expect("/proc/self/ns/net");
+        let live = live_net_namespaces().expect("/proc and mountinfo are readable");
+        assert!(live.contains(&me));
     }
 
     #[test]
