@@ -256,6 +256,7 @@ impl Btf {
     }
 
     /// Number of types (not counting `void`, id 0).
+    #[cfg(test)]
     #[must_use]
     pub fn type_count(&self) -> usize {
         self.index.len()
@@ -264,8 +265,8 @@ impl Btf {
     /// Appends one BTF blob's types and strings (split BTF when `self` is not empty).
     fn extend(mut self, bytes: &[u8]) -> Result<Self, BtfError> {
         let big = match bytes.get(..2) {
-            Some([0x9f, 0xeb]) => false,
-            Some([0xeb, 0x9f]) => true,
+            Some(m) if m == MAGIC.to_le_bytes() => false,
+            Some(m) if m == MAGIC.to_be_bytes() => true,
             Some(&[a, b]) => {
                 return Err(BtfError::BadMagic {
                     magic: u16::from_le_bytes([a, b]),

@@ -19,8 +19,6 @@ use crate::{
     config::NatHook,
 };
 
-/// `NFPROTO_IPV4` (include/uapi/linux/netfilter.h, v6.1).
-const NFPROTO_IPV4: u32 = 2;
 /// `NF_IP_PRI_NAT_DST` and `NF_IP_PRI_NAT_SRC` (include/uapi/linux/netfilter_ipv4.h, v6.1).
 const PRI_NAT_DST: i32 = -100;
 const PRI_NAT_SRC: i32 = 100;
@@ -276,7 +274,7 @@ fn attach_netfilter(ebpf: &Ebpf, globals: &[(&str, &[u8])]) -> Result<Vec<Netfil
             let name = format!("{prefix}{suffix}");
             let prog =
                 find(&name).ok_or_else(|| format!("program {name} missing from the object"))?;
-            let link = prog.attach(NFPROTO_IPV4, u32::from(hook_num), at)?;
+            let link = prog.attach(netfilter::NFPROTO_IPV4, u32::from(hook_num), at)?;
             links.push(link);
         }
     }

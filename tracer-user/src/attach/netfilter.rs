@@ -22,7 +22,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    ffi::CStr,
     io,
     os::fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd},
 };
@@ -31,18 +30,22 @@ use aya::maps::{Map, MapData};
 use aya_obj::{
     Object, ParseError,
     btf::{BtfError as ObjectBtfError, BtfRelocationError},
-    generated::{bpf_attach_type, bpf_insn, bpf_prog_type},
+    generated::{bpf_attach_type, bpf_prog_type},
     relocation::EbpfRelocationError,
 };
 use thiserror::Error;
+#[cfg(test)]
+use {aya_obj::generated::bpf_insn, std::ffi::CStr};
 
 use crate::sys::{self, ProgBtf, ProgLoad};
 
 /// `NFPROTO_IPV4` (include/uapi/linux/netfilter.h, v6.4).
 pub const NFPROTO_IPV4: u32 = 2;
 /// `NFPROTO_IPV6` (include/uapi/linux/netfilter.h, v6.4).
+#[cfg(test)]
 pub const NFPROTO_IPV6: u32 = 10;
 /// `NF_INET_LOCAL_OUT` (include/uapi/linux/netfilter.h, v6.4).
+#[cfg(test)]
 const NF_INET_LOCAL_OUT: u32 = 3;
 /// Programs of the object whose names start with this are netfilter programs.
 pub const PROGRAM_PREFIX: &str = "nf_";
@@ -139,11 +142,15 @@ pub struct NetfilterProgram {
 #[derive(Debug)]
 pub struct NetfilterLink {
     fd: OwnedFd,
+    #[cfg(test)]
     program: String,
+    #[cfg(test)]
     hook: u32,
+    #[cfg(test)]
     priority: i32,
 }
 
+#[cfg(test)]
 impl NetfilterLink {
     /// The attached program's name.
     #[must_use]
@@ -179,6 +186,7 @@ impl AsFd for NetfilterProgram {
 impl NetfilterProgram {
     /// Loads raw instructions as a netfilter program (the object path is
     /// [`load_netfilter_programs`]); `name` is truncated to 15 bytes in the kernel.
+    #[cfg(test)]
     pub fn load(name: &str, insns: &[bpf_insn], license: &CStr) -> Result<Self, AttachError> {
         Self::load_request(&ProgLoad {
             prog_type: bpf_prog_type::BPF_PROG_TYPE_NETFILTER,
@@ -193,6 +201,7 @@ impl NetfilterProgram {
     }
 
     /// Loads without a verifier log (fast); on failure loads again with one to explain why.
+    #[cfg(test)]
     fn load_request(req: &ProgLoad<'_>) -> Result<Self, AttachError> {
         let name = req.name.to_owned();
         match load_with_log(req) {
@@ -208,7 +217,7 @@ impl NetfilterProgram {
     }
 
     /// Hooks the program into netfilter in the calling thread's network namespace: family `pf`
-    /// ([`NFPROTO_IPV4`] or [`NFPROTO_IPV6`]), hook `hook` (`NF_INET_*`, see
+    /// ([`NFPROTO_IPV4`] or `NFPROTO_IPV6`), hook `hook` (`NF_INET_*`, see
     /// [`tracer_common::hook`]) at `priority` (lower runs first; the nat table sits at -100 in
     /// PRE_ROUTING/LOCAL_OUT and 100 in POST_ROUTING/LOCAL_IN).
     ///
@@ -230,8 +239,11 @@ impl NetfilterProgram {
         )?;
         Ok(NetfilterLink {
             fd,
+            #[cfg(test)]
             program: self.name.clone(),
+            #[cfg(test)]
             hook,
+            #[cfg(test)]
             priority,
         })
     }
@@ -518,6 +530,7 @@ fn relocate(obj: &mut Object, ebpf: &aya::Ebpf) -> Result<(), AttachError> {
 }
 
 /// One eBPF instruction.
+#[cfg(test)]
 pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     bpf_insn {
         code,
@@ -536,6 +549,7 @@ pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
 ///
 /// # Minimum kernel version
 /// 6.4 with `CONFIG_NETFILTER_BPF_LINK`.
+#[cfg(test)]
 pub fn probe_netfilter_links() -> Result<(), AttachError> {
     const MOV64_IMM: u8 = 0xb7;
     const EXIT: u8 = 0x95;

@@ -236,6 +236,10 @@ enum ProbeLink {
 #[derive(Debug)]
 pub struct ProbeAttachment {
     kind: ProbeKind,
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "held for its Drop: the programs detach with it")
+    )]
     links: Vec<ProbeLink>,
     /// Where the function's BTF came from (fentry): `vmlinux` or the module's name.
     btf_from: &'static str,
@@ -243,6 +247,7 @@ pub struct ProbeAttachment {
 
 impl ProbeAttachment {
     /// How many programs are attached (2).
+    #[cfg(test)]
     #[must_use]
     pub fn links(&self) -> usize {
         self.links.len()
