@@ -537,6 +537,82 @@ mod safety {
         );
     }
 
+    /// Entries of the followed-flows table for the flow-table test: two flows (a flow is two
+    /// entries, one per direction).
+    const SMALL_FLOW_TABLE: u64 = 4;
+    /// Connections to the internet host in that test; each is masqueraded to the node's
+    /// address, which pktrace follows by adding both directions of the translated flow.
+    const MASQUERADED_CONNECTIONS: u64 = 12;
+
+    #[test]
+    fn a_full_flow_table_says_how_many_followed_flows_it_evicted() {
+        let _lab = LabGuard::new();
+        let pk = Pktrace::start_with_env(
+            &["--pod", "ubuntu"],
+            &[("PKTRACE_FLOW_TABLE", &SMALL_FLOW_TABLE.to_string())],
+        );
+        let mut ok = 0;
+        for _ in 0..MASQUERADED_CONNECTIONS {
+            if lab::client_tcp(&UBUNTU.netns(), "203.0.113.80:80").is_ok() {
+                ok += 1;
+            }
+        }
+        // Past a housekeeping tick (250 ms): the live report is out.
+        sleep(Duration::from_millis(600));
+        let live = json_lines(&pk.stdout_so_far());
+        let trace = pk.stop();
+        assert!(trace.status.success(), "{}", trace.dump());
+        let summary = trace.summary();
+        let evicted = summary["evicted_flows"].as_u64().unwrap_or(0);
+        let reports: Vec<&Value> = trace
+            .lines
+            .iter()
+            .filter(|l| l["type"] == "evicted_flows")
+            .collect();
+        let live_total = live
+            .iter()
+            .filter(|l| l["type"] == "evicted_flows")
+            .filter_map(|l| l["flows_total"].as_u64())
+            .max()
+            .unwrap_or(0);
+        eprintln!(
+            "flow table of {SMALL_FLOW_TABLE}: {ok}/{MASQUERADED_CONNECTIONS} masqueraded \
+             connections, {live_total} evictions reported live, {evicted} in the summary, {} \
+             report lines",
+            reports.len()
+        );
+        assert_eq!(
+            ok, MASQUERADED_CONNECTIONS,
+            "connections to the internet host failed"
+        );
+        // Each connection added two entries; at most SMALL_FLOW_TABLE can still be there.
+        let at_least = 2 * ok - SMALL_FLOW_TABLE;
+        assert!(
+            live_total >= at_least,
+            "live: {live_total} evictions reported, at least {at_least} happened"
+        );
+        assert!(
+            evicted >= live_total,
+            "summary {evicted} below the live total {live_total}"
+        );
+        // The reports add up to the summary's total.
+        let reported: u64 = reports.iter().filter_map(|l| l["flows"].as_u64()).sum();
+        assert_eq!(reported, evicted, "{}", trace.dump());
+        // With the default table, the same traffic evicts nothing.
+        let pk = Pktrace::start(&["--pod", "ubuntu"]);
+        for _ in 0..MASQUERADED_CONNECTIONS {
+            let _ = lab::client_tcp(&UBUNTU.netns(), "203.0.113.80:80");
+        }
+        let trace = pk.stop();
+        assert!(trace.status.success(), "{}", trace.dump());
+        assert_eq!(trace.summary()["evicted_flows"], 0, "{}", trace.dump());
+        assert!(
+            !trace.lines.iter().any(|l| l["type"] == "evicted_flows"),
+            "{}",
+            trace.dump()
+        );
+    }
+
     // ---------------------------------------------------------------------------------------------
     // 6. Least privilege.
 

@@ -174,8 +174,11 @@ pub mod counter {
     pub const FLOWS_ADDED: u32 = 6;
     /// Pending NAT brackets not found at the closing hook (table evicted or lost).
     pub const NAT_UNPAIRED: u32 = 7;
+    /// Entries the NAT programs added to the followed-flows table (one per flow direction);
+    /// user space compares it with what the table still holds to count evictions.
+    pub const FLOW_ENTRIES: u32 = 8;
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// Filter modes (the `FILTER_MODE` global).

@@ -1,7 +1,7 @@
 //! Maps, globals, the filter and the ring-buffer writer shared by all programs.
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -180,7 +180,9 @@ fn word4(a: &[u8; 16]) -> u32 {
 
 /// Follows a flow in both directions. Only a flow not followed yet is inserted (an LRU insert
 /// takes a fresh element each time; the lookup also refreshes a known flow), and nothing is
-/// when every packet is traced anyway.
+/// when every packet is traced anyway. Inserts are `BPF_NOEXIST`, so each one counted in
+/// `FLOW_ENTRIES` is a new entry: user space never deletes any, so what it cannot find in the
+/// table any more was evicted.
 #[inline(always)]
 pub fn track_flow(t: &Tuple) {
     if trace_all() {
@@ -194,8 +196,15 @@ pub fn track_flow(t: &Tuple) {
     // Before the inserts: a program that sees the flow must not skip the lookup.
     // SAFETY: a plain write of a global; every writer writes the same value.
     unsafe { core::ptr::write_volatile(&raw mut FLOWS_PRESENT, 1) };
-    if TRACKED_FLOWS.insert(t, &1, 0).is_ok() && TRACKED_FLOWS.insert(&rev, &1, 0).is_ok() {
+    if TRACKED_FLOWS.insert(t, &1, u64::from(BPF_NOEXIST)).is_ok() {
+        count(counter::FLOW_ENTRIES);
         count(counter::FLOWS_ADDED);
+    }
+    if TRACKED_FLOWS
+        .insert(&rev, &1, u64::from(BPF_NOEXIST))
+        .is_ok()
+    {
+        count(counter::FLOW_ENTRIES);
     }
 }
 

@@ -3,15 +3,17 @@
 //! The kernel submits events without waking the reader (a wakeup per event costs microseconds
 //! per packet) and wakes it only past a fill threshold, so the collector drains both on
 //! readiness and on a short timer. Losses (ring buffer full) are counted per CPU in the kernel
-//! and reported from here; nothing is lost silently.
+//! and reported from here; nothing is lost silently. The same holds for the in-kernel table of
+//! flows followed after NAT (`TRACKED_FLOWS`, an LRU map): the kernel counts the entries it
+//! adds, user space never deletes one, so every entry added and no longer there was evicted.
 
 use std::os::fd::{AsRawFd, RawFd};
 
 use aya::{
     Ebpf,
-    maps::{MapData, MapError, PerCpuArray, RingBuf},
+    maps::{HashMap, IterableMap as _, MapData, MapError, PerCpuArray, RingBuf},
 };
-use tracer_common::{Event, counter};
+use tracer_common::{Event, Tuple, counter};
 
 /// Failures to set up or read the collector's maps.
 #[derive(Debug, thiserror::Error)]
@@ -37,12 +39,27 @@ pub struct Counters {
     pub nat_seen: u64,
     pub flows_added: u64,
     pub nat_unpaired: u64,
+    /// Entries added to the followed-flows table (one per flow direction).
+    pub flow_entries: u64,
 }
 
-/// The ring buffer and the counters.
+/// Entries of the followed-flows table that were evicted, at least: of `added` entries, at most
+/// `capacity` can still be there, and `live` (when counted) are. A count of `live` taken while
+/// the programs still insert can only be too high, so the result stays a lower bound.
+#[must_use]
+pub fn flows_evicted(added: u64, capacity: u64, live: Option<u64>) -> u64 {
+    let by_capacity = added.saturating_sub(capacity);
+    live.map_or(by_capacity, |live| {
+        added.saturating_sub(live).max(by_capacity)
+    })
+}
+
+/// The ring buffer, the counters and the followed-flows table (only counted).
 pub struct Collector {
     ring: RingBuf<MapData>,
     counters: PerCpuArray<MapData, u64>,
+    flows: HashMap<MapData, Tuple, u32>,
+    flow_capacity: u64,
 }
 
 impl AsRawFd for Collector {
@@ -64,7 +81,8 @@ fn release_startup_memory() {
 }
 
 impl Collector {
-    /// Takes the `EVENTS` and `COUNTERS` maps out of the loaded object.
+    /// Takes the `EVENTS`, `COUNTERS` and `TRACKED_FLOWS` maps out of the loaded object (the
+    /// programs keep using them).
     ///
     /// The start-up garbage goes back first: mapping the ring buffer puts all of its pages
     /// (twice its size) in the RSS at once, so trimming after it made the start-up garbage
@@ -85,7 +103,28 @@ impl Collector {
             name: "COUNTERS",
             source,
         })?;
-        Ok(Self { ring, counters })
+        let flows = ebpf
+            .take_map("TRACKED_FLOWS")
+            .ok_or(CollectError::MissingMap("TRACKED_FLOWS"))?;
+        let flows: HashMap<MapData, Tuple, u32> =
+            HashMap::try_from(flows).map_err(|source| CollectError::Map {
+                name: "TRACKED_FLOWS",
+                source,
+            })?;
+        let flow_capacity = flows
+            .map()
+            .info()
+            .map_err(|source| CollectError::Map {
+                name: "TRACKED_FLOWS",
+                source,
+            })?
+            .max_entries();
+        Ok(Self {
+            ring,
+            counters,
+            flows,
+            flow_capacity: u64::from(flow_capacity),
+        })
     }
 
     /// Hands up to `max` waiting records to `f` as events; returns how many events there
@@ -128,6 +167,47 @@ impl Collector {
             nat_seen: sum(counter::NAT_SEEN)?,
             flows_added: sum(counter::FLOWS_ADDED)?,
             nat_unpaired: sum(counter::NAT_UNPAIRED)?,
+            flow_entries: sum(counter::FLOW_ENTRIES)?,
         })
+    }
+
+    /// Entries the followed-flows table can hold.
+    #[must_use]
+    pub const fn flow_capacity(&self) -> u64 {
+        self.flow_capacity
+    }
+
+    /// Entries the followed-flows table holds now (a walk of its keys, one system call per
+    /// entry: for the end of a session, not for every tick). Bounded by the capacity: a walk
+    /// that restarts because an entry vanished under it cannot run on.
+    #[must_use]
+    pub fn live_flow_entries(&self) -> u64 {
+        let walked = self
+            .flows
+            .keys()
+            .take(usize::try_from(self.flow_capacity).unwrap_or(usize::MAX));
+        walked.filter(Result::is_ok).count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flows_evicted;
+
+    #[test]
+    fn flow_evictions_are_a_lower_bound_from_the_capacity_or_exact_from_a_count() {
+        // Nothing added past the capacity and nothing counted: no claim.
+        assert_eq!(flows_evicted(0, 8, None), 0);
+        assert_eq!(flows_evicted(8, 8, None), 0);
+        // 30 added to a table of 8: at least 22 are gone.
+        assert_eq!(flows_evicted(30, 8, None), 22);
+        // Counted: 5 still there of 30, so 25 went (more than the capacity tells).
+        assert_eq!(flows_evicted(30, 8, Some(5)), 25);
+        // An LRU evicts before it is full (per-CPU free lists): 6 added, 4 there, 2 evicted.
+        assert_eq!(flows_evicted(6, 8, Some(4)), 2);
+        // A count taken while entries were added can exceed the counter read before it: never
+        // below the capacity bound, never negative.
+        assert_eq!(flows_evicted(30, 8, Some(31)), 22);
+        assert_eq!(flows_evicted(3, 8, Some(4)), 0);
     }
 }

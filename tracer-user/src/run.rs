@@ -23,7 +23,7 @@ use crate::{
         tc,
     },
     caps,
-    collect::{Collector, Counters},
+    collect::{self, Collector, Counters},
     config::{Config, Target},
     explain::Explainer,
     follow::{self, Action, PodWatch},
@@ -66,7 +66,7 @@ pub enum RunError {
     #[error(transparent)]
     Nat(#[from] nat::NatError),
     #[error(transparent)]
-    Collect(#[from] crate::collect::CollectError),
+    Collect(#[from] collect::CollectError),
     #[error("writing --ready-file {path}")]
     ReadyFile {
         path: String,
@@ -238,6 +238,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         limit: cfg.limits.count,
         lost_reported: 0,
         evicted_reported: 0,
+        flows_evicted_reported: 0,
         counters: Counters::default(),
         done: Vec::new(),
     };
@@ -273,7 +274,9 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         session.correlator.flush(&mut session.done);
         session.output(sink.as_mut())
     });
-    let end = end.and_then(|()| session.housekeeping(&collector, sink.as_mut()));
+    let end = end
+        .and_then(|()| session.housekeeping(&collector, sink.as_mut()))
+        .and_then(|()| session.flow_evictions(&collector, sink.as_mut(), true));
     session.summary.set_lost(session.counters.ringbuf_full);
     session.summary.set_evicted(session.correlator.evicted());
     let end = end.and_then(|()| sink.summary(&session.summary));
@@ -336,6 +339,8 @@ struct Session {
     limit: Option<u64>,
     lost_reported: u64,
     evicted_reported: u64,
+    /// Entries evicted from the kernel's followed-flows table, as last reported.
+    flows_evicted_reported: u64,
     counters: Counters,
     /// Journeys completed and not yet written (kept for its capacity between batches).
     done: Vec<Journey>,
@@ -476,6 +481,26 @@ impl Session {
             self.evicted_reported = evicted;
         }
         self.summary.set_evicted(evicted);
+        self.flow_evictions(collector, sink, false)
+    }
+
+    /// Reports new evictions from the kernel's followed-flows table: while running, what the
+    /// counters prove (entries added past the capacity); with `count`, also a walk of the
+    /// table (once, at the end). Call after `housekeeping` read the counters.
+    fn flow_evictions(
+        &mut self,
+        collector: &Collector,
+        sink: &mut (dyn Sink + Send),
+        count: bool,
+    ) -> io::Result<()> {
+        let added = self.counters.flow_entries;
+        let live = (count && added > 0).then(|| collector.live_flow_entries());
+        let evicted = collect::flows_evicted(added, collector.flow_capacity(), live);
+        if evicted > self.flows_evicted_reported {
+            sink.evicted_flows(evicted - self.flows_evicted_reported, evicted)?;
+            self.flows_evicted_reported = evicted;
+        }
+        self.summary.set_evicted_flows(self.flows_evicted_reported);
         Ok(())
     }
 }

@@ -120,6 +120,7 @@ pub struct Summary {
     events: u64,
     lost_events: u64,
     evicted_journeys: u64,
+    evicted_flows: u64,
     dnat: Histogram,
     snat: Histogram,
     transit: Histogram,
@@ -169,6 +170,17 @@ impl Summary {
     #[must_use]
     pub const fn evicted_journeys(&self) -> u64 {
         self.evicted_journeys
+    }
+
+    /// Sets the total of entries evicted from the kernel's followed-flows table (at least).
+    pub fn set_evicted_flows(&mut self, n: u64) {
+        self.evicted_flows = n;
+    }
+
+    /// Entries evicted from the kernel's followed-flows table (one per flow direction).
+    #[must_use]
+    pub const fn evicted_flows(&self) -> u64 {
+        self.evicted_flows
     }
 
     /// Journeys recorded.

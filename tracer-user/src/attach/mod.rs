@@ -27,6 +27,10 @@ pub const WAKE_BYTES: u64 = 256 << 10;
 /// for tests that overrun it on purpose. Unset: the object's 8 MiB.
 pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
 
+/// Hidden knob: how many entries the followed-flows table (`TRACKED_FLOWS`) holds, for tests
+/// that overrun it on purpose. Unset: the object's 65,536.
+pub const FLOW_TABLE_ENV: &str = "PKTRACE_FLOW_TABLE";
+
 /// Failures to load the kernel object.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -108,6 +112,12 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
         .and_then(|v| v.parse::<u32>().ok())
     {
         loader.map_max_entries("EVENTS", bytes);
+    }
+    if let Some(entries) = std::env::var(FLOW_TABLE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        loader.map_max_entries("TRACKED_FLOWS", entries.max(1));
     }
     loader.load(OBJECT).map_err(|e| {
         if is_permission(&e) {

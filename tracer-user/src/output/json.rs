@@ -301,6 +301,13 @@ struct LossLine {
 }
 
 #[derive(Serialize)]
+struct EvictedFlowsLine {
+    r#type: &'static str,
+    flows: u64,
+    flows_total: u64,
+}
+
+#[derive(Serialize)]
 struct EvictedLine {
     r#type: &'static str,
     journeys: u64,
@@ -314,6 +321,7 @@ struct SummaryLine {
     events: u64,
     lost_events: u64,
     evicted_journeys: u64,
+    evicted_flows: u64,
     nat: NatStats,
     transit: StatsOut,
 }
@@ -412,6 +420,17 @@ impl Sink for JsonSink {
         )
     }
 
+    fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()> {
+        write_line(
+            &mut self.out,
+            &EvictedFlowsLine {
+                r#type: "evicted_flows",
+                flows: new,
+                flows_total: total,
+            },
+        )
+    }
+
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         write_line(
             &mut self.out,
@@ -421,6 +440,7 @@ impl Sink for JsonSink {
                 events: s.events(),
                 lost_events: s.lost_events(),
                 evicted_journeys: s.evicted_journeys(),
+                evicted_flows: s.evicted_flows(),
                 nat: NatStats {
                     dnat: s.dnat().into(),
                     snat: s.snat().into(),
@@ -578,6 +598,7 @@ mod tests {
         summary.add_events(3);
         summary.set_lost(5);
         summary.set_evicted(4);
+        summary.set_evicted_flows(6);
         let out = lines(|s| {
             s.journey(&Journey {
                 steps: vec![],
@@ -586,6 +607,7 @@ mod tests {
             .unwrap();
             s.loss(2, 5).unwrap();
             s.evicted(3, 4).unwrap();
+            s.evicted_flows(2, 6).unwrap();
             s.summary(&Summary::new()).unwrap();
             s.summary(&summary).unwrap();
         });
@@ -593,9 +615,12 @@ mod tests {
         let want = [
             json!({"type":"loss","lost":2,"lost_total":5}),
             json!({"type":"evicted","journeys":3,"journeys_total":4}),
+            json!({"type":"evicted_flows","flows":2,"flows_total":6}),
             json!({"type":"summary","journeys":0,"events":0,"lost_events":0,"evicted_journeys":0,
+                   "evicted_flows":0,
                    "nat":{"dnat":zero,"snat":zero},"transit":zero}),
             json!({"type":"summary","journeys":1,"events":3,"lost_events":5,"evicted_journeys":4,
+                   "evicted_flows":6,
                    "nat":{"dnat":{"count":1,"p50_ns":2710,"p99_ns":2710,"max_ns":2710},
                           "snat":zero},
                    "transit":{"count":1,"p50_ns":9410,"p99_ns":9410,"max_ns":9410}}),

@@ -39,6 +39,14 @@ pub trait Sink {
     /// Writing to the output failed.
     fn evicted(&mut self, new: u64, total: u64) -> io::Result<()>;
 
+    /// Reports entries evicted from the kernel's table of flows followed after NAT (an LRU
+    /// map; one entry per flow direction): at least `new` since the last report, at least
+    /// `total` since the start. Packets of those flows after NAT may be missing.
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()>;
+
     /// Writes the summary (the last output of a run).
     ///
     /// # Errors

@@ -220,6 +220,15 @@ impl Sink for TextSink {
         self.emit(&format!("{line}\n"))
     }
 
+    fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()> {
+        let line = format!(
+            "!! at least {new} followed flows evicted (at least {total} total, one per direction): \
+             the kernel's flow table was full; their packets after NAT may be missing"
+        );
+        let line = self.paint(RED, &line);
+        self.emit(&format!("{line}\n"))
+    }
+
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         let title = format!(
             "summary for {}: {} journeys, {} events, {} lost events",
@@ -250,6 +259,15 @@ impl Sink for TextSink {
             let warn = format!(
                 "!! {} journeys were closed early (join table full): they may be incomplete",
                 s.evicted_journeys()
+            );
+            block.push_str(&self.paint(RED, &warn));
+            block.push('\n');
+        }
+        if s.evicted_flows() > 0 {
+            let warn = format!(
+                "!! {} followed flows (one per direction) were evicted from the kernel's flow \
+                 table (full): their packets after NAT may be missing",
+                s.evicted_flows()
             );
             block.push_str(&self.paint(RED, &warn));
             block.push('\n');
@@ -451,6 +469,19 @@ summary for default/ubuntu: 1 journeys, 3 events, 0 lost events
         ));
         assert!(got.ends_with(
             "!! 2 journeys were closed early (join table full): they may be incomplete\n"
+        ));
+        s.set_evicted_flows(7);
+        let got = render(false, |sink| {
+            sink.evicted_flows(3, 7).unwrap();
+            sink.summary(&s).unwrap();
+        });
+        assert!(got.starts_with(
+            "!! at least 3 followed flows evicted (at least 7 total, one per direction): the \
+             kernel's flow table was full; their packets after NAT may be missing\n"
+        ));
+        assert!(got.ends_with(
+            "!! 7 followed flows (one per direction) were evicted from the kernel's flow table \
+             (full): their packets after NAT may be missing\n"
         ));
     }
 
