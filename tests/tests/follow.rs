@@ -5,6 +5,8 @@
 //! `xtask::lab::pods`, makes bounded traffic and reads what pktrace printed.
 
 use std::{
+    net::UdpSocket,
+    sync::mpsc,
     thread::{self, sleep},
     time::{Duration, Instant},
 };
@@ -12,6 +14,7 @@ use std::{
 use serde_json::Value;
 use tests::{
     LabGuard,
+    rawbpf::enter_netns,
     trace::{Pktrace, steps},
 };
 use xtask::lab::{self, NODE_NS, in_ns, pods};
@@ -181,6 +184,146 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
         ok,
         trace.journeys().iter().filter(|j| j["ending"] == "interface_gone").count()
     );
+}
+
+/// `default/coredns`'s ClusterIP (a UDP responder behind DNAT).
+const DNS_IP: &str = "10.0.0.10";
+/// The holding queue's device in `pkt-node` (no interface pattern of pktrace matches it).
+const HOLD_DEV: &str = "pktifb0";
+/// Datagrams sent into the holding queue.
+const HELD_SENT: usize = 10;
+/// Bytes of each datagram's payload: with the queue's 1000 bytes/s, one frame (542 bytes) fits
+/// its bucket at once and each further one waits 0.54 s more.
+const HELD_PAYLOAD: usize = 500;
+
+fn tc(args: &str) {
+    let status = in_ns(NODE_NS, "tc", args.split_whitespace()).status().expect("tc");
+    assert!(status.success(), "tc {args}");
+}
+
+/// A queue that holds the pod's DNS datagrams between the veth's ingress hook (where pktrace
+/// sees them) and the bridge: the veth's ingress redirects UDP to port 53 to an ifb device
+/// whose token bucket lets one 542-byte frame through every 0.54 s; ifb then hands each
+/// packet back to the veth's receive path, past tc, or drops it when the veth is gone
+/// (drivers/net/ifb.c). tcx programs run before clsact filters (net/core/dev.c,
+/// `sch_handle_ingress`), so pktrace's ingress event comes first. The ifb device is deleted on
+/// drop; the clsact qdisc goes with the veth.
+struct HoldingQueue;
+
+impl HoldingQueue {
+    fn on(veth: &str) -> Self {
+        ip_link(&format!("link add {HOLD_DEV} type ifb"));
+        let me = Self;
+        ip_link(&format!("link set {HOLD_DEV} up"));
+        tc(&format!("qdisc add dev {HOLD_DEV} root tbf rate 8kbit burst 600 limit 60000"));
+        tc(&format!("qdisc add dev {veth} clsact"));
+        tc(&format!(
+            "filter add dev {veth} ingress pref 65000 protocol ip u32 match ip protocol 17 0xff \
+             match ip dport 53 0xffff action mirred egress redirect dev {HOLD_DEV}"
+        ));
+        me
+    }
+}
+
+impl Drop for HoldingQueue {
+    fn drop(&mut self) {
+        let _ = in_ns(NODE_NS, "ip", ["link", "del", HOLD_DEV]).status();
+    }
+}
+
+#[test]
+fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
+    let _lab = LabGuard::new();
+    let pod = pods::add("follow-e").expect("adding pod follow-e");
+    let (ns, ip, veth) = (pod.netns(), pod.ip.to_string(), pod.host_if.clone());
+    let _queue = HoldingQueue::on(&veth);
+    let mut tracer = Pktrace::start(&["--trace-all", "--follow", "-v"]);
+    // TCP is not held: it proves pktrace sees the pod before the test starts.
+    assert!(traffic_until_traced(&tracer, &ns, &ip, &veth, 10).is_some());
+
+    // From the pod: HELD_SENT datagrams with distinct payloads (distinct fingerprints), 10 ms
+    // apart; replies are counted until the veth has been gone for 0.5 s.
+    let (deleted_tx, deleted_rx) = mpsc::channel::<()>();
+    let (sent_tx, sent_rx) = mpsc::channel::<()>();
+    let sender = {
+        let ns = ns.clone();
+        thread::spawn(move || {
+            enter_netns(&ns);
+            let socket = UdpSocket::bind(("0.0.0.0", 0)).expect("udp socket");
+            socket.connect((DNS_IP, 53)).expect("connect");
+            socket.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+            let mut payload = vec![b'.'; HELD_PAYLOAD];
+            let mut sent = 0;
+            for i in 0..HELD_SENT {
+                payload[..8].copy_from_slice(format!("held-{i:02} ").as_bytes());
+                if socket.send(&payload).is_ok() {
+                    sent += 1;
+                }
+                sleep(Duration::from_millis(10));
+            }
+            let _ = sent_tx.send(());
+            let (mut replies, mut buf) = (0, [0u8; 2048]);
+            let mut gone_at = None;
+            let start = Instant::now();
+            while gone_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(500))
+                && start.elapsed() < Duration::from_secs(10)
+            {
+                if socket.recv(&mut buf).is_ok() {
+                    replies += 1;
+                }
+                if gone_at.is_none() && deleted_rx.try_recv().is_ok() {
+                    gone_at = Some(Instant::now());
+                }
+            }
+            (sent, replies)
+        })
+    };
+    sent_rx.recv_timeout(Duration::from_secs(5)).expect("the sender did not send");
+    // The datagrams after the first wait in the queue; the veth goes while they do.
+    sleep(Duration::from_millis(150));
+    let deletion = Instant::now();
+    ip_link(&format!("link del {veth}"));
+    let deletion = deletion.elapsed();
+    let _ = deleted_tx.send(());
+    let (sent, replies) = sender.join().expect("sender");
+    pods::del("follow-e").expect("deleting pod follow-e");
+    sleep(Duration::from_millis(300));
+    assert!(tracer.is_running(), "pktrace died when the veth went:\n{}", tracer.so_far().1);
+
+    let trace = tracer.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    let about: Vec<&str> = trace.stderr.lines().filter(|l| l.contains(&veth)).collect();
+    assert!(about.len() <= 2, "more than two lines about {veth}:\n{}", trace.stderr);
+    assert_eq!(about.iter().filter(|l| l.contains("is gone")).count(), 1, "{}", trace.stderr);
+    let noisy = trace.stderr.lines().filter(|l| l.contains("error") || l.contains("failed")).count();
+    assert_eq!(noisy, 0, "{}", trace.stderr);
+
+    let dns = format!("{DNS_IP}:53");
+    let requests: Vec<&Value> =
+        from_pod(&trace.lines, &ip, &veth).into_iter().filter(|j| steps(j)[0]["dst"] == dns.as_str()).collect();
+    let ending = |e: &str| requests.iter().filter(|j| j["ending"] == e).count();
+    let (gone, left) = (ending("interface_gone"), ending("left"));
+    eprintln!(
+        "follow: {sent} datagrams held on {veth}, {replies} answered, veth deleted in {deletion:?}; \
+         journeys: {} in all, {gone} interface_gone, {left} left",
+        requests.len()
+    );
+    assert_eq!(sent, HELD_SENT, "the pod could not send");
+    // Every datagram entered on the veth and is accounted for: it went on (left through the
+    // DNS pod's veth) or was still held when the veth went (interface gone). Nothing timed
+    // out or was flushed at exit.
+    assert_eq!(requests.len(), sent, "one journey per datagram:\n{}", trace.dump());
+    assert_eq!(gone + left, sent, "every journey left or ended with its interface:\n{}", trace.dump());
+    // A datagram that was answered was delivered: its journey is never closed as gone.
+    assert!(left >= replies, "{replies} answered but only {left} journeys left");
+    // The queue lets at most two through before the deletion (one at once, the next 0.54 s
+    // later): the rest were in flight when the veth went.
+    assert!(gone >= sent - 2, "only {gone} of {sent} held datagrams closed as interface_gone:\n{}", trace.dump());
+    for j in requests.iter().filter(|j| j["ending"] == "interface_gone") {
+        let s = steps(j);
+        assert_eq!(s.len(), 1, "a held journey has only its ingress step: {j}");
+        assert_eq!((s[0]["point"].as_str(), s[0]["iface"].as_str()), (Some("ingress"), Some(veth.as_str())), "{j}");
+    }
 }
 
 #[test]
