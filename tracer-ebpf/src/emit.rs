@@ -10,8 +10,9 @@ use tracer_common::{
     parse::{Parsed, Window},
 };
 
-/// Default ring-buffer size; user space may override it (`EVENTS` max entries).
-const RING_BYTES: u32 = 8 << 20;
+/// Default ring-buffer size (4 MiB, about 90 ms of 100,000 traced packets/s; see
+/// BENCHMARKS.md "Ring size"); user space may override it (`EVENTS` max entries).
+const RING_BYTES: u32 = 4 << 20;
 
 /// Events for user space.
 #[map]

@@ -24,7 +24,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tr
 pub const WAKE_BYTES: u64 = 256 << 10;
 
 /// Hidden knob: the ring buffer's size in bytes (a power of two, a multiple of the page size),
-/// for tests that overrun it on purpose. Unset: the object's 8 MiB.
+/// for tests that overrun it on purpose. Unset: the object's 4 MiB.
 pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
 
 /// Hidden knob: how many entries the followed-flows table (`TRACKED_FLOWS`) holds, for tests
