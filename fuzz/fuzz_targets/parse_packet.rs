@@ -13,7 +13,9 @@
 //!   TCP, UDP and ICMP have ports, ICMP's are the echo identifier on both sides; an IPv4 later
 //!   fragment has no ports;
 //! - the tc view of a frame and the netfilter view of its L3 packet agree when both windows
-//!   hold the same bytes.
+//!   hold the same bytes;
+//! - the netfilter programs' fast tuple (`tuple_ipv4_fast`), when it applies, is exactly
+//!   `parse_l3`'s tuple, and reads only the first `FAST_BYTES` of the packet.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -32,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some(p) = &l3 {
         check_l3_fields(p, &data[..cap], 0);
     }
+    check_fast_tuple(&w, cap, l3.as_ref());
     if let Some(p) = &l2 {
         let off = l3_offset(&data[..cap]).expect("parse_ethernet read an IP packet past its tags");
         check_l3_fields(p, &data[..cap], off);
@@ -55,6 +58,33 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The fast tuple equals the full parse's whenever it claims to apply, both with the whole
+/// packet in the window and with only its first `FAST_BYTES` copied (what the netfilter enter
+/// program reads; the rest of the per-CPU window holds stale bytes).
+fn check_fast_tuple(w: &Window, cap: usize, l3: Option<&Parsed>) {
+    let mut fast = Tuple::default();
+    let ok = parse::tuple_ipv4_fast(w, cap, cap, &mut fast);
+    if ok {
+        let p = l3.expect("the fast tuple applied to a packet parse_l3 rejects");
+        assert_eq!(fast, p.tuple, "fast tuple differs from parse_l3's");
+    }
+    if cap >= parse::FAST_BYTES {
+        let mut partial = *w;
+        for (i, b) in partial.iter_mut().enumerate().skip(parse::FAST_BYTES) {
+            *b ^= 0xa5 ^ (i as u8);
+        }
+        let mut again = Tuple::default();
+        let ok_again = parse::tuple_ipv4_fast(&partial, parse::FAST_BYTES, cap, &mut again);
+        assert_eq!(
+            ok_again, ok,
+            "bytes past FAST_BYTES changed whether the fast path applies"
+        );
+        if ok {
+            assert_eq!(again, fast, "bytes past FAST_BYTES changed the fast tuple");
+        }
+    }
+}
 
 /// Parses the window three ways (clean, with stale bytes past `cap`, into a dirty output) and
 /// checks they agree; returns the parse.
