@@ -144,13 +144,19 @@ pub fn verifier_reason(log: &str) -> &str {
     lines.rfind(|l| !stats.iter().any(|s| l.starts_with(s))).unwrap_or(last)
 }
 
-/// Puts the traced pod's addresses into the in-kernel filter.
-pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
+/// The in-kernel filter's address map (`TRACKED_ADDRS`).
+fn tracked_addrs_map(
+    ebpf: &mut Ebpf,
+) -> Result<BpfHashMap<&mut aya::maps::MapData, AddrKey, u32>, LoadError> {
     let map = ebpf
         .map_mut("TRACKED_ADDRS")
         .ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
-    let mut map: BpfHashMap<_, AddrKey, u32> =
-        BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    BpfHashMap::try_from(map).map_err(LoadError::Seed)
+}
+
+/// Puts the traced pod's addresses into the in-kernel filter.
+pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
+    let mut map = tracked_addrs_map(ebpf)?;
     for addr in addrs {
         map.insert(addr_key(*addr), 1, 0).map_err(LoadError::Seed)?;
     }
@@ -206,11 +212,7 @@ pub fn addr_key(addr: std::net::IpAddr) -> AddrKey {
 /// Takes addresses out of the in-kernel filter (a followed pod that moved to another IP).
 /// Flows already tracked stay tracked until the LRU ages them out.
 pub fn untrack_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), LoadError> {
-    let map = ebpf
-        .map_mut("TRACKED_ADDRS")
-        .ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
-    let mut map: BpfHashMap<_, AddrKey, u32> =
-        BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
+    let mut map = tracked_addrs_map(ebpf)?;
     for addr in addrs {
         // Absent already is as good as removed.
         let _ = map.remove(&addr_key(*addr));
