@@ -15,6 +15,15 @@ use aya::{
 };
 use tracer_common::{Event, Tuple, counter};
 
+/// Takes map `name` out of the object as a `T` (the collector owns its maps from here on).
+fn take_map<T: TryFrom<aya::maps::Map, Error = MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T, CollectError> {
+    let map = ebpf.take_map(name).ok_or(CollectError::MissingMap(name))?;
+    T::try_from(map).map_err(|source| CollectError::Map { name, source })
+}
+
 /// Failures to set up or read the collector's maps.
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
@@ -89,28 +98,9 @@ impl Collector {
     /// and the ring one peak (VmHWM).
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
         release_startup_memory();
-        let ring = ebpf
-            .take_map("EVENTS")
-            .ok_or(CollectError::MissingMap("EVENTS"))?;
-        let ring = RingBuf::try_from(ring).map_err(|source| CollectError::Map {
-            name: "EVENTS",
-            source,
-        })?;
-        let counters = ebpf
-            .take_map("COUNTERS")
-            .ok_or(CollectError::MissingMap("COUNTERS"))?;
-        let counters = PerCpuArray::try_from(counters).map_err(|source| CollectError::Map {
-            name: "COUNTERS",
-            source,
-        })?;
-        let flows = ebpf
-            .take_map("TRACKED_FLOWS")
-            .ok_or(CollectError::MissingMap("TRACKED_FLOWS"))?;
-        let flows: HashMap<MapData, Tuple, u32> =
-            HashMap::try_from(flows).map_err(|source| CollectError::Map {
-                name: "TRACKED_FLOWS",
-                source,
-            })?;
+        let ring: RingBuf<MapData> = take_map(ebpf, "EVENTS")?;
+        let counters = take_map(ebpf, "COUNTERS")?;
+        let flows: HashMap<MapData, Tuple, u32> = take_map(ebpf, "TRACKED_FLOWS")?;
         let flow_capacity = flows
             .map()
             .info()
