@@ -75,10 +75,10 @@ impl Pktrace {
             full.extend(["--state-file".into(), STATE_FILE.into()]);
         }
         // The VM tier runs the same tests once per NAT hook.
-        if let Ok(hook) = std::env::var(NAT_HOOK_ENV) {
-            if !args.contains(&"--nat-hook") {
-                full.extend(["--nat-hook".into(), hook]);
-            }
+        if let Ok(hook) = std::env::var(NAT_HOOK_ENV)
+            && !args.contains(&"--nat-hook")
+        {
+            full.extend(["--nat-hook".into(), hook]);
         }
         full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
         let mut cmd = in_ns(ns, pktrace_bin(), &full);

@@ -62,7 +62,7 @@ fn tcp(addr: &str) -> String {
 }
 
 /// The SNAT step of the original-direction journey whose translated source the server saw.
-fn snat_seen_as<'a>(journeys: &[&'a Value], seen: &str) -> Option<Value> {
+fn snat_seen_as(journeys: &[&Value], seen: &str) -> Option<Value> {
     let client = seen.strip_prefix("client=")?;
     journeys.iter().find_map(|j| {
         nat_steps(j)

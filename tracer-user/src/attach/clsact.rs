@@ -305,12 +305,9 @@ fn live_net_namespaces() -> Option<std::collections::HashSet<u64>> {
         if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
-        match std::fs::metadata(entry.path().join("ns/net")) {
-            Ok(m) => {
-                live.insert(m.ino());
-            }
-            // Exited meanwhile, or not ours to see.
-            Err(_) => {}
+        // An error: exited meanwhile, or not ours to see.
+        if let Ok(m) = std::fs::metadata(entry.path().join("ns/net")) {
+            live.insert(m.ino());
         }
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;

@@ -45,7 +45,7 @@ pub fn current() -> Option<u32> {
 unsafe fn ask(fd: libc::c_int) -> Option<u32> {
     let tv = libc::timeval {
         tv_sec: 0,
-        tv_usec: libc::suseconds_t::try_from(TIMEOUT.as_micros()).ok()?,
+        tv_usec: TIMEOUT.as_micros().try_into().ok()?,
     };
     let tv_len = libc::socklen_t::try_from(size_of::<libc::timeval>()).ok()?;
     // SAFETY: `tv` outlives the call and `tv_len` is its size.
