@@ -436,11 +436,12 @@ impl Session {
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
         let mut wrote = false;
+        self.explainer.take_updates();
         for mut j in done.drain(..) {
             if j.steps.is_empty() || self.limit.is_some_and(|n| self.journeys >= n) {
                 continue;
             }
-            self.explainer.explain(&mut j);
+            self.explainer.explain_with_current_rules(&mut j);
             self.journeys += 1;
             self.summary.record(&j);
             sink.journey(&j)?;
