@@ -166,19 +166,22 @@ impl Explainer {
         self.cache.clear();
     }
 
+    /// [`Self::take_updates`], then [`Self::explain_with_current_rules`] (one journey at a
+    /// time, as the tests go).
+    #[cfg(test)]
+    pub fn explain(&mut self, j: &mut Journey) {
+        self.take_updates();
+        self.explain_with_current_rules(j);
+    }
+
     /// Names the rule of each NAT step, and why a journey that leaves unchanged was not
     /// SNATed. The journey is replayed from its first packet (mark 0 as it arrives), so
     /// marks set on the way (KUBE-MARK-MASQ) count for the SNAT decision.
     ///
     /// Every packet of a connection takes the same NAT steps, so the answer is cached per
     /// sequence of translations (the replay dominated the collector's time under load).
-    pub fn explain(&mut self, j: &mut Journey) {
-        self.take_updates();
-        self.explain_with_current_rules(j);
-    }
-
-    /// [`Self::explain`] without looking for new rules first: for a batch of journeys after
-    /// one [`Self::take_updates`] (the channel poll cost 1–2 % of the collector per journey).
+    /// Rules the poller found changed are used once [`Self::take_updates`] took them: once
+    /// per batch of journeys (the channel poll per journey cost 1–2 % of the collector).
     pub fn explain_with_current_rules(&mut self, j: &mut Journey) {
         let Some(rules) = &self.rules else { return };
         let (nat, leaving) = &mut self.key;

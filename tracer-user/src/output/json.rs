@@ -186,12 +186,15 @@ const fn point_open(p: Point) -> &'static [u8] {
     }
 }
 
+type Endpoints = (Tuple, Range<usize>, Range<usize>);
+
 /// The endpoints of the tuples written last in this line, as ranges of the line: the steps of
 /// a journey mostly repeat a tuple (ingress and egress without NAT, a NAT step's `orig` the
 /// tuple before it), and a copy costs less than writing the addresses again.
 #[derive(Default)]
 struct Written {
-    slots: [Option<(Tuple, Range<usize>, Range<usize>)>; 2],
+    /// A tuple and where its source and destination strings are.
+    slots: [Option<Endpoints>; 2],
     next: usize,
 }
 
