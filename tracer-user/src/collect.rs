@@ -7,7 +7,11 @@
 //! flows followed after NAT (`TRACKED_FLOWS`, an LRU map): the kernel counts the entries it
 //! adds, user space never deletes one, so every entry added and no longer there was evicted.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::{
+    os::fd::{AsRawFd, RawFd},
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicUsize, Ordering},
+};
 
 use aya::{
     Ebpf,
@@ -35,6 +39,8 @@ pub enum CollectError {
         #[source]
         source: MapError,
     },
+    #[error("mapping the ring buffer EVENTS into memory failed")]
+    Mmap(#[source] std::io::Error),
 }
 
 /// Sums of the kernel's per-CPU counters.
@@ -65,7 +71,9 @@ pub fn flows_evicted(added: u64, capacity: u64, live: Option<u64>) -> u64 {
 
 /// The ring buffer, the counters and the followed-flows table (only counted).
 pub struct Collector {
+    /// Kept for its fd (readiness) and its maps; records are read through `reader`.
     ring: RingBuf<MapData>,
+    reader: RingReader,
     counters: PerCpuArray<MapData, u64>,
     flows: HashMap<MapData, Tuple, u32>,
     flow_capacity: u64,
@@ -98,7 +106,15 @@ impl Collector {
     /// and the ring one peak (VmHWM).
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
         release_startup_memory();
-        let ring: RingBuf<MapData> = take_map(ebpf, "EVENTS")?;
+        let events = ebpf
+            .take_map("EVENTS")
+            .ok_or(CollectError::MissingMap("EVENTS"))?;
+        let ring_bytes = ring_byte_size(&events)?;
+        let ring = RingBuf::try_from(events).map_err(|source| CollectError::Map {
+            name: "EVENTS",
+            source,
+        })?;
+        let reader = RingReader::new(ring.as_raw_fd(), ring_bytes)?;
         let counters = take_map(ebpf, "COUNTERS")?;
         let flows: HashMap<MapData, Tuple, u32> = take_map(ebpf, "TRACKED_FLOWS")?;
         let flow_capacity = flows
@@ -111,6 +127,7 @@ impl Collector {
             .max_entries();
         Ok(Self {
             ring,
+            reader,
             counters,
             flows,
             flow_capacity: u64::from(flow_capacity),
@@ -123,16 +140,14 @@ impl Collector {
     /// the ring is empty.
     pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Event)) -> (u64, u64) {
         let (mut n, mut bad) = (0, 0);
-        for _ in 0..max {
-            let Some(item) = self.ring.next() else { break };
-            match Event::from_bytes(&item) {
+        self.reader
+            .read(max, |record| match Event::from_bytes(record) {
                 Some(ev) => {
                     f(&ev);
                     n += 1;
                 }
                 None => bad += 1,
-            }
-        }
+            });
         (n, bad)
     }
 
@@ -177,6 +192,159 @@ impl Collector {
             .keys()
             .take(usize::try_from(self.flow_capacity).unwrap_or(usize::MAX));
         walked.filter(Result::is_ok).count() as u64
+    }
+}
+
+/// The ring's size in bytes (its `max_entries`); 0 when `map` is no ring buffer (its
+/// conversion says why).
+fn ring_byte_size(map: &aya::maps::Map) -> Result<usize, CollectError> {
+    let aya::maps::Map::RingBuf(data) = map else {
+        return Ok(0);
+    };
+    let info = data.info().map_err(|source| CollectError::Map {
+        name: "EVENTS",
+        source,
+    })?;
+    Ok(info.max_entries() as usize)
+}
+
+/// `BPF_RINGBUF_BUSY_BIT`, `BPF_RINGBUF_DISCARD_BIT` and `BPF_RINGBUF_HDR_SZ`
+/// (include/uapi/linux/bpf.h).
+const BUSY_BIT: u32 = 1 << 31;
+const DISCARD_BIT: u32 = 1 << 30;
+const HDR_SZ: usize = 8;
+
+/// A BPF ring buffer's consumer, as aya's `RingBuf::next` is, but publishing the consumer
+/// position once per batch instead of once per record: the kernel reads that position for
+/// every reservation, so a store per record moved its cache line between the CPUs per event.
+/// The layout (kernel/bpf/ringbuf.c): the consumer page (read-write) at offset 0, then the
+/// producer page and the data pages mapped twice in a row (read-only), so that a record that
+/// wraps around the end is contiguous.
+struct RingReader {
+    consumer: NonNull<libc::c_void>,
+    producer: NonNull<libc::c_void>,
+    page: usize,
+    /// Bytes of data (a power of two).
+    size: usize,
+    /// Our position, published at the end of each [`Self::read`].
+    pos: usize,
+}
+
+impl RingReader {
+    fn new(fd: RawFd, size: usize) -> Result<Self, CollectError> {
+        if !size.is_power_of_two() {
+            return Err(CollectError::Mmap(std::io::Error::other(format!(
+                "ring size {size} is not a power of two"
+            ))));
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(|_| CollectError::Mmap(std::io::Error::last_os_error()))?;
+        let map = |len: usize, prot: libc::c_int, offset: usize| {
+            // SAFETY: a new shared mapping of the map's fd; the kernel checks the offsets
+            // and lengths against the ring buffer's layout.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    libc::MAP_SHARED,
+                    fd,
+                    libc::off_t::try_from(offset).unwrap_or(libc::off_t::MAX),
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(CollectError::Mmap(std::io::Error::last_os_error()));
+            }
+            NonNull::new(p).ok_or_else(|| CollectError::Mmap(std::io::Error::last_os_error()))
+        };
+        let consumer = map(page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let producer = match map(page + 2 * size, libc::PROT_READ, page) {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: unmaps the page mapped just above, used by nothing else.
+                unsafe { libc::munmap(consumer.as_ptr(), page) };
+                return Err(e);
+            }
+        };
+        let mut me = Self {
+            consumer,
+            producer,
+            page,
+            size,
+            pos: 0,
+        };
+        me.pos = me.consumer_pos().load(Ordering::Acquire);
+        Ok(me)
+    }
+
+    fn consumer_pos(&self) -> &AtomicUsize {
+        // SAFETY: the consumer page is mapped for as long as `self`, page-aligned, and the
+        // kernel keeps an unsigned long there (`consumer_pos`), only ever read or written
+        // atomically.
+        unsafe { self.consumer.cast::<AtomicUsize>().as_ref() }
+    }
+
+    fn producer_pos(&self) -> usize {
+        // SAFETY: as `consumer_pos`, for the producer page's `producer_pos`. Acquire pairs
+        // with the kernel's release store: the headers before it are visible.
+        unsafe { self.producer.cast::<AtomicUsize>().as_ref() }.load(Ordering::Acquire)
+    }
+
+    /// Hands up to `max` committed records to `f`, in order, then publishes the new consumer
+    /// position (once). Stops early at a record still being written (busy).
+    fn read(&mut self, max: usize, mut f: impl FnMut(&[u8])) {
+        let mask = self.size - 1;
+        // SAFETY: the data pages start one page into the producer mapping.
+        let data = unsafe { self.producer.cast::<u8>().as_ptr().add(self.page) };
+        let start = self.pos;
+        let mut produced = self.producer_pos();
+        let mut handed = 0;
+        while handed < max {
+            if self.pos == produced {
+                produced = self.producer_pos();
+                if self.pos == produced {
+                    break;
+                }
+            }
+            let offset = self.pos & mask;
+            // SAFETY: `offset` < size, and a header is 8-byte aligned inside the first copy
+            // of the data pages; the kernel writes it atomically (xchg on commit). Acquire
+            // pairs with that commit: the record's bytes are visible once it is not busy.
+            let header = unsafe { &*data.add(offset).cast::<AtomicU32>() }.load(Ordering::Acquire);
+            if header & BUSY_BIT != 0 {
+                break;
+            }
+            let len = (header & !(BUSY_BIT | DISCARD_BIT)) as usize;
+            if len > self.size - HDR_SZ {
+                // Never written by the kernel: stop rather than read past the mapping.
+                break;
+            }
+            if header & DISCARD_BIT == 0 {
+                // SAFETY: the record lies within the two copies of the data pages (offset <
+                // size, HDR_SZ + len <= size), committed and not reused by the kernel before
+                // the consumer position passes it, which happens after `f` returns.
+                let record = unsafe { std::slice::from_raw_parts(data.add(offset + HDR_SZ), len) };
+                f(record);
+                handed += 1;
+            }
+            self.pos += (HDR_SZ + len).next_multiple_of(8);
+        }
+        if self.pos != start {
+            // The kernel pairs this with an acquire load before reusing the space.
+            self.consumer_pos().store(self.pos, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for RingReader {
+    fn drop(&mut self) {
+        // SAFETY: both mappings were made in `new` with these lengths and are used by nothing
+        // else once `self` goes.
+        unsafe {
+            libc::munmap(self.consumer.as_ptr(), self.page);
+            libc::munmap(self.producer.as_ptr(), self.page + 2 * self.size);
+        }
     }
 }
 
