@@ -9,6 +9,7 @@
 
 use std::{
     collections::HashMap,
+    rc::Rc,
     net::IpAddr,
     sync::{
         Arc,
@@ -42,7 +43,7 @@ const CACHE: usize = 4096;
 /// its first tuple and the interface it left by.
 type Key = (
     Vec<(Point, bool, Tuple, Tuple)>,
-    Option<(Tuple, Option<Arc<str>>)>,
+    Option<(Tuple, Option<Rc<str>>)>,
 );
 /// The attribution of each NAT step, then of the last egress step.
 type Answers = (Vec<Option<Arc<Attribution>>>, Option<Arc<Attribution>>);

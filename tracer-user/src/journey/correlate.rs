@@ -11,7 +11,7 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Arc,
+    rc::Rc,
 };
 
 use foldhash::fast::RandomState;
@@ -56,7 +56,7 @@ const STEPS: usize = 6;
 /// An attached interface as the join table keeps it: its name shared by every step on it.
 #[derive(Clone, Debug)]
 struct Known {
-    name: Arc<str>,
+    name: Rc<str>,
     edge: bool,
 }
 
@@ -221,9 +221,9 @@ impl Correlator {
     }
 
     /// The interface's name and whether it is an edge; `if<index>` (an edge) when unknown.
-    fn iface(&self, ifindex: u32) -> (Arc<str>, bool) {
+    fn iface(&self, ifindex: u32) -> (Rc<str>, bool) {
         match self.ifaces.get(&ifindex) {
-            Some(k) => (Arc::clone(&k.name), k.edge),
+            Some(k) => (Rc::clone(&k.name), k.edge),
             None => (format!("if{ifindex}").into(), true),
         }
     }

@@ -2,6 +2,7 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    rc::Rc,
     sync::Arc,
 };
 
@@ -56,7 +57,7 @@ pub struct Step {
     pub point: Point,
     /// Interface name (tc steps), `None` for NAT steps. Shared with the join table's name of
     /// the interface: a step costs no copy of it.
-    pub iface: Option<Arc<str>>,
+    pub iface: Option<Rc<str>>,
     /// The packet as seen after this point.
     pub tuple: Tuple,
     /// NAT steps: the packet before the step.

@@ -26,12 +26,17 @@ use crate::{
     summary::{Stats, Summary},
 };
 
+/// Journey lines are gathered up to this many bytes before they are written: as large as the
+/// output's buffer (`run`'s `BufWriter`), so that a full batch goes past it without a copy.
+const PENDING: usize = 64 << 10;
+
 /// Writes JSON lines.
 pub struct JsonSink {
     out: Box<dyn Write + Send>,
     /// The `pod` field, already a JSON string.
     pod: Vec<u8>,
-    /// The line being written, reused.
+    /// Journey lines not written yet (written when [`PENDING`] bytes are there, at
+    /// [`Sink::flush`], before any other line, and on drop).
     buf: Vec<u8>,
 }
 
@@ -44,8 +49,26 @@ impl JsonSink {
         Self {
             out,
             pod: quoted,
-            buf: Vec::with_capacity(1024),
+            buf: Vec::new(),
         }
+    }
+
+    /// Writes the journey lines gathered so far.
+    fn write_pending(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let result = self.out.write_all(&self.buf);
+        self.buf.clear();
+        result
+    }
+}
+
+impl Drop for JsonSink {
+    /// Journeys gathered and never flushed are written still (as `BufWriter` does on drop);
+    /// errors cannot be reported here.
+    fn drop(&mut self) {
+        let _ = self.write_pending().and_then(|()| self.out.flush());
     }
 }
 
@@ -129,8 +152,12 @@ fn json_endpoint(buf: &mut Vec<u8>, t: &Tuple, source: bool) {
 /// Appends `"a.b.c.d"` or `"a.b.c.d:port"` (the text of `Display`), built on the stack and
 /// appended at once.
 fn ipv4_endpoint(buf: &mut Vec<u8>, octets: [u8; 4], port: Option<u16>) {
-    // Quotes, 4 octets of 3 digits, 3 dots, a colon and 5 digits: 23 bytes at most.
-    let mut text = [0u8; 24];
+    // Quotes, 4 octets of 3 digits, 3 dots, a colon and 5 digits: 23 bytes at most, written
+    // in place into room made at the end and cut to length. (Digits built in an array on the
+    // stack and copied stalled on store forwarding: byte stores read back 16 bytes at a time.)
+    let at = buf.len();
+    buf.resize(at + 24, 0);
+    let text = &mut buf[at..];
     let mut n = 0;
     let mut put = |b: u8| {
         text[n] = b;
@@ -162,7 +189,7 @@ fn ipv4_endpoint(buf: &mut Vec<u8>, octets: [u8; 4], port: Option<u16>) {
         put(b'0' + (port % 10) as u8);
     }
     put(b'"');
-    buf.extend_from_slice(&text[..n]);
+    buf.truncate(at + n);
 }
 
 /// Appends `,"key":` (a literal: `key!("t_ns")`).
@@ -172,8 +199,15 @@ macro_rules! key {
     };
 }
 
-fn num(buf: &mut Vec<u8>, n: u64) {
-    buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+/// Appends `n` in decimal (the text of `Display`), in place as [`ipv4_endpoint`] does.
+fn num(buf: &mut Vec<u8>, mut n: u64) {
+    let len = n.checked_ilog10().map_or(1, |l| l as usize + 1);
+    let at = buf.len();
+    buf.resize(at + len, 0);
+    for slot in buf[at..].iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
 }
 
 /// The opening of a step object up to its point's value, as JSON text.
@@ -485,16 +519,23 @@ impl Sink for JsonSink {
         let Some(first) = j.steps.first() else {
             return Ok(());
         };
-        self.buf.clear();
+        if self.buf.capacity() == 0 {
+            self.buf.reserve(PENDING + 4096);
+        }
         write_journey(&mut self.buf, &self.pod, j, first);
-        self.out.write_all(&self.buf)
+        if self.buf.len() >= PENDING {
+            self.write_pending()?;
+        }
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        self.write_pending()?;
         self.out.flush()
     }
 
     fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()> {
+        self.write_pending()?;
         write_line(
             &mut self.out,
             &LossLine {
@@ -506,6 +547,7 @@ impl Sink for JsonSink {
     }
 
     fn evicted(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.write_pending()?;
         write_line(
             &mut self.out,
             &EvictedLine {
@@ -517,6 +559,7 @@ impl Sink for JsonSink {
     }
 
     fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.write_pending()?;
         write_line(
             &mut self.out,
             &EvictedFlowsLine {
@@ -528,6 +571,7 @@ impl Sink for JsonSink {
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
+        self.write_pending()?;
         write_line(
             &mut self.out,
             &SummaryLine {
@@ -569,6 +613,7 @@ mod tests {
             Box::new(buf.clone()),
         );
         f(sink.as_mut());
+        sink.flush().unwrap();
         let bytes = buf.0.lock().unwrap().clone();
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.ends_with('\n'));
@@ -874,6 +919,25 @@ mod tests {
     }
 
     #[test]
+    fn numbers_match_display() {
+        let mut samples = vec![0, 1, 9, 10, 99, 100, u64::MAX - 1, u64::MAX];
+        for p in 1..20 {
+            let ten = 10u64.pow(p);
+            samples.extend([
+                ten - 1,
+                ten,
+                ten + 1,
+                ten.saturating_mul(3).saturating_add(7),
+            ]);
+        }
+        for n in samples {
+            let mut got = b"x".to_vec();
+            num(&mut got, n);
+            assert_eq!(String::from_utf8_lossy(&got), format!("x{n}"));
+        }
+    }
+
+    #[test]
     fn written_endings_and_points_are_their_json_strings() {
         for e in [
             Ending::Left,
@@ -890,6 +954,36 @@ mod tests {
         }
     }
 
+    /// Journey lines are gathered and written in large pieces, never after a line that came
+    /// later, and none is left behind on drop.
+    #[test]
+    fn gathered_journeys_keep_their_order() {
+        let out = Shared::default();
+        let mut sink = JsonSink::new(Box::new(out.clone()), "p".into());
+        sink.journey(&contract_journey()).unwrap();
+        assert_eq!(out.text(), "", "gathered, not written");
+        sink.loss(1, 1).unwrap();
+        sink.journey(&contract_journey()).unwrap();
+        let types: Vec<String> = out
+            .text()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["type"].to_string())
+            .collect();
+        assert_eq!(types, ["\"journey\"", "\"loss\""]);
+        let line = out.text().lines().next().unwrap().len() + 1;
+        for _ in 0..PENDING / line + 1 {
+            sink.journey(&contract_journey()).unwrap();
+        }
+        assert!(
+            out.text().len() > PENDING,
+            "written once {PENDING} bytes were there"
+        );
+        drop(sink);
+        let text = out.text();
+        assert_eq!(text.lines().count(), 2 + PENDING / line + 2);
+        assert!(text.ends_with("}\n"));
+    }
+
     #[test]
     fn write_errors_are_returned() {
         struct Broken;
@@ -902,7 +996,11 @@ mod tests {
             }
         }
         let mut sink = JsonSink::new(Box::new(Broken), "p".into());
-        let err = sink.journey(&contract_journey()).unwrap_err();
+        // Journeys are gathered: the error comes at the latest when they are flushed.
+        let err = sink
+            .journey(&contract_journey())
+            .and_then(|()| sink.flush())
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
         assert!(sink.loss(1, 1).is_err());
         assert!(sink.summary(&Summary::new()).is_err());
