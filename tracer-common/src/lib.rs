@@ -122,6 +122,47 @@ pub mod ct {
     pub const NONE: u8 = 0xff;
 }
 
+/// Placeholders in the netfilter programs that their loader rewrites from the running kernel's
+/// BTF before `BPF_PROG_LOAD` (tracer-user `attach::netfilter`), so that the programs read
+/// kernel structures with plain loads the verifier checks against BTF (no helper call):
+///
+/// - a load (`BPF_LDX | BPF_MEM`) whose offset is one of the `*` offsets below, from the
+///   netfilter context, the `struct sk_buff` or the `struct net_device`, gets the member's offset
+///   (or becomes `dst = 0` when this kernel lacks an optional member); its size must be the one
+///   given here;
+/// - a helper call to [`RDONLY_CAST`] becomes a call of the kfunc `bpf_rdonly_cast`;
+/// - a `mov` of an immediate [`TYPE_IPHDR`] or [`TYPE_UDPHDR`] gets that struct's BTF id.
+///
+/// Only the `nf_*` programs may hold them: the loader refuses unknown placeholders and
+/// placeholders it did not find. The values are far from any real offset, helper id or type
+/// id the programs use.
+pub mod nf_patch {
+    /// First and last offset reserved for placeholder loads.
+    pub const LOAD_FIRST: i16 = 0x7f00;
+    pub const LOAD_LAST: i16 = 0x7fff;
+    /// `struct bpf_nf_ctx`, `skb` (8 bytes).
+    pub const CTX_SKB: i16 = 0x7f00;
+    /// `struct sk_buff`: `len`, `data_len` (4 bytes), `data` (8), `dev` (8), `mark` (4),
+    /// `_nfct` (8, optional: kernels without conntrack).
+    pub const SKB_LEN: i16 = 0x7f08;
+    pub const SKB_DATA_LEN: i16 = 0x7f10;
+    pub const SKB_DATA: i16 = 0x7f18;
+    pub const SKB_DEV: i16 = 0x7f20;
+    pub const SKB_MARK: i16 = 0x7f28;
+    pub const SKB_NFCT: i16 = 0x7f30;
+    /// `struct net_device`, `ifindex` (4 bytes).
+    pub const DEV_IFINDEX: i16 = 0x7f38;
+    /// Helper id standing for the kfunc `bpf_rdonly_cast(const void *, u32 btf_id)`.
+    pub const RDONLY_CAST: i32 = 0x7ff0;
+    /// First and last immediate reserved for type-id placeholders.
+    pub const TYPE_FIRST: i32 = 0x7ffe_0000;
+    pub const TYPE_LAST: i32 = 0x7ffe_ffff;
+    /// BTF id of `struct iphdr` in vmlinux BTF.
+    pub const TYPE_IPHDR: i32 = 0x7ffe_0001;
+    /// BTF id of `struct udphdr` in vmlinux BTF.
+    pub const TYPE_UDPHDR: i32 = 0x7ffe_0002;
+}
+
 /// One observation of one packet, as the kernel writes it into the ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -128,6 +128,12 @@ pub fn parse_l3(w: &Window, cap: usize, out: &mut Parsed) -> bool {
 /// its L4 header (ports, or ICMP type and echo identifier).
 pub const FAST_BYTES: usize = 28;
 
+/// Bytes [`parse_l3`] reads from a packet [`tuple_ipv4_fast`] accepted (an IPv4 header without
+/// options, then TCP, UDP or ICMP): the header and the 16 bytes of L4 header and payload the
+/// fingerprint takes. A caller that copies only these (and gives the packet's real `cap`)
+/// parses such a packet exactly as from all its bytes.
+pub const FAST_PARSE_BYTES: usize = 36;
+
 /// The tuple of the commonest packet, cheaply: an IPv4 header without options, not a
 /// fragment, carrying TCP, UDP or ICMP whose header fits in the packet. `read` is how many
 /// bytes of the window hold packet data (at least [`FAST_BYTES`] for the fast path), `cap`

@@ -21,10 +21,11 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    Event, KernelOffsets, PKT_WINDOW, PendingNat, Tuple, counter, ct, flag, hook, kind, parse,
+    Event, KernelOffsets, PKT_WINDOW, PendingNat, Tuple, counter, ct, flag, hook, kind, nf_patch,
+    parse,
 };
 
-use crate::emit::{count, emit, has_tracked_addr, is_tracked, offsets, scratch, track_flow};
+use crate::emit::{count, emit, has_tracked_addr, is_tracked, scratch, track_flow};
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
 const NF_ACCEPT: i32 = 1;
@@ -71,23 +72,45 @@ pub(crate) fn read<T>(base: u64, off: u32) -> Result<T, ()> {
     unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.map_err(|_| ())
 }
 
-/// Offset of `skb` in `struct bpf_nf_ctx { state; skb; }` (include/linux/netfilter.h, v6.4).
-const NF_CTX_SKB: u32 = 8;
-
-/// The `struct sk_buff *` of a netfilter program's context (`struct bpf_nf_ctx`): a direct
-/// context load where the member sits where every kernel with netfilter programs has it, a
-/// probe read otherwise.
+/// A plain load of the member at placeholder offset `ph` ([`nf_patch`]) of the kernel
+/// structure at `base`: the netfilter loader writes the member's real offset into the
+/// instruction, the verifier checks the load against the kernel's BTF and the JIT makes it a
+/// load that cannot fault (`BPF_PROBE_MEM`). No helper call. Netfilter programs only: `base`
+/// must be a BTF pointer the verifier knows (the context, `skb`, `skb->dev`).
 #[inline(always)]
-fn skb_of(ctx: *mut c_void, off: &KernelOffsets) -> Result<u64, ()> {
-    if off.nf_ctx_skb == NF_CTX_SKB {
-        // SAFETY: the verifier allows this read-only 8-byte context load (`nf_is_valid_access`).
-        return Ok(unsafe { *ctx.cast::<u64>().add(1) });
+fn load<T>(base: u64, ph: i16) -> T {
+    // SAFETY: see above; the loader refuses a program whose placeholder it cannot patch.
+    unsafe {
+        core::ptr::read_volatile((base as *const u8).wrapping_offset(ph as isize).cast::<T>())
     }
-    read::<u64>(ctx as u64, off.nf_ctx_skb)
+}
+
+/// The `struct sk_buff *` of a netfilter program's context (`struct bpf_nf_ctx`), as the
+/// trusted BTF pointer the typed loads need.
+#[inline(always)]
+fn skb_of(ctx: *mut c_void) -> u64 {
+    load(ctx as u64, nf_patch::CTX_SKB)
+}
+
+/// How many of a packet's `len` bytes are linear (`data_len` are in paged fragments), capped
+/// at the window; `Err` for none.
+#[inline(always)]
+fn window_cap(len: u32, data_len: u32) -> Result<u32, ()> {
+    let linear = len.saturating_sub(data_len);
+    let cap = if linear > PKT_WINDOW as u32 {
+        PKT_WINDOW as u32
+    } else {
+        linear
+    };
+    if cap == 0 {
+        return Err(());
+    }
+    Ok(cap)
 }
 
 /// Where a packet's linear data is (`skb->data` must point at the IP header, as it does in the
 /// netfilter hooks and in `nf_nat_manip_pkt`) and how many bytes it has, capped at the window.
+/// By probe reads: for the `nat_*` probes, whose `skb` is a plain number.
 #[inline(always)]
 fn linear_of(skb: u64, off: &KernelOffsets) -> Result<(u64, u32), ()> {
     // `len` and `data_len` are neighbours in `struct sk_buff` (v4.x–v6.x): one read for both.
@@ -101,33 +124,49 @@ fn linear_of(skb: u64, off: &KernelOffsets) -> Result<(u64, u32), ()> {
         )
     };
     let data: u64 = read(skb, off.skb_data)?;
-    let linear = len.saturating_sub(data_len);
-    let cap = if linear > PKT_WINDOW as u32 {
-        PKT_WINDOW as u32
-    } else {
-        linear
-    };
-    if cap == 0 {
-        return Err(());
-    }
-    Ok((data, cap))
+    Ok((data, window_cap(len, data_len)?))
+}
+
+/// A netfilter program's packet: where its linear data is, how many bytes of it to read
+/// ([`window_cap`]) and `skb->len`, by typed loads.
+#[derive(Clone, Copy)]
+struct Linear {
+    data: u64,
+    cap: u32,
+    len: u32,
+}
+
+#[inline(always)]
+fn linear_nf(skb: u64) -> Result<Linear, ()> {
+    let len: u32 = load(skb, nf_patch::SKB_LEN);
+    let data_len: u32 = load(skb, nf_patch::SKB_DATA_LEN);
+    let data: u64 = load(skb, nf_patch::SKB_DATA);
+    Ok(Linear {
+        data,
+        cap: window_cap(len, data_len)?,
+        len,
+    })
 }
 
 /// Parses the packet's L3 and L4 headers from its linear data into the NAT programs' scratch.
 #[inline(always)]
 pub(crate) fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
     let (data, cap) = linear_of(skb, off)?;
-    parse_linear(data, cap)
+    parse_linear(data, cap, cap)
 }
 
+/// Copies `copy` of the packet's `cap` linear bytes (all of them, or
+/// [`parse::FAST_PARSE_BYTES`] of a packet the fast tuple took) and parses them.
 #[inline(always)]
-fn parse_linear(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
+fn parse_linear(data: u64, cap: u32, copy: u32) -> Result<&'static parse::Parsed, ()> {
     let scratch = scratch(1).ok_or(())?;
-    // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
+    let copy = if copy > cap { cap } else { copy };
+    // SAFETY: `copy` is within 1..=cap, and `cap` within 1..=PKT_WINDOW, the size of the
+    // per-CPU window.
     let ret = unsafe {
         read_raw(
             scratch.window.as_mut_ptr().cast(),
-            cap,
+            copy,
             data as *const c_void,
         )
     };
@@ -137,38 +176,75 @@ fn parse_linear(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
     Ok(&scratch.parsed)
 }
 
-/// The packet's tuple, copying only [`parse::FAST_BYTES`] for a plain IPv4 TCP/UDP/ICMP packet
-/// (every packet crosses the nat hooks, most are never emitted) and parsing fully otherwise.
+/// `bpf_rdonly_cast(const void *obj, u32 btf_id)` (kernel/bpf/helpers.c, v6.2): the verifier
+/// inlines it as a register move and types the result as an untrusted pointer to the struct
+/// `btf_id` names, which the program may load from (`BPF_PROBE_MEM`).
+type RdonlyCast = unsafe extern "C" fn(u64, u32) -> u64;
+
+/// `addr` as a read-only pointer to the vmlinux struct of type placeholder `ty`
+/// ([`nf_patch`]). Netfilter programs only: the loader turns the placeholder helper call into
+/// the kfunc call and the placeholder into the struct's BTF id.
 #[inline(always)]
-fn tuple_of(skb: u64, off: &KernelOffsets) -> Result<Tuple, ()> {
-    let (data, cap) = linear_of(skb, off)?;
-    if cap >= parse::FAST_BYTES as u32 {
+fn rdonly_cast(addr: u64, ty: i32) -> u64 {
+    // SAFETY: the loader rewrites this call of a placeholder helper id into a kfunc call that
+    // only re-types its argument (and refuses the program if it cannot).
+    unsafe {
+        let f = core::mem::transmute::<usize, RdonlyCast>(nf_patch::RDONLY_CAST as usize);
+        f(addr, ty as u32)
+    }
+}
+
+/// Copies the `T` at byte `at` of `src` (a [`rdonly_cast`] pointer) into byte `at` of the
+/// window, by a typed load of the member there.
+#[inline(always)]
+fn copy_member<T: Copy>(w: *mut u8, src: u64, at: usize, src_at: usize) {
+    // SAFETY: `src + src_at` is a member of the struct `src` was cast to, of type `T`; the
+    // window is PKT_WINDOW bytes at the start of an 8-byte aligned map value, `at` is below
+    // FAST_BYTES and a multiple of `T`'s size.
+    unsafe {
+        let v = core::ptr::read_volatile((src as *const u8).add(src_at).cast::<T>());
+        w.add(at).cast::<T>().write(v);
+    }
+}
+
+/// The packet's tuple. A plain IPv4 TCP/UDP/ICMP packet (every packet crosses the nat hooks,
+/// most are never emitted) is read without a helper call: the bytes [`parse::tuple_ipv4_fast`]
+/// reads come by typed loads through `struct iphdr` and `struct udphdr` casts (`bpf_rdonly_cast`)
+/// into the window; anything else is copied and parsed fully. The flag says which.
+#[inline(always)]
+fn tuple_nf(p: &Linear) -> Result<(Tuple, bool), ()> {
+    if p.cap >= parse::FAST_BYTES as u32 {
         let scratch = scratch(1).ok_or(())?;
-        // SAFETY: FAST_BYTES is within the per-CPU window.
-        let ret = unsafe {
-            read_raw(
-                scratch.window.as_mut_ptr().cast(),
-                parse::FAST_BYTES as u32,
-                data as *const c_void,
-            )
-        };
-        if ret != 0 {
-            return Err(());
-        }
+        let w = scratch.window.as_mut_ptr();
+        let ip = rdonly_cast(p.data, nf_patch::TYPE_IPHDR);
+        // `struct iphdr` (include/uapi/linux/ip.h): version/ihl byte, tot_len, frag_off,
+        // protocol, saddr, daddr; one load per member, as the verifier wants.
+        copy_member::<u8>(w, ip, 0, 0);
+        copy_member::<u16>(w, ip, 2, 2);
+        copy_member::<u16>(w, ip, 6, 6);
+        copy_member::<u8>(w, ip, 9, 9);
+        copy_member::<u32>(w, ip, 12, 12);
+        copy_member::<u32>(w, ip, 16, 16);
+        // The fast path only takes IHL 5: the L4 header is at 20. `struct udphdr`
+        // (include/uapi/linux/udp.h) covers its first 8 bytes: the ports of TCP and UDP, the
+        // ICMP type and echo identifier (at 4, udphdr's `len`).
+        let l4 = rdonly_cast(p.data + 20, nf_patch::TYPE_UDPHDR);
+        copy_member::<u16>(w, l4, 20, 0);
+        copy_member::<u16>(w, l4, 22, 2);
+        copy_member::<u16>(w, l4, 24, 4);
         let mut t = Tuple::default();
-        if parse::tuple_ipv4_fast(&scratch.window, parse::FAST_BYTES, cap as usize, &mut t) {
-            return Ok(t);
+        if parse::tuple_ipv4_fast(&scratch.window, parse::FAST_BYTES, p.cap as usize, &mut t) {
+            return Ok((t, true));
         }
     }
-    Ok(parse_linear(data, cap)?.tuple)
+    Ok((parse_linear(p.data, p.cap, p.cap)?.tuple, false))
 }
 
 #[inline(always)]
 fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     count(counter::NAT_SEEN);
-    let off = offsets();
-    let skb = skb_of(ctx, &off)?;
-    let before = tuple_of(skb, &off)?;
+    let skb = skb_of(ctx);
+    let (before, _) = tuple_nf(&linear_nf(skb)?)?;
     let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
     // SAFETY: per-CPU slot of this hook; the exit program on this CPU reads it next.
     unsafe {
@@ -181,10 +257,7 @@ fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
 
 #[inline(always)]
 fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let off = offsets();
-    let skb = skb_of(ctx, &off)?;
+    let skb = skb_of(ctx);
     let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
     // SAFETY: per-CPU slot written by this hook's enter program on this CPU.
     let pending: &mut PendingNat = unsafe { &mut *slot };
@@ -195,11 +268,21 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     // Cleared so that a later packet cannot pair with a stale entry.
     pending.skb = 0;
     // Most packets are not rewritten, or not tracked: decide on the tuple alone.
-    let after = tuple_of(skb, &off)?;
+    let linear = linear_nf(skb)?;
+    let (after, fast) = tuple_nf(&linear)?;
     if !should_report(&pending.before, &after) {
         return Ok(());
     }
-    let after = parse_skb(skb, &off)?;
+    // SAFETY: helper without preconditions. Only for packets that are reported: `nat_ns`
+    // includes the few nanoseconds of the tuple above.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // The parser reads no further than FAST_PARSE_BYTES into a packet the fast tuple took.
+    let copy = if fast {
+        parse::FAST_PARSE_BYTES as u32
+    } else {
+        linear.cap
+    };
+    let after = parse_linear(linear.data, linear.cap, copy)?;
     let rewrite = Rewrite {
         skb,
         hook: hook_num,
@@ -209,16 +292,22 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         before: &pending.before,
         after,
     };
-    report_checked(&rewrite, &off, || {
-        let nfct: u64 = if off.skb_nfct == 0 {
-            0
-        } else {
-            read(skb, off.skb_nfct).unwrap_or(0)
-        };
-        if nfct == 0 {
-            ct::NONE
-        } else {
-            (nfct & NFCT_INFOMASK) as u8
+    report_checked(&rewrite, || {
+        let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
+        let dev: u64 = load(skb, nf_patch::SKB_DEV);
+        Meta {
+            ct_info: if nfct == 0 {
+                ct::NONE
+            } else {
+                (nfct & NFCT_INFOMASK) as u8
+            },
+            ifindex: if dev == 0 {
+                0
+            } else {
+                load(dev, nf_patch::DEV_IFINDEX)
+            },
+            len: linear.len,
+            mark: load(skb, nf_patch::SKB_MARK),
         }
     });
     Ok(())
@@ -240,14 +329,42 @@ pub(crate) struct Rewrite<'a> {
     pub after: &'a parse::Parsed,
 }
 
-/// Shared end of every NAT program pair: when the packet changed and its flow is tracked,
+/// What an event says about the packet besides its headers, read only when it is emitted.
+pub(crate) struct Meta {
+    /// [`ct`] value.
+    pub ct_info: u8,
+    pub ifindex: u32,
+    pub len: u32,
+    pub mark: u32,
+}
+
+/// Shared end of the `nat_*` probe pairs: when the packet changed and its flow is tracked,
 /// follows the flow under its new addresses (both directions) and emits the NAT event.
-/// `ct_info` is only asked for when the event is emitted.
+/// `ct_info` is only asked for when the event is emitted; the rest is read by probe reads.
 #[inline(always)]
 pub(crate) fn report(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce() -> u8) {
-    if should_report(r.before, &r.after.tuple) {
-        report_checked(r, off, ct_info);
+    if !should_report(r.before, &r.after.tuple) {
+        return;
     }
+    let skb = r.skb;
+    report_checked(r, || {
+        let ct_info = ct_info();
+        let dev: u64 = if off.skb_dev == 0 {
+            0
+        } else {
+            read(skb, off.skb_dev).unwrap_or(0)
+        };
+        Meta {
+            ct_info,
+            ifindex: if dev == 0 {
+                0
+            } else {
+                read(dev, off.dev_ifindex).unwrap_or(0)
+            },
+            len: read(skb, off.skb_len).unwrap_or(0),
+            mark: read(skb, off.skb_mark).unwrap_or(0),
+        }
+    });
 }
 
 /// True when NAT changed the packet and its flow is tracked on either side.
@@ -256,9 +373,10 @@ fn should_report(before: &Tuple, after: &Tuple) -> bool {
     *after != *before && (is_tracked(before) || is_tracked(after))
 }
 
-/// [`report`] once [`should_report`] said yes.
+/// Follows the flow and emits the event once [`should_report`] said yes; `meta` is read after
+/// the flow is followed, as before.
 #[inline(always)]
-fn report_checked(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce() -> u8) {
+fn report_checked(r: &Rewrite<'_>, meta: impl FnOnce() -> Meta) {
     let (before, after) = (r.before, r.after);
     // Keep following the flow under its new addresses, in both directions.
     if !has_tracked_addr(&after.tuple) {
@@ -267,30 +385,17 @@ fn report_checked(r: &Rewrite<'_>, off: &KernelOffsets, ct_info: impl FnOnce() -
     if !has_tracked_addr(before) {
         track_flow(before);
     }
-    let ct_info = ct_info();
-    let skb = r.skb;
-    let dev: u64 = if off.skb_dev == 0 {
-        0
-    } else {
-        read(skb, off.skb_dev).unwrap_or(0)
-    };
-    let ifindex: u32 = if dev == 0 {
-        0
-    } else {
-        read(dev, off.dev_ifindex).unwrap_or(0)
-    };
-    let len: u32 = read(skb, off.skb_len).unwrap_or(0);
-    let mark: u32 = read(skb, off.skb_mark).unwrap_or(0);
+    let m = meta();
     emit(|ev: &mut Event| {
         ev.kind = kind::NAT;
         ev.hook = r.hook;
-        ev.ct_info = ct_info;
+        ev.ct_info = m.ct_info;
         ev.flags = after.flags | r.flags;
-        ev.ifindex = ifindex;
+        ev.ifindex = m.ifindex;
         ev.ktime_ns = r.now;
-        ev.skb = skb;
-        ev.len = len;
-        ev.mark = mark;
+        ev.skb = r.skb;
+        ev.len = m.len;
+        ev.mark = m.mark;
         ev.nat_ns = r.nat_ns;
         ev.fp = after.fp;
         ev.tuple = after.tuple;

@@ -390,11 +390,22 @@ impl Btf {
     /// BTF the ids continue after the base's, as the kernel numbers them: the id of a module's
     /// function is what `BPF_PROG_LOAD` wants as `attach_btf_id` with that module's BTF object.
     pub fn func_id(&self, name: &str) -> Result<Option<u32>, BtfError> {
+        self.named_id(kind::FUNC, name)
+    }
+
+    /// The type id of the struct (`BTF_KIND_STRUCT`, not a forward declaration or union) named
+    /// `name`, if there is one: what `bpf_rdonly_cast` wants as its type argument.
+    pub fn struct_id(&self, name: &str) -> Result<Option<u32>, BtfError> {
+        self.named_id(kind::STRUCT, name)
+    }
+
+    /// The first type of kind `kind` named `name`.
+    fn named_id(&self, kind: u32, name: &str) -> Result<Option<u32>, BtfError> {
         // `index_types` checked that every id fits in a u32.
         let count = u32::try_from(self.index.len()).unwrap_or(u32::MAX);
         for id in 1..=count {
             let rec = self.rec(id)?;
-            if rec.kind == kind::FUNC && self.name(rec.name_off)? == name.as_bytes() {
+            if rec.kind == kind && self.name(rec.name_off)? == name.as_bytes() {
                 return Ok(Some(id));
             }
         }
@@ -1014,6 +1025,11 @@ mod tests {
         assert_eq!(btf.func_id("nf_nat_manip_pkt").unwrap(), Some(manip));
         assert_eq!(base_btf.func_id("nf_nat_manip_pkt").unwrap(), None);
         assert_eq!(btf.func_id("f").unwrap(), Some(f));
+        // Structs by name: not the FUNC `f`, not the forward declaration of `sk_buff`.
+        let skb = base_btf.struct_id("sk_buff").unwrap().unwrap();
+        assert_eq!(base_btf.rec(skb).unwrap().kind, kind::STRUCT);
+        assert_eq!(base_btf.struct_id("f").unwrap(), None);
+        assert_eq!(btf.struct_id("sk_buff").unwrap(), Some(skb));
     }
 
     #[test]

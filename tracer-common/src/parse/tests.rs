@@ -246,3 +246,37 @@ fn every_prefix_of_a_frame_parses_without_panicking() {
         }
     }
 }
+
+/// The netfilter exit copies only [`FAST_PARSE_BYTES`] of a packet [`tuple_ipv4_fast`]
+/// accepted: `parse_l3` must read nothing beyond them (garbage there changes nothing).
+#[test]
+fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
+    let payload = [0x5a; 40];
+    let mut tcp_data = tcp(40000, 443, 1, 2, 0x18, 512);
+    tcp_data.extend_from_slice(&payload);
+    let packets = [
+        (tcp_data, PROTO_TCP),
+        (tcp(40000, 443, 1, 2, 0x10, 512), PROTO_TCP),
+        (udp(5353, 53, &payload), PROTO_UDP),
+        (udp(5353, 53, &payload[..3]), PROTO_UDP),
+        (icmp_echo(8, 77, 1, &payload), PROTO_ICMP),
+        (icmp_echo(0, 77, 1, &[]), PROTO_ICMP),
+    ];
+    for (l4, proto) in packets {
+        let mut pkt = ipv4(proto, l4.len(), 0x1234, 0x4000, &[], SRC, DST);
+        pkt.extend_from_slice(&l4);
+        let (w, cap) = window_of(&pkt);
+        let mut t = Tuple::default();
+        assert!(tuple_ipv4_fast(&w, FAST_BYTES, cap, &mut t), "proto {proto}");
+        let mut full = Parsed::default();
+        assert!(parse_l3(&w, cap, &mut full));
+        assert_eq!(full.tuple, t);
+        let mut junk = w;
+        for b in &mut junk[FAST_PARSE_BYTES..] {
+            *b = 0xee;
+        }
+        let mut part = Parsed::default();
+        assert!(parse_l3(&junk, cap, &mut part));
+        assert_eq!(part, full, "proto {proto}, {} bytes", pkt.len());
+    }
+}

@@ -20,6 +20,8 @@
 //! their context (`struct bpf_nf_ctx`: `state` at 0, `skb` at 8, 8-byte loads), use the base
 //! helpers, and must return `NF_DROP` (0) or `NF_ACCEPT` (1).
 
+#[cfg(test)]
+use std::ffi::CStr;
 use std::{
     collections::{HashMap, HashSet},
     io,
@@ -30,14 +32,16 @@ use aya::maps::{Map, MapData};
 use aya_obj::{
     Object, ParseError,
     btf::{BtfError as ObjectBtfError, BtfRelocationError},
-    generated::{bpf_attach_type, bpf_prog_type},
+    generated::{bpf_attach_type, bpf_insn, bpf_prog_type},
     relocation::EbpfRelocationError,
 };
 use thiserror::Error;
-#[cfg(test)]
-use {aya_obj::generated::bpf_insn, std::ffi::CStr};
+use tracer_common::nf_patch;
 
-use crate::sys::{self, ProgBtf, ProgLoad};
+use crate::{
+    btf::{Btf, kernel_offsets},
+    sys::{self, ProgBtf, ProgLoad},
+};
 
 /// `NFPROTO_IPV4` (include/uapi/linux/netfilter.h, v6.4).
 pub const NFPROTO_IPV4: u32 = 2;
@@ -106,6 +110,31 @@ pub enum AttachError {
         #[source]
         source: io::Error,
     },
+    /// The kernel's BTF could not be read for the programs' typed loads.
+    #[error(
+        "reading /sys/kernel/btf/vmlinux for the netfilter programs failed (they need a kernel \
+         built with CONFIG_DEBUG_INFO_BTF)"
+    )]
+    Btf(#[source] crate::btf::BtfError),
+    /// The kernel's BTF lacks something the programs need.
+    #[error("this kernel's BTF has no {what}, which the netfilter programs need")]
+    BtfMissing { what: &'static str },
+    /// A placeholder instruction could not be patched.
+    #[error(
+        "netfilter program {program}, instruction {index}: {what} (the kernel object and its \
+         loader disagree: rebuild pktrace)"
+    )]
+    Patch {
+        program: String,
+        index: usize,
+        what: String,
+    },
+    /// A placeholder was in none of the netfilter programs.
+    #[error(
+        "no netfilter program holds the placeholder for {what} (the kernel object and its \
+         loader disagree: rebuild pktrace)"
+    )]
+    PatchUnused { what: &'static str },
     /// Netfilter refuses hooks at `NF_IP_PRI_FIRST` and `NF_IP_PRI_LAST`.
     #[error(
         "netfilter priority {priority} is reserved (NF_IP_PRI_FIRST/NF_IP_PRI_LAST); use a \
@@ -407,6 +436,30 @@ impl PreparedObject {
         Ok(Self { obj, btf_fd })
     }
 
+    /// Rewrites the placeholders of program `name` ([`nf_patch`]) as `patches` says; `used`
+    /// collects which placeholders it held. No-op for a program the object does not have.
+    fn patch(
+        &mut self,
+        name: &str,
+        patches: &NfPatches,
+        used: &mut Used,
+    ) -> Result<(), AttachError> {
+        let Some(program) = self.obj.programs.get(name) else {
+            return Ok(());
+        };
+        let key = program.function_key();
+        let Some(function) = self.obj.functions.get_mut(&key) else {
+            return Ok(());
+        };
+        patch_instructions(&mut function.instructions, patches, used).map_err(|(index, what)| {
+            AttachError::Patch {
+                program: name.to_owned(),
+                index,
+                what,
+            }
+        })
+    }
+
     /// The names of the object's programs that start with `prefix`, sorted.
     #[must_use]
     pub fn program_names(&self, prefix: &str) -> Vec<&str> {
@@ -462,11 +515,22 @@ pub fn load_netfilter_programs(
     globals: &[(&str, &[u8])],
     ebpf: &aya::Ebpf,
 ) -> Result<Vec<NetfilterProgram>, AttachError> {
-    let prepared = PreparedObject::new(bytes, globals, ebpf)?;
-    let names = prepared.program_names(PROGRAM_PREFIX);
+    let btf = Btf::from_sys_fs().map_err(AttachError::Btf)?;
+    let patches = NfPatches::from_btf(&btf)?;
+    let mut prepared = PreparedObject::new(bytes, globals, ebpf)?;
+    let names: Vec<String> = prepared
+        .program_names(PROGRAM_PREFIX)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     if names.is_empty() {
         return Err(AttachError::NoPrograms);
     }
+    let mut used = Used::default();
+    for name in &names {
+        prepared.patch(name, &patches, &mut used)?;
+    }
+    used.check()?;
     let how = LoadAs {
         prog_type: bpf_prog_type::BPF_PROG_TYPE_NETFILTER,
         expected_attach_type: bpf_attach_type::BPF_NETFILTER,
@@ -474,7 +538,7 @@ pub fn load_netfilter_programs(
         attach_btf_obj_fd: None,
     };
     names
-        .into_iter()
+        .iter()
         .map(|name| match prepared.load(name, how) {
             Ok(Some(fd)) => Ok(NetfilterProgram {
                 fd,
@@ -486,6 +550,251 @@ pub fn load_netfilter_programs(
             Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
         })
         .collect()
+}
+
+/// `BPF_PSEUDO_KFUNC_CALL`: a call's `src_reg` for a kernel function (include/uapi/linux/bpf.h).
+const PSEUDO_KFUNC_CALL: u8 = 2;
+/// Instruction classes, modes and operations (include/uapi/linux/bpf.h, bpf_common.h).
+const CLASS_MASK: u8 = 0x07;
+const CLASS_LDX: u8 = 0x01;
+const CLASS_ST: u8 = 0x02;
+const CLASS_STX: u8 = 0x03;
+const CLASS_ALU: u8 = 0x04;
+const CLASS_ALU64: u8 = 0x07;
+const MODE_MASK: u8 = 0xe0;
+const MODE_MEM: u8 = 0x60;
+const OP_MASK: u8 = 0xf0;
+const OP_ADD: u8 = 0x00;
+const OP_MOV: u8 = 0xb0;
+const SRC_X: u8 = 0x08;
+const CALL: u8 = 0x85;
+const MOV64_IMM: u8 = 0xb7;
+const MOV32_IMM: u8 = 0xb4;
+
+/// Bytes of a load or store of `code` (`BPF_W`, `BPF_H`, `BPF_B`, `BPF_DW`).
+const fn access_bytes(code: u8) -> u8 {
+    match code & 0x18 {
+        0x00 => 4,
+        0x08 => 2,
+        0x10 => 1,
+        _ => 8,
+    }
+}
+
+/// One placeholder load ([`nf_patch`]) and what it becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadPatch {
+    /// The placeholder offset.
+    pub placeholder: i16,
+    /// The member's name, for errors.
+    pub what: &'static str,
+    /// The load's size in bytes (the member's).
+    pub bytes: u8,
+    /// The member's offset; `None`: this kernel lacks the (optional) member, the load becomes
+    /// `dst = 0`.
+    pub offset: Option<i16>,
+}
+
+/// What the netfilter programs' placeholders become on one kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NfPatches {
+    pub loads: Vec<LoadPatch>,
+    /// BTF id of the kfunc `bpf_rdonly_cast` in vmlinux BTF.
+    pub rdonly_cast: u32,
+    /// Type-id placeholders and the vmlinux BTF ids they stand for, with names for errors.
+    pub types: Vec<(i32, &'static str, u32)>,
+}
+
+impl NfPatches {
+    /// The patches for the kernel whose BTF `btf` is.
+    pub fn from_btf(btf: &Btf) -> Result<Self, AttachError> {
+        let o = kernel_offsets(btf).map_err(AttachError::Btf)?;
+        let required = |v: u32, what: &'static str| {
+            (v != 0)
+                .then_some(v)
+                .ok_or(AttachError::BtfMissing { what })
+        };
+        let ctx_skb = required(o.nf_ctx_skb, "struct bpf_nf_ctx member skb")?;
+        let member = |placeholder, what, bytes, offset: u32| LoadPatch {
+            placeholder,
+            what,
+            bytes,
+            offset: (offset != 0).then(|| i16::try_from(offset).unwrap_or(i16::MAX)),
+        };
+        let loads = vec![
+            member(nf_patch::CTX_SKB, "bpf_nf_ctx.skb", 8, ctx_skb),
+            member(nf_patch::SKB_LEN, "sk_buff.len", 4, o.skb_len),
+            member(
+                nf_patch::SKB_DATA_LEN,
+                "sk_buff.data_len",
+                4,
+                o.skb_data_len,
+            ),
+            member(nf_patch::SKB_DATA, "sk_buff.data", 8, o.skb_data),
+            member(nf_patch::SKB_DEV, "sk_buff.dev", 8, o.skb_dev),
+            member(nf_patch::SKB_MARK, "sk_buff.mark", 4, o.skb_mark),
+            member(nf_patch::SKB_NFCT, "sk_buff._nfct", 8, o.skb_nfct),
+            member(
+                nf_patch::DEV_IFINDEX,
+                "net_device.ifindex",
+                4,
+                o.dev_ifindex,
+            ),
+        ];
+        let id = |found: Result<Option<u32>, _>, what| {
+            found
+                .map_err(AttachError::Btf)?
+                .ok_or(AttachError::BtfMissing { what })
+        };
+        Ok(Self {
+            loads,
+            rdonly_cast: id(
+                btf.func_id("bpf_rdonly_cast"),
+                "kfunc bpf_rdonly_cast (Linux 6.2+)",
+            )?,
+            types: vec![
+                (
+                    nf_patch::TYPE_IPHDR,
+                    "struct iphdr",
+                    id(btf.struct_id("iphdr"), "struct iphdr")?,
+                ),
+                (
+                    nf_patch::TYPE_UDPHDR,
+                    "struct udphdr",
+                    id(btf.struct_id("udphdr"), "struct udphdr")?,
+                ),
+            ],
+        })
+    }
+}
+
+/// Which placeholders the patched programs held, to refuse an object without some of them
+/// (a loader and object that disagree).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Used {
+    loads: HashSet<i16>,
+    rdonly_cast: bool,
+    types: HashSet<i32>,
+}
+
+impl Used {
+    /// Errors with the first placeholder of [`nf_patch`] that no program held.
+    fn check(&self) -> Result<(), AttachError> {
+        let loads = [
+            (nf_patch::CTX_SKB, "bpf_nf_ctx.skb"),
+            (nf_patch::SKB_LEN, "sk_buff.len"),
+            (nf_patch::SKB_DATA_LEN, "sk_buff.data_len"),
+            (nf_patch::SKB_DATA, "sk_buff.data"),
+            (nf_patch::SKB_DEV, "sk_buff.dev"),
+            (nf_patch::SKB_MARK, "sk_buff.mark"),
+            (nf_patch::SKB_NFCT, "sk_buff._nfct"),
+            (nf_patch::DEV_IFINDEX, "net_device.ifindex"),
+        ];
+        for (ph, what) in loads {
+            if !self.loads.contains(&ph) {
+                return Err(AttachError::PatchUnused { what });
+            }
+        }
+        if !self.rdonly_cast {
+            return Err(AttachError::PatchUnused {
+                what: "bpf_rdonly_cast",
+            });
+        }
+        for (ty, what) in [
+            (nf_patch::TYPE_IPHDR, "struct iphdr"),
+            (nf_patch::TYPE_UDPHDR, "struct udphdr"),
+        ] {
+            if !self.types.contains(&ty) {
+                return Err(AttachError::PatchUnused { what });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites every placeholder of [`nf_patch`] in `insns` as `patches` says and notes it in
+/// `used`. Strict: a placeholder load of the wrong size or kind, an unknown placeholder, or a
+/// placeholder offset outside a load (the compiler did not fold it into the load) is an
+/// error `(instruction index, what)`.
+pub fn patch_instructions(
+    insns: &mut [bpf_insn],
+    patches: &NfPatches,
+    used: &mut Used,
+) -> Result<(), (usize, String)> {
+    let load_range = nf_patch::LOAD_FIRST..=nf_patch::LOAD_LAST;
+    let type_range = nf_patch::TYPE_FIRST..=nf_patch::TYPE_LAST;
+    for (index, insn) in insns.iter_mut().enumerate() {
+        let code = insn.code;
+        let class = code & CLASS_MASK;
+        let fail = |what: String| Err((index, what));
+        if load_range.contains(&insn.off) && matches!(class, CLASS_LDX | CLASS_ST | CLASS_STX) {
+            if class != CLASS_LDX || code & MODE_MASK != MODE_MEM {
+                return fail(format!(
+                    "placeholder offset {:#x} in a store or a non-plain load (code {code:#04x})",
+                    insn.off
+                ));
+            }
+            let Some(p) = patches.loads.iter().find(|p| p.placeholder == insn.off) else {
+                return fail(format!("unknown placeholder offset {:#x}", insn.off));
+            };
+            let bytes = access_bytes(code);
+            if bytes != p.bytes {
+                return fail(format!(
+                    "{}: a {bytes}-byte load of a {}-byte member",
+                    p.what, p.bytes
+                ));
+            }
+            used.loads.insert(p.placeholder);
+            match p.offset {
+                Some(off) => insn.off = off,
+                None => {
+                    let dst = insn.dst_reg();
+                    *insn = mov64_imm(dst, 0);
+                }
+            }
+            continue;
+        }
+        let op = code & OP_MASK;
+        let alu = matches!(class, CLASS_ALU | CLASS_ALU64) && code & SRC_X == 0;
+        if alu && op == OP_ADD && i16::try_from(insn.imm).is_ok_and(|imm| load_range.contains(&imm))
+        {
+            return fail(format!(
+                "placeholder offset {:#x} added to a register instead of folded into a load",
+                insn.imm
+            ));
+        }
+        if code == CALL && insn.src_reg() == 0 && insn.imm == nf_patch::RDONLY_CAST {
+            insn.set_src_reg(PSEUDO_KFUNC_CALL);
+            insn.off = 0;
+            insn.imm = i32::try_from(patches.rdonly_cast)
+                .map_err(|_| (index, "bpf_rdonly_cast's BTF id is too large".to_owned()))?;
+            used.rdonly_cast = true;
+            continue;
+        }
+        if alu && op == OP_MOV && type_range.contains(&insn.imm) {
+            debug_assert!(matches!(code, MOV64_IMM | MOV32_IMM));
+            let placeholder = insn.imm;
+            let Some(&(_, what, id)) = patches.types.iter().find(|t| t.0 == placeholder) else {
+                return fail(format!("unknown type placeholder {placeholder:#x}"));
+            };
+            insn.imm = i32::try_from(id)
+                .map_err(|_| (index, format!("the BTF id of {what} is too large")))?;
+            used.types.insert(placeholder);
+            continue;
+        }
+    }
+    Ok(())
+}
+
+/// `dst = imm` (64-bit).
+fn mov64_imm(dst: u8, imm: i32) -> bpf_insn {
+    bpf_insn {
+        code: MOV64_IMM,
+        _bitfield_align_1: [],
+        _bitfield_1: bpf_insn::new_bitfield_1(dst, 0),
+        off: 0,
+        imm,
+    }
 }
 
 /// Fixes up the object's BTF for this kernel and loads it; `None` when the kernel has no BTF
@@ -551,7 +860,6 @@ pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
 /// 6.4 with `CONFIG_NETFILTER_BPF_LINK`.
 #[cfg(test)]
 pub fn probe_netfilter_links() -> Result<(), AttachError> {
-    const MOV64_IMM: u8 = 0xb7;
     const EXIT: u8 = 0x95;
     let prog = NetfilterProgram::load(
         "pktrace_probe",
@@ -790,6 +1098,151 @@ mod tests {
             }
             other => panic!("expected a verifier error, got {other:?}"),
         }
+    }
+
+    /// Patches as a kernel with these offsets and ids would give them; `_nfct` as `nfct`.
+    fn patches(nfct: Option<i16>) -> NfPatches {
+        let load = |placeholder, what, bytes, offset| LoadPatch {
+            placeholder,
+            what,
+            bytes,
+            offset,
+        };
+        NfPatches {
+            loads: vec![
+                load(nf_patch::CTX_SKB, "bpf_nf_ctx.skb", 8, Some(8)),
+                load(nf_patch::SKB_LEN, "sk_buff.len", 4, Some(112)),
+                load(nf_patch::SKB_DATA_LEN, "sk_buff.data_len", 4, Some(116)),
+                load(nf_patch::SKB_DATA, "sk_buff.data", 8, Some(200)),
+                load(nf_patch::SKB_DEV, "sk_buff.dev", 8, Some(16)),
+                load(nf_patch::SKB_MARK, "sk_buff.mark", 4, Some(168)),
+                load(nf_patch::SKB_NFCT, "sk_buff._nfct", 8, nfct),
+                load(nf_patch::DEV_IFINDEX, "net_device.ifindex", 4, Some(224)),
+            ],
+            rdonly_cast: 61_234,
+            types: vec![
+                (nf_patch::TYPE_IPHDR, "struct iphdr", 5_001),
+                (nf_patch::TYPE_UDPHDR, "struct udphdr", 5_002),
+            ],
+        }
+    }
+
+    const LDX_DW: u8 = 0x79;
+    const LDX_W: u8 = 0x61;
+    const STX_W: u8 = 0x63;
+
+    /// A program shaped like the compiled `nf_*` programs: every placeholder once, among
+    /// instructions the patcher must leave alone.
+    fn placeholder_program() -> Vec<bpf_insn> {
+        vec![
+            insn(LDX_DW, 6, 1, nf_patch::CTX_SKB, 0), // 0: r6 = ctx->skb
+            insn(LDX_W, 2, 6, nf_patch::SKB_LEN, 0),  // 1: r2 = skb->len
+            insn(LDX_W, 3, 6, nf_patch::SKB_DATA_LEN, 0), // 2
+            insn(LDX_DW, 7, 6, nf_patch::SKB_DATA, 0), // 3
+            insn(0x18, 1, 1, 0, nf_patch::TYPE_IPHDR), // 4: ld_imm64 (a map fd), left alone
+            insn(0, 0, 0, 0, nf_patch::TYPE_UDPHDR),  // 5: its second half
+            insn(0xbf, 1, 7, 0, 0),                   // 6: r1 = r7
+            insn(MOV64_IMM, 2, 0, 0, nf_patch::TYPE_IPHDR), // 7: r2 = type placeholder
+            insn(CALL, 0, 0, 0, nf_patch::RDONLY_CAST), // 8: call placeholder
+            insn(0x07, 7, 0, 0, 20),                  // 9: r7 += 20
+            insn(MOV32_IMM, 2, 0, 0, nf_patch::TYPE_UDPHDR), // 10: w2 = type placeholder
+            insn(CALL, 0, 0, 0, nf_patch::RDONLY_CAST), // 11
+            insn(LDX_DW, 4, 6, nf_patch::SKB_NFCT, 0), // 12
+            insn(LDX_DW, 5, 6, nf_patch::SKB_DEV, 0), // 13
+            insn(LDX_W, 5, 5, nf_patch::DEV_IFINDEX, 0), // 14
+            insn(LDX_W, 8, 6, nf_patch::SKB_MARK, 0), // 15
+            insn(LDX_W, 9, 10, -8, 0),                // 16: a stack load, left alone
+            insn(CALL, 0, 0, 0, 5),                   // 17: bpf_ktime_get_ns, left alone
+            insn(CALL, 0, 1, 0, nf_patch::RDONLY_CAST), // 18: a bpf-to-bpf call, left alone
+            insn(MOV64_IMM, 0, 0, 0, 1),              // 19
+            insn(0x95, 0, 0, 0, 0),                   // 20
+        ]
+    }
+
+    fn fields(i: &bpf_insn) -> (u8, u8, u8, i16, i32) {
+        (i.code, i.dst_reg(), i.src_reg(), i.off, i.imm)
+    }
+
+    #[test]
+    fn placeholders_become_offsets_kfunc_calls_and_type_ids() {
+        let original = placeholder_program();
+        let mut insns = original.clone();
+        let mut used = Used::default();
+        patch_instructions(&mut insns, &patches(Some(128)), &mut used).unwrap();
+        used.check().unwrap();
+        let want = [
+            (LDX_DW, 6, 1, 8, 0),
+            (LDX_W, 2, 6, 112, 0),
+            (LDX_W, 3, 6, 116, 0),
+            (LDX_DW, 7, 6, 200, 0),
+        ];
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(fields(&insns[i]), *w, "instruction {i}");
+        }
+        assert_eq!(fields(&insns[7]), (MOV64_IMM, 2, 0, 0, 5_001));
+        assert_eq!(fields(&insns[8]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+        assert_eq!(fields(&insns[10]), (MOV32_IMM, 2, 0, 0, 5_002));
+        assert_eq!(fields(&insns[11]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+        assert_eq!(fields(&insns[12]), (LDX_DW, 4, 6, 128, 0));
+        assert_eq!(fields(&insns[13]), (LDX_DW, 5, 6, 16, 0));
+        assert_eq!(fields(&insns[14]), (LDX_W, 5, 5, 224, 0));
+        assert_eq!(fields(&insns[15]), (LDX_W, 8, 6, 168, 0));
+        for i in [4, 5, 6, 9, 16, 17, 18, 19, 20] {
+            assert_eq!(
+                fields(&insns[i]),
+                fields(&original[i]),
+                "instruction {i} changed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_optional_member_loads_zero() {
+        let mut insns = placeholder_program();
+        let mut used = Used::default();
+        patch_instructions(&mut insns, &patches(None), &mut used).unwrap();
+        used.check().unwrap();
+        assert_eq!(fields(&insns[12]), (MOV64_IMM, 4, 0, 0, 0));
+    }
+
+    #[test]
+    fn wrong_or_unknown_placeholders_are_refused() {
+        let p = patches(Some(128));
+        let refused = |i: bpf_insn| {
+            let mut insns = vec![insn(MOV64_IMM, 0, 0, 0, 1), i];
+            patch_instructions(&mut insns, &p, &mut Used::default()).unwrap_err()
+        };
+        // A 4-byte load of the 8-byte `data`.
+        let (index, what) = refused(insn(LDX_W, 1, 6, nf_patch::SKB_DATA, 0));
+        assert_eq!(index, 1);
+        assert!(
+            what.contains("sk_buff.data") && what.contains("4-byte"),
+            "{what}"
+        );
+        let (_, what) = refused(insn(LDX_W, 1, 6, nf_patch::LOAD_LAST, 0));
+        assert!(what.contains("unknown placeholder offset"), "{what}");
+        let (_, what) = refused(insn(STX_W, 6, 1, nf_patch::SKB_MARK, 0));
+        assert!(what.contains("store"), "{what}");
+        let (_, what) = refused(insn(0x07, 1, 0, 0, i32::from(nf_patch::SKB_LEN)));
+        assert!(what.contains("folded"), "{what}");
+        let (_, what) = refused(insn(MOV64_IMM, 2, 0, 0, nf_patch::TYPE_LAST));
+        assert!(what.contains("unknown type placeholder"), "{what}");
+    }
+
+    #[test]
+    fn a_placeholder_no_program_holds_is_an_error() {
+        let mut insns = placeholder_program();
+        // Without the `mark` load.
+        insns.remove(15);
+        let mut used = Used::default();
+        patch_instructions(&mut insns, &patches(Some(128)), &mut used).unwrap();
+        let err = used.check().unwrap_err();
+        assert!(err.to_string().contains("sk_buff.mark"), "{err}");
+        let mut insns = placeholder_program();
+        insns.retain(|i| i.imm != nf_patch::TYPE_UDPHDR || i.code != MOV32_IMM);
+        let mut used = Used::default();
+        patch_instructions(&mut insns, &patches(Some(128)), &mut used).unwrap();
+        assert!(used.check().unwrap_err().to_string().contains("udphdr"));
     }
 
     #[test]
