@@ -306,6 +306,7 @@ impl AddrSetV4 {
 pub struct PendingNat {
     /// Kernel `struct sk_buff` address, to check the exit sees the same packet.
     pub skb: u64,
+    /// `bpf_ktime_get_ns()` as the packet entered; 0: not timed (see the netfilter programs).
     pub ktime_ns: u64,
     pub before: Tuple,
 }

@@ -8,8 +8,16 @@
 //! aya-obj only parses the section names it knows, so these programs sit in the `classifier`
 //! section; user space loads them itself as `BPF_PROG_TYPE_NETFILTER`.
 //!
+//! No helper call on the common path: `ctx->skb` is a trusted BTF pointer, so its members (and
+//! `skb->dev->ifindex`) are plain loads at placeholder offsets the loader patches from the
+//! kernel's BTF ([`nf_patch`]), and the packet's header bytes are plain loads through
+//! `bpf_rdonly_cast` (a kfunc the loader links in place of a placeholder helper call). Only a
+//! packet the fast tuple cannot take, or one that is reported, is copied by a probe read. The
+//! `nat_*` probes ([`crate::probe`]) share the parser and the report but keep probe reads:
+//! their loaders patch nothing, so nothing they use holds a placeholder.
+//!
 //! # Minimum kernel version
-//! 6.4 (BPF_PROG_TYPE_NETFILTER and netfilter links).
+//! 6.4 (BPF_PROG_TYPE_NETFILTER and netfilter links; `bpf_rdonly_cast` is 6.2), with BTF.
 
 use core::ffi::c_void;
 
@@ -21,11 +29,14 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    Event, KernelOffsets, PKT_WINDOW, PendingNat, Tuple, counter, ct, flag, hook, kind, nf_patch,
-    parse,
+    Event, FAMILY_IPV4, KernelOffsets, PKT_WINDOW, PendingNat, Tuple, counter, ct, flag, hook,
+    kind, nf_patch, parse,
 };
 
-use crate::emit::{count, emit, has_tracked_addr, is_tracked, scratch, track_flow};
+use crate::emit::{
+    count, emit, flows_present, has_tracked_addr, is_tracked, scratch, trace_all, track_flow,
+    v4_set, v4_tracked,
+};
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
 const NF_ACCEPT: i32 = 1;
@@ -246,13 +257,53 @@ fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     let skb = skb_of(ctx);
     let (before, _) = tuple_nf(&linear_nf(skb)?)?;
     let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
+    let ktime_ns = if worth_timing(skb, &before) {
+        // SAFETY: helper without preconditions.
+        unsafe { bpf_ktime_get_ns() }
+    } else {
+        0
+    };
     // SAFETY: per-CPU slot of this hook; the exit program on this CPU reads it next.
     unsafe {
         (*slot).skb = skb;
         (*slot).before = before;
-        (*slot).ktime_ns = bpf_ktime_get_ns();
+        (*slot).ktime_ns = ktime_ns;
     }
     Ok(())
+}
+
+/// `IP_CT_ESTABLISHED` and `IP_CT_ESTABLISHED_REPLY` (`enum ip_conntrack_info`).
+const CT_ESTABLISHED: u64 = ct::ESTABLISHED as u64;
+const CT_ESTABLISHED_REPLY: u64 = ct::IS_REPLY as u64;
+
+/// Whether the enter program reads the clock for this packet (0 in the pending slot: not
+/// timed). Most packets cross the nat hooks untracked and unchanged; their exit never looks
+/// at the time. The clock is skipped only for a packet of an established connection
+/// (`ctinfo` ESTABLISHED or ESTABLISHED_REPLY: NAT applies the connection's binding, no rules
+/// run) whose addresses the IPv4 set says are not tracked, while no flow is followed
+/// (`FLOWS_PRESENT` unset: a flow-table lookup would cost more than the clock). Such a packet
+/// is reported only when NAT rewrites it into a traced pod's packet (DNAT to the pod, the
+/// reverse translation of a reply to it): a connection established before pktrace started. Its event carries `NAT_UNTIMED` (`latency_ns` null) and the report follows
+/// its flow, so from then on every packet is timed. New and related packets, packets without
+/// conntrack (or a kernel without `_nfct`), `--trace-all`, IPv6 and address sets the IPv4 set
+/// cannot answer are always timed.
+#[inline(always)]
+fn worth_timing(skb: u64, before: &Tuple) -> bool {
+    let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
+    let ctinfo = nfct & NFCT_INFOMASK;
+    if nfct == 0
+        || (ctinfo != CT_ESTABLISHED && ctinfo != CT_ESTABLISHED_REPLY)
+        || trace_all()
+        || flows_present()
+        || before.family != FAMILY_IPV4
+    {
+        return true;
+    }
+    let Some(set) = v4_set() else {
+        return true;
+    };
+    let word = |a: &[u8; 16]| u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
+    v4_tracked(set, word(&before.saddr), word(&before.daddr))
 }
 
 #[inline(always)]
@@ -276,6 +327,11 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     // SAFETY: helper without preconditions. Only for packets that are reported: `nat_ns`
     // includes the few nanoseconds of the tuple above.
     let now = unsafe { bpf_ktime_get_ns() };
+    let (flags, nat_ns) = if pending.ktime_ns == 0 {
+        (flag::NAT_UNTIMED, 0)
+    } else {
+        (flag::NAT_HOOK_TIMED, now.saturating_sub(pending.ktime_ns))
+    };
     // The parser reads no further than FAST_PARSE_BYTES into a packet the fast tuple took.
     let copy = if fast {
         parse::FAST_PARSE_BYTES as u32
@@ -286,9 +342,9 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     let rewrite = Rewrite {
         skb,
         hook: hook_num,
-        flags: flag::NAT_HOOK_TIMED,
+        flags,
         now,
-        nat_ns: now.saturating_sub(pending.ktime_ns),
+        nat_ns,
         before: &pending.before,
         after,
     };
