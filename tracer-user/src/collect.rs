@@ -209,6 +209,11 @@ impl Collector {
 const BUSY_BIT: u32 = 1 << 31;
 const DISCARD_BIT: u32 = 1 << 30;
 const HDR_SZ: usize = 8;
+/// Records read between two publications of the consumer position (the kernel's view of the
+/// fill, which decides its wakeups, stays within this many records of the truth).
+const PUBLISH_EVERY: usize = 128;
+/// Most re-reads of a busy record's header before a batch ends at it.
+const BUSY_SPINS: u32 = 1_000;
 
 /// A BPF ring buffer's consumer, as aya's `RingBuf::next` is, but publishing the consumer
 /// position once per batch instead of once per record: the kernel reads that position for
@@ -307,7 +312,17 @@ impl RingReader {
             // SAFETY: `offset` < size, and a header is 8-byte aligned inside the first copy
             // of the data pages; the kernel writes it atomically (xchg on commit). Acquire
             // pairs with that commit: the record's bytes are visible once it is not busy.
-            let header = unsafe { &*data.add(offset).cast::<AtomicU32>() }.load(Ordering::Acquire);
+            let header_at = unsafe { &*data.add(offset).cast::<AtomicU32>() };
+            let mut header = header_at.load(Ordering::Acquire);
+            // A record reserved and not yet committed (another CPU is filling it, well under a
+            // microsecond): wait for it a little rather than end the batch with the ring
+            // holding more behind it.
+            let mut tries = 0;
+            while header & BUSY_BIT != 0 && tries < BUSY_SPINS {
+                std::hint::spin_loop();
+                tries += 1;
+                header = header_at.load(Ordering::Acquire);
+            }
             if header & BUSY_BIT != 0 {
                 break;
             }
@@ -325,6 +340,9 @@ impl RingReader {
                 handed += 1;
             }
             self.pos += (HDR_SZ + len).next_multiple_of(8);
+            if handed % PUBLISH_EVERY == 0 {
+                self.consumer_pos().store(self.pos, Ordering::Release);
+            }
         }
         if self.pos != start {
             // The kernel pairs this with an acquire load before reusing the space.

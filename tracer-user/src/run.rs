@@ -373,8 +373,10 @@ impl Session {
             tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    self.drain(guard.get_inner_mut().0, sink)?;
+                    // Cleared before the drain: the kernel's wakeups are edge-triggered, and
+                    // one that comes while draining must not be cleared with this one.
                     guard.clear_ready();
+                    self.drain(guard.get_inner_mut().0, sink)?;
                 }
                 _ = drain.tick() => self.drain(ring.get_mut().0, sink)?,
                 _ = chores.tick() => {
