@@ -130,23 +130,30 @@ pub fn v4_tracked(set: &AddrSetV4, saddr: u32, daddr: u32) -> bool {
     set.contains(saddr) || set.contains(daddr)
 }
 
+/// An [`AddrKey`] on the stack, 8-aligned so that it can be written a word at a time.
+#[repr(C, align(8))]
+struct KeyBuf(AddrKey);
+
 #[inline(always)]
 fn addr_tracked(family: u8, addr: &[u8; 16]) -> bool {
-    let mut key = AddrKey {
-        addr: [0; 16],
-        family,
-        _pad: [0; 3],
-    };
-    // Whole words: a byte copy of the array becomes aya-ebpf's byte-loop `memcpy`.
-    // SAFETY: both are 16 bytes; unaligned reads and writes of u64s within them.
-    unsafe {
+    let mut key = core::mem::MaybeUninit::<KeyBuf>::uninit();
+    // Whole words, all 20 bytes: a byte copy of the array, or zeroing the padding by a struct
+    // literal, becomes a call to aya-ebpf's byte-loop `memcpy`/`memset`.
+    // SAFETY: the address is 16 bytes read as two unaligned u64s; the key is 20 bytes at an
+    // 8-aligned address, written as two u64s and one u32 (family, then the zero padding), so
+    // every byte of it is initialised before it is read.
+    let key = unsafe {
         let src = addr.as_ptr().cast::<u64>();
-        let dst = key.addr.as_mut_ptr().cast::<u64>();
-        dst.write_unaligned(src.read_unaligned());
-        dst.add(1).write_unaligned(src.add(1).read_unaligned());
-    }
+        let dst = key.as_mut_ptr().cast::<u64>();
+        dst.write(src.read_unaligned());
+        dst.add(1).write(src.add(1).read_unaligned());
+        dst.add(2)
+            .cast::<u32>()
+            .write(u32::from_ne_bytes([family, 0, 0, 0]));
+        &key.assume_init_ref().0
+    };
     // SAFETY: the value is only tested for presence.
-    unsafe { TRACKED_ADDRS.get(&key).is_some() }
+    unsafe { TRACKED_ADDRS.get(key).is_some() }
 }
 
 /// True when the packet's address of a traced pod, or its flow, is tracked.

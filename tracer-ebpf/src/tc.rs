@@ -6,7 +6,10 @@
 use aya_ebpf::{
     bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
 };
-use tracer_common::{Event, PKT_WINDOW, counter, ct, kind, parse};
+use tracer_common::{
+    Event, PKT_WINDOW, counter, ct, kind,
+    parse::{self, FAST_ETH_BYTES, Parsed},
+};
 
 use crate::emit::{count, emit, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked};
 
@@ -68,6 +71,21 @@ fn outside_filter(ctx: &TcContext) -> bool {
         && !v4_tracked(set, saddr, daddr)
 }
 
+/// The frame parsed in place from its linear bytes when [`parse::parse_ethernet_fast`] applies
+/// (plain Ethernet, IPv4 without options, TCP or UDP: no copy, and for a GSO packet no walk
+/// into its paged fragments); `false` sends the caller to the copy and the full parser.
+#[inline(always)]
+fn parse_in_place(ctx: &TcContext, len: u32, out: &mut Parsed) -> bool {
+    let (data, end) = (ctx.data(), ctx.data_end());
+    if data + FAST_ETH_BYTES > end {
+        return false;
+    }
+    // SAFETY: the FAST_ETH_BYTES bytes at `data` are within the packet's linear data (checked
+    // above; the verifier checks it again); a byte array has no alignment requirement.
+    let head = unsafe { &*(data as *const [u8; FAST_ETH_BYTES]) };
+    parse::parse_ethernet_fast(head, len, out)
+}
+
 #[inline(always)]
 fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     count(counter::SEEN);
@@ -75,6 +93,11 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         return Ok(());
     }
     let len = ctx.len();
+    let scratch = scratch(0).ok_or(())?;
+    if parse_in_place(ctx, len, &mut scratch.parsed) {
+        emit_tracked(ctx, event_kind, len, &scratch.parsed);
+        return Ok(());
+    }
     if len < MIN_FRAME {
         return Err(());
     }
@@ -83,7 +106,6 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     } else {
         len
     };
-    let scratch = scratch(0).ok_or(())?;
     // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
     let ret = unsafe {
         aya_ebpf::helpers::generated::bpf_skb_load_bytes(
@@ -99,9 +121,15 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     if !parse::parse_ethernet(&scratch.window, cap as usize, &mut scratch.parsed) {
         return Err(());
     }
-    let parsed = &scratch.parsed;
+    emit_tracked(ctx, event_kind, len, &scratch.parsed);
+    Ok(())
+}
+
+/// Emits the event of a parsed packet when it is tracked.
+#[inline(always)]
+fn emit_tracked(ctx: &TcContext, event_kind: u8, len: u32, parsed: &Parsed) {
     if !is_tracked(&parsed.tuple) {
-        return Ok(());
+        return;
     }
     count(counter::MATCHED);
     // SAFETY: reading fields of the program's own context.
@@ -119,5 +147,4 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         ev.fp = parsed.fp;
         ev.tuple = parsed.tuple;
     });
-    Ok(())
 }

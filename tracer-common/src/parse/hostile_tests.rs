@@ -173,6 +173,96 @@ fn fast_tuple_agrees_with_the_parser() {
     assert!(taken >= 5, "the fast path took only {taken} packets");
 }
 
+/// The tc programs' in-place parse of a frame whose first [`FAST_ETH_BYTES`] are linear, with
+/// `len` the whole frame's length: exactly `parse_ethernet` on the frame's window whenever it
+/// claims the frame, and `out` untouched when it does not. Returns whether it claimed it.
+fn check_fast_ethernet(frame: &[u8], len: usize) -> bool {
+    let Some(head) = fast_head(frame) else {
+        return false;
+    };
+    let mut fast = Parsed {
+        flags: 0x80,
+        ..Parsed::default()
+    };
+    let len32 = u32::try_from(len).unwrap();
+    if parse_ethernet_fast(head, len32, &mut fast) {
+        // The window holds the frame's first min(len, PKT_WINDOW) bytes: the linear ones and
+        // then paged ones (here: whatever the frame holds, then zeros).
+        let mut bytes = frame.to_vec();
+        bytes.resize(len.max(frame.len()), 0);
+        let full = Parsed::from_ethernet(&bytes[..len])
+            .expect("the fast ethernet parse took a frame parse_ethernet refuses");
+        assert_eq!(
+            fast, full,
+            "fast and full parses differ (len {len}): {frame:02x?}"
+        );
+        true
+    } else {
+        assert_eq!(fast.flags, 0x80, "a refused fast parse wrote its output");
+        false
+    }
+}
+
+/// Every prefix, every lying total length and every single-byte change of the header of
+/// ordinary and odd frames goes through [`check_fast_ethernet`], also as the head of a large
+/// GSO packet; the fast path does take the ordinary ones (TCP, UDP with and without payload).
+#[test]
+fn fast_ethernet_agrees_with_the_parser() {
+    let packets = [
+        ipv4(PROTO_TCP, 0, &[], &tcp(40000, 80, 0x10)),
+        ipv4(PROTO_TCP, 0x4000, &[], &tcp(1, 2, 0x02)),
+        ipv4(PROTO_UDP, 0, &[], &udp(53, 5353, b"abcdefgh")),
+        ipv4(PROTO_UDP, 0x4000, &[], &udp(53, 5353, b"abcdefghijklmnopq")),
+        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"")),
+        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"xyz")),
+        ipv4(PROTO_ICMP, 0, &[], &[8, 0, 0, 0, 0x12, 0x34, 0, 1, 9, 9]),
+        ipv4(PROTO_UDP, 0x2000, &[], &udp(1, 2, b"x")),
+        ipv4(PROTO_UDP, 0x0001, &[], &udp(1, 2, b"x")),
+        ipv4(PROTO_TCP, 0, &[1, 1, 1, 1], &tcp(3, 4, 0x10)),
+        ipv4(47, 0, &[], &[0; 40]),
+    ];
+    let mut taken = 0;
+    let mut frames = Vec::new();
+    for p in &packets {
+        frames.push(l2(p));
+        let mut tagged = eth(&[0x8100], 0x0800);
+        tagged.extend(p);
+        frames.push(tagged);
+        let mut padded = l2(p);
+        padded.resize(60.max(padded.len()), 0xee);
+        frames.push(padded);
+    }
+    for f in &frames {
+        for len in 0..=f.len() {
+            taken += usize::from(check_fast_ethernet(&f[..len], len));
+        }
+        // The head of a GSO packet: the rest of its 64 KB is paged.
+        for len in [f.len() + 1, 300, 1514, 65_000] {
+            check_fast_ethernet(f, len);
+        }
+        for total in [0u16, 19, 20, 27, 28, 29, 35, 39, 40, 41, 1500] {
+            let mut q = f.clone();
+            q[16..18].copy_from_slice(&total.to_be_bytes());
+            check_fast_ethernet(&q, q.len());
+        }
+        for i in 0..FAST_ETH_BYTES.min(f.len()) {
+            for x in [0x01, 0x10, 0x40, 0xff] {
+                let mut q = f.clone();
+                q[i] ^= x;
+                check_fast_ethernet(&q, q.len());
+                check_fast_ethernet(&q, 65_000);
+            }
+        }
+    }
+    assert!(taken >= 20, "the fast path took only {taken} frames");
+    // TCP and UDP of an ordinary shape are taken, whole or as the head of a GSO packet.
+    for p in [&packets[0], &packets[1], &packets[3]] {
+        let f = l2(p);
+        assert!(check_fast_ethernet(&f, f.len()), "{f:02x?}");
+        assert!(check_fast_ethernet(&f, 65_000), "{f:02x?}");
+    }
+}
+
 fn ports(p: &Parsed) -> (u16, u16) {
     (p.tuple.sport, p.tuple.dport)
 }
