@@ -15,7 +15,10 @@
 //! - the tc view of a frame and the netfilter view of its L3 packet agree when both windows
 //!   hold the same bytes;
 //! - the netfilter programs' fast tuple (`tuple_ipv4_fast`), when it applies, is exactly
-//!   `parse_l3`'s tuple, and reads only the first `FAST_BYTES` of the packet.
+//!   `parse_l3`'s tuple, and reads only the first `FAST_BYTES` of the packet;
+//! - the tc programs' in-place parse (`parse_ethernet_fast`), when it applies, is exactly
+//!   `parse_ethernet`'s result, for the frame as it is and as the linear head of a longer
+//!   (GSO) packet whose further bytes it never reads.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,6 +38,7 @@ fuzz_target!(|data: &[u8]| {
         check_l3_fields(p, &data[..cap], 0);
     }
     check_fast_tuple(&w, cap, l3.as_ref());
+    check_fast_ethernet(data, l2.as_ref());
     if let Some(p) = &l2 {
         let off = l3_offset(&data[..cap]).expect("parse_ethernet read an IP packet past its tags");
         check_l3_fields(p, &data[..cap], off);
@@ -83,6 +87,52 @@ fn check_fast_tuple(w: &Window, cap: usize, l3: Option<&Parsed>) {
         if ok {
             assert_eq!(again, fast, "bytes past FAST_BYTES changed the fast tuple");
         }
+    }
+}
+
+/// The in-place parse equals `parse_ethernet`'s whenever it claims the frame (`l2` is the
+/// full parse of `data` as it is), and leaves its output untouched when it does not; also
+/// with `data` as the first bytes of a 64 KB packet (the window then holds other bytes past
+/// `data`).
+fn check_fast_ethernet(data: &[u8], l2: Option<&Parsed>) {
+    let Some(head) = parse::fast_head(data) else {
+        return;
+    };
+    let dirty = Parsed {
+        flags: 0xff,
+        ..Parsed::default()
+    };
+    let mut fast = dirty;
+    let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    if parse::parse_ethernet_fast(head, len, &mut fast) {
+        let full = l2.expect("the fast ethernet parse took a frame parse_ethernet rejects");
+        assert_eq!(
+            &fast, full,
+            "fast ethernet parse differs from parse_ethernet's"
+        );
+    } else {
+        assert_eq!(
+            fast, dirty,
+            "a refused fast ethernet parse wrote its output"
+        );
+    }
+    let mut gso = data.to_vec();
+    gso.resize(data.len().max(PKT_WINDOW), 0xa5);
+    let (w, cap) = parse::window_of(&gso);
+    let mut full = Parsed::default();
+    let full_ok = parse::parse_ethernet(&w, cap, &mut full);
+    let mut fast = dirty;
+    if parse::parse_ethernet_fast(head, 65_000, &mut fast) {
+        assert!(
+            full_ok,
+            "the fast ethernet parse took a GSO head parse_ethernet rejects"
+        );
+        assert_eq!(fast, full, "fast ethernet parse of a GSO head differs");
+    } else {
+        assert_eq!(
+            fast, dirty,
+            "a refused fast ethernet parse wrote its output"
+        );
     }
 }
 
