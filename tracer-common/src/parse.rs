@@ -6,6 +6,8 @@
 //! access and the host can never read out of bounds; `cap` (how many bytes are real) bounds
 //! what the parser believes.
 
+use core::mem::MaybeUninit;
+
 use crate::{
     FAMILY_IPV4, FAMILY_IPV6, Fingerprint, PKT_WINDOW, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP,
     PROTO_UDP, Tuple, flag,
@@ -25,9 +27,7 @@ pub struct Parsed {
     pub flags: u8,
 }
 
-const _: () = assert!(
-    size_of::<Parsed>() % 4 == 0 && align_of::<Parsed>() >= 4
-);
+const _: () = assert!(size_of::<Parsed>().is_multiple_of(4) && align_of::<Parsed>() >= 4);
 
 impl Parsed {
     /// Sets every byte to zero (what `*self = Parsed::default()` does), a word at a time:
@@ -36,14 +36,37 @@ impl Parsed {
     /// The volatile writes keep LLVM from forming that call again.
     #[inline(always)]
     pub fn clear(&mut self) {
-        let words = (self as *mut Self).cast::<u32>();
-        let mut i = 0;
-        while i < size_of::<Self>() / 4 {
-            // SAFETY: `Parsed` is made of integers only (every bit pattern valid, padding
-            // included), at least 4-aligned and a whole number of words long (asserted above).
-            unsafe { core::ptr::write_volatile(words.add(i), 0) };
-            i += 1;
+        // SAFETY: a `&mut Parsed` is valid for writes of all its bytes.
+        unsafe { zero_words((self as *mut Self).cast::<u32>()) };
+    }
+
+    /// [`clear`](Self::clear) for a slot not written yet (a local on the BPF stack, which
+    /// `Parsed::default()` would fill by `memset`): zeroes it and returns it initialised.
+    #[inline(always)]
+    pub fn zeroed_in(slot: &mut MaybeUninit<Self>) -> &mut Self {
+        // SAFETY: the slot is valid for writes of all its bytes; after them every byte is
+        // initialised, and `Parsed` is valid for every bit pattern (integers only).
+        unsafe {
+            zero_words(slot.as_mut_ptr().cast::<u32>());
+            slot.assume_init_mut()
         }
+    }
+}
+
+/// Writes zero to the `size_of::<Parsed>() / 4` words at `words` (volatile, see
+/// [`Parsed::clear`]).
+///
+/// # Safety
+/// `words` is valid for writes of a `Parsed` and 4-aligned.
+#[inline(always)]
+unsafe fn zero_words(words: *mut u32) {
+    let mut i = 0;
+    while i < size_of::<Parsed>() / 4 {
+        // SAFETY: within the `Parsed` the caller vouches for; `Parsed` is made of integers
+        // only (padding included, every bit pattern valid), at least 4-aligned and a whole
+        // number of words long (asserted above).
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+        i += 1;
     }
 }
 
@@ -231,18 +254,23 @@ pub const FAST_ETH_BYTES: usize = 14 + 20 + 20;
 /// lies within the packet. `head` is the frame's first [`FAST_ETH_BYTES`] bytes, `len` its
 /// length (`skb->len`, linear and paged bytes).
 ///
-/// Returns false when the fast path does not apply (`out` untouched): the caller then copies
-/// the frame into a window and calls [`parse_ethernet`]. When it returns true, `out` is
+/// Returns `None` when the fast path does not apply (`out` untouched): the caller then copies
+/// the frame into a window and calls [`parse_ethernet`]. Otherwise `out`, written whole, is
 /// exactly what [`parse_ethernet`] gives on the frame's first `min(len, PKT_WINDOW)` bytes
-/// (host test and fuzz target `parse_packet` check it).
+/// (host test and fuzz target `parse_packet` check it). `out` may be uninitialised: the tc
+/// programs keep it on the stack.
 #[inline(always)]
-pub fn parse_ethernet_fast(head: &[u8; FAST_ETH_BYTES], len: u32, out: &mut Parsed) -> bool {
+pub fn parse_ethernet_fast<'a>(
+    head: &[u8; FAST_ETH_BYTES],
+    len: u32,
+    out: &'a mut MaybeUninit<Parsed>,
+) -> Option<&'a mut Parsed> {
     let h = head;
     let b16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
     let b32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
     // Any fragment bit but DF: let the full parser decide.
     if b16(12) != ETH_P_IP || h[14] != 0x45 || b16(20) & 0x3fff != 0 {
-        return false;
+        return None;
     }
     let cap = if len as usize > PKT_WINDOW {
         PKT_WINDOW
@@ -251,7 +279,11 @@ pub fn parse_ethernet_fast(head: &[u8; FAST_ETH_BYTES], len: u32, out: &mut Pars
     };
     let total = usize::from(b16(16));
     // As parse_ipv4: the L4 header ends at min(cap, 14 + total) (total < 20: cap).
-    let end = if total >= 20 { cap.min(ETH_HLEN + total) } else { cap };
+    let end = if total >= 20 {
+        cap.min(ETH_HLEN + total)
+    } else {
+        cap
+    };
     let proto = h[23];
     let (a, b, c) = match proto {
         PROTO_TCP if end >= FAST_ETH_BYTES => (
@@ -274,9 +306,9 @@ pub fn parse_ethernet_fast(head: &[u8; FAST_ETH_BYTES], len: u32, out: &mut Pars
             }
             (u32::from(b16(38)), b, c)
         }
-        _ => return false,
+        _ => return None,
     };
-    out.clear();
+    let out = Parsed::zeroed_in(out);
     out.tuple.family = FAMILY_IPV4;
     out.tuple.proto = proto;
     out.tuple.sport = b16(34);
@@ -289,7 +321,7 @@ pub fn parse_ethernet_fast(head: &[u8; FAST_ETH_BYTES], len: u32, out: &mut Pars
         b,
         c,
     };
-    true
+    Some(out)
 }
 
 /// The first [`FAST_ETH_BYTES`] of a frame, `None` when it is shorter (host tests, fuzzing).
