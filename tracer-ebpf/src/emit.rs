@@ -182,7 +182,7 @@ pub fn has_tracked_addr(t: &Tuple) -> bool {
 
 /// The first four bytes of an address as a native `u32` (an IPv4 address in a [`Tuple`]).
 #[inline(always)]
-fn word4(a: &[u8; 16]) -> u32 {
+pub fn word4(a: &[u8; 16]) -> u32 {
     u32::from_ne_bytes([a[0], a[1], a[2], a[3]])
 }
 

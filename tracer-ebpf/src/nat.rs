@@ -35,7 +35,7 @@ use tracer_common::{
 
 use crate::emit::{
     count, emit, flows_present, has_tracked_addr, is_tracked, scratch, trace_all, track_flow,
-    v4_set, v4_tracked,
+    v4_set, v4_tracked, word4,
 };
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
@@ -302,8 +302,7 @@ fn worth_timing(skb: u64, before: &Tuple) -> bool {
     let Some(set) = v4_set() else {
         return true;
     };
-    let word = |a: &[u8; 16]| u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
-    v4_tracked(set, word(&before.saddr), word(&before.daddr))
+    v4_tracked(set, word4(&before.saddr), word4(&before.daddr))
 }
 
 #[inline(always)]
