@@ -52,15 +52,16 @@ pub struct Floor {
 impl Floor {
     /// Loads and attaches the empty programs in the bench node. Kernels without tcx or
     /// netfilter links (< 6.6) get an error; the caller measures without the floor then.
-    pub fn attach() -> Result<Self> {
-        std::thread::scope(|s| s.spawn(attach_in_node).join())
+    /// `nf_per_hook` links of the empty netfilter program on each hook (pktrace has two).
+    pub fn attach(nf_per_hook: usize) -> Result<Self> {
+        std::thread::scope(|s| s.spawn(move || attach_in_node(nf_per_hook)).join())
             .map_err(|_| anyhow::anyhow!("the floor's attach thread panicked"))?
     }
 }
 
 /// Runs in a thread of its own, which moves into the node's network namespace (only this
 /// thread's: the links keep their namespace after it ends).
-fn attach_in_node() -> Result<Floor> {
+fn attach_in_node(nf_per_hook: usize) -> Result<Floor> {
     let ns = fs::File::open(format!("/run/netns/{NODE_NS}"))
         .with_context(|| format!("opening namespace {NODE_NS}"))?;
     // SAFETY: setns on a valid namespace fd; it affects the calling thread only.
@@ -80,12 +81,16 @@ fn attach_in_node() -> Result<Floor> {
         }
     }
     for hook in NF_HOOKS {
-        #[expect(
-            clippy::cast_sign_loss,
-            reason = "the kernel reads the priority as s32"
-        )]
-        let nf_args = [NFPROTO_IPV4, hook, NF_PRIORITY as u32, 0];
-        links.push(link_create(&nf, 0, BPF_NETFILTER, nf_args).context("netfilter link")?);
+        // One priority each: the kernel refuses two BPF links at one priority of a hook.
+        for i in 0..nf_per_hook {
+            let priority = NF_PRIORITY + i32::try_from(i).context("too many links")?;
+            #[expect(
+                clippy::cast_sign_loss,
+                reason = "the kernel reads the priority as s32"
+            )]
+            let nf_args = [NFPROTO_IPV4, hook, priority as u32, 0];
+            links.push(link_create(&nf, 0, BPF_NETFILTER, nf_args).context("netfilter link")?);
+        }
     }
     let prog_ids = [&tc, &nf]
         .into_iter()

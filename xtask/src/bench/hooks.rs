@@ -65,7 +65,7 @@ pub struct Hooks {
 /// Runs `ctx.runs` rounds of [`CONDITIONS`] × [`STREAMS`] with run-time statistics on.
 pub fn run(ctx: &Ctx) -> Result<Hooks> {
     let _stats = RunStats::enable()?;
-    let floor = Floor::attach()
+    let floor = Floor::attach(1)
         .inspect_err(|err| eprintln!("bench: no empty-program floor: {err:#}"))
         .ok();
     let floor_ids = floor

@@ -121,11 +121,14 @@ fn absolute(t: &Throughput) -> Table {
 /// The tracers while the streams flow: CPU, pktrace's events and kernel losses.
 #[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
 fn tracer_load(t: &Throughput, seconds: u64) -> Table {
-    let traced = &Condition::ALL[1..];
+    let traced: Vec<Condition> = Condition::ALL
+        .into_iter()
+        .filter(|c| c.has_tracer())
+        .collect();
     let mut table = Table::new(std::iter::once("stream").chain(traced.iter().map(|c| c.label())));
     for stream in Stream::ALL {
         let mut row = vec![stream.to_string()];
-        for &c in traced {
+        for &c in &traced {
             let cpu = dist(t, c, stream, |x| x.tracer_cpu_pct);
             let mut cell = format!("CPU {} %", show(cpu, 0));
             if c.is_pktrace() {

@@ -10,10 +10,14 @@ use anyhow::Result;
 use super::{
     Ctx,
     bpf::KernelCounters,
+    floor::Floor,
     iperf::{self, Stream, StreamResult},
     proc::Memory,
     tracer::{Condition, Launch, Tracer, tcpdump_dropped},
 };
+
+/// pktrace brackets each netfilter hook's nat table with two programs (enter and exit).
+const NF_PROGRAMS_PER_HOOK: usize = 2;
 
 /// One stream under one condition in one round.
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +81,10 @@ fn one(
     condition: Condition,
     out: &mut Throughput,
 ) -> Result<()> {
+    // Detached when dropped, at the end of this run.
+    let _empty = (condition == Condition::EmptyPrograms)
+        .then(|| Floor::attach(NF_PROGRAMS_PER_HOOK))
+        .transpose()?;
     let mut tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &Launch::default())?;
     let sample = measure(ctx, round, condition, stream, tracer.as_mut())?;
     eprintln!("bench:   {}: {}", condition.label(), describe(&sample));
@@ -147,7 +155,7 @@ fn describe(s: &Sample) -> String {
     } else {
         format!("{:.2} Gbit/s", s.result.recv_bps / 1e9)
     };
-    if s.condition != Condition::Untraced {
+    if s.condition.has_tracer() {
         text.push_str(&format!("; tracer {:.0} % CPU", s.tracer_cpu_pct));
     }
     if s.condition.is_pktrace() {

@@ -36,21 +36,33 @@ pub enum Condition {
     TraceAll,
     /// `tcpdump -i any -w /dev/null` in the node namespace.
     Tcpdump,
+    /// No tracer: the bench's own empty programs on every hook pktrace attaches to (tcx
+    /// ingress and egress of each interface, two netfilter programs on each of the four IPv4
+    /// hooks, as pktrace's NAT brackets), so the column shows what calling programs there at
+    /// all costs the stream, whatever they do.
+    EmptyPrograms,
 }
 
 impl Condition {
     /// In the order each round runs them.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Untraced,
         Self::ClientPod,
         Self::OtherPod,
         Self::TraceAll,
         Self::Tcpdump,
+        Self::EmptyPrograms,
     ];
 
     #[must_use]
     pub const fn is_pktrace(self) -> bool {
         matches!(self, Self::ClientPod | Self::OtherPod | Self::TraceAll)
+    }
+
+    /// Whether a tracer process runs (pktrace or tcpdump), whose CPU and memory are sampled.
+    #[must_use]
+    pub const fn has_tracer(self) -> bool {
+        self.is_pktrace() || matches!(self, Self::Tcpdump)
     }
 
     /// A short key for raw data.
@@ -62,6 +74,7 @@ impl Condition {
             Self::OtherPod => "pktrace_other_pod",
             Self::TraceAll => "pktrace_trace_all",
             Self::Tcpdump => "tcpdump",
+            Self::EmptyPrograms => "empty_programs",
         }
     }
 
@@ -74,6 +87,7 @@ impl Condition {
             Self::OtherPod => "pktrace --pod-ip (other pod)",
             Self::TraceAll => "pktrace --trace-all",
             Self::Tcpdump => "tcpdump -i any",
+            Self::EmptyPrograms => "empty programs on pktrace's hooks",
         }
     }
 
@@ -171,7 +185,7 @@ impl Tracer {
         let started = Instant::now();
         let mut first_journey = None;
         let (bg, ready_after) = match condition {
-            Condition::Untraced => return Ok(None),
+            Condition::Untraced | Condition::EmptyPrograms => return Ok(None),
             Condition::Tcpdump => {
                 let cmd = pinned(
                     NODE_NS,
