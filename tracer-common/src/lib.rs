@@ -127,11 +127,12 @@ pub mod ct {
 /// kernel structures with plain loads the verifier checks against BTF (no helper call):
 ///
 /// - a load (`BPF_LDX | BPF_MEM`) whose offset is one of the `*` offsets below, from the
-///   netfilter context, the `struct sk_buff` or the `struct net_device`, gets the member's offset
+///   netfilter context, `struct sk_buff`, `net_device` or `nf_conn`, gets the member's offset
 ///   (or becomes `dst = 0` when this kernel lacks an optional member); its size must be the one
 ///   given here;
 /// - a helper call to [`RDONLY_CAST`] becomes a call of the kfunc `bpf_rdonly_cast`;
-/// - a `mov` of an immediate [`TYPE_IPHDR`] or [`TYPE_UDPHDR`] gets that struct's BTF id.
+/// - a `mov` of an immediate [`TYPE_IPHDR`], [`TYPE_UDPHDR`] or [`TYPE_NF_CONN`] gets that
+///   struct's BTF id.
 ///
 /// Only the `nf_*` programs may hold them: the loader refuses unknown placeholders and
 /// placeholders it did not find. The values are far from any real offset, helper id or type
@@ -152,6 +153,17 @@ pub mod nf_patch {
     pub const SKB_NFCT: i16 = 0x7f30;
     /// `struct net_device`, `ifindex` (4 bytes).
     pub const DEV_IFINDEX: i16 = 0x7f38;
+    /// `struct nf_conn` (through a [`TYPE_NF_CONN`] cast), optional: all become `dst = 0` on a
+    /// kernel whose vmlinux BTF lacks the struct (conntrack built as a module). `status`
+    /// (8 bytes); `tuplehash[IP_CT_DIR_ORIGINAL].tuple.src.l3num` (2);
+    /// `tuplehash[dir].tuple.src.u3.ip` and `.dst.u3.ip` of the original and reply directions
+    /// (4 each).
+    pub const CT_STATUS: i16 = 0x7f40;
+    pub const CT_ORIG_L3NUM: i16 = 0x7f48;
+    pub const CT_ORIG_SRC: i16 = 0x7f50;
+    pub const CT_ORIG_DST: i16 = 0x7f58;
+    pub const CT_REPLY_SRC: i16 = 0x7f60;
+    pub const CT_REPLY_DST: i16 = 0x7f68;
     /// Helper id standing for the kfunc `bpf_rdonly_cast(const void *, u32 btf_id)`.
     pub const RDONLY_CAST: i32 = 0x7ff0;
     /// First and last immediate reserved for type-id placeholders.
@@ -161,6 +173,9 @@ pub mod nf_patch {
     pub const TYPE_IPHDR: i32 = 0x7ffe_0001;
     /// BTF id of `struct udphdr` in vmlinux BTF.
     pub const TYPE_UDPHDR: i32 = 0x7ffe_0002;
+    /// BTF id of `struct nf_conn` in vmlinux BTF (where the struct is missing: any struct's,
+    /// the `CT_*` loads then read nothing).
+    pub const TYPE_NF_CONN: i32 = 0x7ffe_0003;
 }
 
 /// One observation of one packet, as the kernel writes it into the ring buffer.
@@ -306,7 +321,8 @@ impl AddrSetV4 {
 pub struct PendingNat {
     /// Kernel `struct sk_buff` address, to check the exit sees the same packet.
     pub skb: u64,
-    /// `bpf_ktime_get_ns()` as the packet entered; 0: not timed (see the netfilter programs).
+    /// `bpf_ktime_get_ns()` as the packet entered; 0: not timed, `u64::MAX`: skipped by its
+    /// conntrack entry, the exit returns at once (see the netfilter programs).
     pub ktime_ns: u64,
     pub before: Tuple,
 }

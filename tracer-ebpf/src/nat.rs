@@ -187,6 +187,33 @@ fn parse_linear(data: u64, cap: u32, copy: u32) -> Result<&'static parse::Parsed
     Ok(&scratch.parsed)
 }
 
+/// Parses a packet [`tuple_nf`] took by the fast tuple, whose window holds the bytes it
+/// loaded: loads the rest of what [`parse::parse_l3`] reads of such a packet (the IP id, and
+/// the L4 bytes 26..36 of [`parse::FAST_PARSE_BYTES`], through `struct iphdr` and two
+/// `struct udphdr` casts) the same way, no probe read. The bytes left out (TOS, TTL, header
+/// checksum) the parser does not read (host test
+/// `fast_path_packets_parse_from_their_first_fast_parse_bytes`).
+#[inline(always)]
+fn parse_fast(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
+    let scratch = scratch(1).ok_or(())?;
+    let w = scratch.window.as_mut_ptr();
+    let ip = rdonly_cast(data, nf_patch::TYPE_IPHDR);
+    copy_member::<u16>(w, ip, 4, 4);
+    let l4 = rdonly_cast(data + 20, nf_patch::TYPE_UDPHDR);
+    copy_member::<u16>(w, l4, 26, 6);
+    // Bytes past `cap` (a short packet) are loaded too, without fault (the loads are
+    // `BPF_PROBE_MEM`), and the parser does not read them.
+    let more = rdonly_cast(data + 28, nf_patch::TYPE_UDPHDR);
+    copy_member::<u16>(w, more, 28, 0);
+    copy_member::<u16>(w, more, 30, 2);
+    copy_member::<u16>(w, more, 32, 4);
+    copy_member::<u16>(w, more, 34, 6);
+    if !parse::parse_l3(&scratch.window, cap as usize, &mut scratch.parsed) {
+        return Err(());
+    }
+    Ok(&scratch.parsed)
+}
+
 /// `bpf_rdonly_cast(const void *obj, u32 btf_id)` (kernel/bpf/helpers.c, v6.2): the verifier
 /// inlines it as a register move and types the result as an untrusted pointer to the struct
 /// `btf_id` names, which the program may load from (`BPF_PROBE_MEM`).
@@ -211,7 +238,7 @@ fn rdonly_cast(addr: u64, ty: i32) -> u64 {
 fn copy_member<T: Copy>(w: *mut u8, src: u64, at: usize, src_at: usize) {
     // SAFETY: `src + src_at` is a member of the struct `src` was cast to, of type `T`; the
     // window is PKT_WINDOW bytes at the start of an 8-byte aligned map value, `at` is below
-    // FAST_BYTES and a multiple of `T`'s size.
+    // FAST_PARSE_BYTES and a multiple of `T`'s size.
     unsafe {
         let v = core::ptr::read_volatile((src as *const u8).add(src_at).cast::<T>());
         w.add(at).cast::<T>().write(v);
@@ -251,13 +278,31 @@ fn tuple_nf(p: &Linear) -> Result<(Tuple, bool), ()> {
     Ok((parse_linear(p.data, p.cap, p.cap)?.tuple, false))
 }
 
+/// [`PendingNat::ktime_ns`] of a packet its enter program skipped ([`Conntrack::Skip`]):
+/// its exit returns at once. (Not a bit of the `skb` word: the verifier refuses bitwise
+/// operations on the `skb` pointer.)
+const SKIPPED: u64 = u64::MAX;
+
 #[inline(always)]
 fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     count(counter::NAT_SEEN);
     let skb = skb_of(ctx);
-    let (before, _) = tuple_nf(&linear_nf(skb)?)?;
     let slot = NAT_PENDING.get_ptr_mut(u32::from(hook_num)).ok_or(())?;
-    let ktime_ns = if worth_timing(skb, &before) {
+    let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
+    let timed = match conntrack(nfct, hook_num) {
+        Conntrack::Skip => {
+            // SAFETY: per-CPU slot of this hook; the exit program on this CPU reads it next.
+            unsafe {
+                (*slot).skb = skb;
+                (*slot).ktime_ns = SKIPPED;
+            }
+            return Ok(());
+        }
+        Conntrack::Time => true,
+        Conntrack::Packet => false,
+    };
+    let (before, _) = tuple_nf(&linear_nf(skb)?)?;
+    let ktime_ns = if timed || worth_timing(nfct, &before) {
         // SAFETY: helper without preconditions.
         unsafe { bpf_ktime_get_ns() }
     } else {
@@ -272,27 +317,132 @@ fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     Ok(())
 }
 
+/// What the packet's conntrack entry says about it, before the packet is read.
+enum Conntrack {
+    /// NAT cannot make this packet a reported one: skip it.
+    Skip,
+    /// Read the packet and time the step.
+    Time,
+    /// The entry cannot answer: the packet decides ([`worth_timing`]).
+    Packet,
+}
+
+/// `IPS_SRC_NAT` and `IPS_DST_NAT` (`enum ip_conntrack_status`,
+/// include/uapi/linux/netfilter/nf_conntrack_common.h, v6.4): the entry's binding changes the
+/// source (destination) of its original direction.
+const IPS_SRC_NAT: u64 = 1 << 4;
+const IPS_DST_NAT: u64 = 1 << 5;
+/// `IPS_SRC_NAT_DONE` and `IPS_DST_NAT_DONE` (same enum): the entry's NAT binding for that
+/// manipulation is set up.
+const IPS_SRC_NAT_DONE: u64 = 1 << 7;
+const IPS_DST_NAT_DONE: u64 = 1 << 8;
+/// `AF_INET`, as `nf_conntrack_man.l3num` holds it.
+const AF_INET: u16 = 2;
+/// `IP_CT_RELATED` and `IP_CT_RELATED_REPLY`.
+const CT_RELATED: u64 = ct::RELATED as u64;
+const CT_RELATED_REPLY: u64 = (ct::RELATED + ct::IS_REPLY) as u64;
+
+/// Decides from the packet's conntrack entry (`skb->_nfct`), without reading the packet:
+///
+/// - No entry (`_nfct` 0, or `IP_CT_UNTRACKED`, whose pointer part is 0): `nf_nat_inet_fn`
+///   returns at once, NAT cannot change the packet, so there is nothing to pair: skip.
+/// - An entry whose binding for this hook's manipulation is set up (`IPS_DST_NAT_DONE` in
+///   PRE_ROUTING and LOCAL_OUT, `IPS_SRC_NAT_DONE` in POST_ROUTING and LOCAL_IN), for a packet
+///   that is not RELATED (an ICMP error, whose outer addresses need not be the entry's): no
+///   rule runs (`nf_nat_inet_fn`, net/netfilter/nf_nat_core.c, v6.4), `nf_nat_packet` only
+///   applies the binding. It changes the packet only when the entry's status has the bit for
+///   this manipulation and direction (`IPS_DST_NAT` for a destination manipulation of the
+///   original direction, `IPS_SRC_NAT` of the reply direction, and the other way round for a
+///   source manipulation). Without it the packet leaves NAT as it came, which is never
+///   reported ([`should_report`]): skip.
+/// - Such an IPv4 entry whose binding changes the packet: the packet is rewritten into the
+///   addresses of the entry's other direction (`nf_nat_manip_pkt` with the inverted reply or
+///   original tuple). So the packet before and after NAT carries only the four addresses of
+///   the entry's two tuples. When none of them is tracked, it can be reported only by
+///   `--trace-all` or by a
+///   followed flow ([`should_report`]); while no flow is followed (`FLOWS_PRESENT` unset)
+///   neither holds: skip. A followed flow need not hold a tracked address (a flow followed
+///   through an earlier SNAT carries the node's address, and a later NAT step in another
+///   namespace has an entry of that flow only), and looking the entry's tuples up in the flow
+///   table costs more than reading the packet, so with flows present the packet is read and
+///   timed. With a tracked address, or `--trace-all`, it is read and timed: this also times an
+///   established connection that NAT rewrites into a traced pod's packet (DNAT to the pod).
+/// - Anything else (the first packet of a connection, RELATED, IPv6, a kernel whose vmlinux
+///   BTF has no `struct nf_conn`, where the loader makes every `CT_*` load 0, an address set
+///   the IPv4 set cannot answer): the packet decides.
+#[inline(always)]
+fn conntrack(nfct: u64, hook_num: u8) -> Conntrack {
+    let ct = nfct & !NFCT_INFOMASK;
+    if ct == 0 {
+        return Conntrack::Skip;
+    }
+    let ctinfo = nfct & NFCT_INFOMASK;
+    if ctinfo == CT_RELATED || ctinfo == CT_RELATED_REPLY {
+        return Conntrack::Packet;
+    }
+    let dst = hook_num == hook::PRE_ROUTING || hook_num == hook::LOCAL_OUT;
+    let (done, changes) = if dst {
+        (IPS_DST_NAT_DONE, IPS_DST_NAT)
+    } else {
+        (IPS_SRC_NAT_DONE, IPS_SRC_NAT)
+    };
+    // The reply direction is rewritten by the other half of the binding.
+    let changes = if ctinfo >= CT_ESTABLISHED_REPLY {
+        changes ^ (IPS_SRC_NAT | IPS_DST_NAT)
+    } else {
+        changes
+    };
+    let c = rdonly_cast(ct, nf_patch::TYPE_NF_CONN);
+    let status: u64 = load(c, nf_patch::CT_STATUS);
+    if status & done == 0 {
+        return Conntrack::Packet;
+    }
+    if status & changes == 0 {
+        return Conntrack::Skip;
+    }
+    if load::<u16>(c, nf_patch::CT_ORIG_L3NUM) != AF_INET {
+        return Conntrack::Packet;
+    }
+    if trace_all() {
+        return Conntrack::Time;
+    }
+    let Some(set) = v4_set() else {
+        return Conntrack::Packet;
+    };
+    if v4_tracked(
+        set,
+        load(c, nf_patch::CT_ORIG_SRC),
+        load(c, nf_patch::CT_ORIG_DST),
+    ) || v4_tracked(
+        set,
+        load(c, nf_patch::CT_REPLY_SRC),
+        load(c, nf_patch::CT_REPLY_DST),
+    ) || flows_present()
+    {
+        return Conntrack::Time;
+    }
+    Conntrack::Skip
+}
+
 /// `IP_CT_ESTABLISHED` and `IP_CT_ESTABLISHED_REPLY` (`enum ip_conntrack_info`).
 const CT_ESTABLISHED: u64 = ct::ESTABLISHED as u64;
 const CT_ESTABLISHED_REPLY: u64 = ct::IS_REPLY as u64;
 
-/// Whether the enter program reads the clock for this packet (0 in the pending slot: not
-/// timed). Most packets cross the nat hooks untracked and unchanged; their exit never looks
-/// at the time. The clock is skipped only for a packet of an established connection
-/// (`ctinfo` ESTABLISHED or ESTABLISHED_REPLY: NAT applies the connection's binding, no rules
-/// run) whose addresses the IPv4 set says are not tracked, while no flow is followed
-/// (`FLOWS_PRESENT` unset: a flow-table lookup would cost more than the clock). Such a packet
-/// is reported only when NAT rewrites it into a traced pod's packet (DNAT to the pod, the
-/// reverse translation of a reply to it): a connection established before pktrace started. Its event carries `NAT_UNTIMED` (`latency_ns` null) and the report follows
-/// its flow, so from then on every packet is timed. New and related packets, packets without
-/// conntrack (or a kernel without `_nfct`), `--trace-all`, IPv6 and address sets the IPv4 set
-/// cannot answer are always timed.
+/// Whether the enter program reads the clock for a packet its conntrack entry could not decide
+/// ([`Conntrack::Packet`]; 0 in the pending slot: not timed). The clock is skipped only for a
+/// packet of an established connection (`ctinfo` ESTABLISHED or ESTABLISHED_REPLY: NAT
+/// applies the connection's binding, no rules run) whose addresses the IPv4 set says are not
+/// tracked, while no flow is followed (`FLOWS_PRESENT` unset: a flow-table lookup would cost
+/// more than the clock). Such a packet is reported only when NAT rewrites it into a traced
+/// pod's packet (DNAT to the pod, the reverse translation of a reply to it): a connection
+/// established before pktrace started, on a kernel where the entry could not answer (no
+/// `struct nf_conn` in vmlinux BTF). Its event carries `NAT_UNTIMED` (`latency_ns` null) and
+/// the report follows its flow, so from then on every packet is timed. New and related
+/// packets, `--trace-all`, IPv6 and address sets the IPv4 set cannot answer are always timed.
 #[inline(always)]
-fn worth_timing(skb: u64, before: &Tuple) -> bool {
-    let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
+fn worth_timing(nfct: u64, before: &Tuple) -> bool {
     let ctinfo = nfct & NFCT_INFOMASK;
-    if nfct == 0
-        || (ctinfo != CT_ESTABLISHED && ctinfo != CT_ESTABLISHED_REPLY)
+    if (ctinfo != CT_ESTABLISHED && ctinfo != CT_ESTABLISHED_REPLY)
         || trace_all()
         || flows_present()
         || before.family != FAMILY_IPV4
@@ -317,6 +467,9 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     }
     // Cleared so that a later packet cannot pair with a stale entry.
     pending.skb = 0;
+    if pending.ktime_ns == SKIPPED {
+        return Ok(());
+    }
     // Most packets are not rewritten, or not tracked: decide on the tuple alone.
     let linear = linear_nf(skb)?;
     let (after, fast) = tuple_nf(&linear)?;
@@ -331,13 +484,11 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     } else {
         (flag::NAT_HOOK_TIMED, now.saturating_sub(pending.ktime_ns))
     };
-    // The parser reads no further than FAST_PARSE_BYTES into a packet the fast tuple took.
-    let copy = if fast {
-        parse::FAST_PARSE_BYTES as u32
+    let after = if fast {
+        parse_fast(linear.data, linear.cap)?
     } else {
-        linear.cap
+        parse_linear(linear.data, linear.cap, linear.cap)?
     };
-    let after = parse_linear(linear.data, linear.cap, copy)?;
     let rewrite = Rewrite {
         skb,
         hook: hook_num,

@@ -399,6 +399,15 @@ impl Btf {
         self.named_id(kind::STRUCT, name)
     }
 
+    /// Size in bytes of the struct (or union) `struct_name`, as an array of it strides.
+    pub fn struct_size(&self, struct_name: &str) -> Result<u32, BtfError> {
+        self.find_composite(struct_name)?
+            .map(|rec| rec.size_or_type)
+            .ok_or_else(|| BtfError::StructNotFound {
+                name: struct_name.to_owned(),
+            })
+    }
+
     /// The first type of kind `kind` named `name`.
     fn named_id(&self, kind: u32, name: &str) -> Result<Option<u32>, BtfError> {
         // `index_types` checked that every id fits in a u32.

@@ -42,7 +42,8 @@ pub enum NatError {
 /// What is attached for NAT observation.
 enum Hooked {
     None,
-    Netfilter(Vec<NetfilterLink>),
+    /// The links, and whether the programs can read conntrack entries.
+    Netfilter(Vec<NetfilterLink>, bool),
     Probe(ProbeAttachment),
 }
 
@@ -51,10 +52,16 @@ impl Hooked {
     fn describe(&self) -> String {
         match self {
             Self::None => "nothing attached".into(),
-            Self::Netfilter(links) => format!(
+            Self::Netfilter(links, conntrack) => format!(
                 "{} BPF netfilter links bracketing the nat table (PREROUTING, OUTPUT, \
-                 POSTROUTING, INPUT); latency = rule traversal + rewrite",
-                links.len()
+                 POSTROUTING, INPUT); latency = rule traversal + rewrite{}",
+                links.len(),
+                if *conntrack {
+                    ""
+                } else {
+                    "; every packet is read (no struct nf_conn in vmlinux BTF, conntrack is \
+                     probably a module: packets of untraced connections are not skipped early)"
+                }
             ),
             Self::Probe(p) => p.describe(),
         }
@@ -246,7 +253,10 @@ fn attach_one(hook: NatHook, ebpf: &mut Ebpf, globals: &Globals) -> Result<Hooke
     Ok(match hook {
         NatHook::Fentry => Hooked::Probe(probe::attach_fentry(ebpf, &refs)?),
         NatHook::Kprobe => Hooked::Probe(probe::attach_kprobes(ebpf)?),
-        _ => Hooked::Netfilter(attach_netfilter(ebpf, &refs)?),
+        _ => {
+            let (links, conntrack) = attach_netfilter(ebpf, &refs)?;
+            Hooked::Netfilter(links, conntrack)
+        }
     })
 }
 
@@ -260,8 +270,12 @@ const fn want_name(h: NatHook) -> &'static str {
     }
 }
 
-fn attach_netfilter(ebpf: &Ebpf, globals: &[(&str, &[u8])]) -> Result<Vec<NetfilterLink>, Skip> {
-    let programs = netfilter::load_netfilter_programs(object(), globals, ebpf)?;
+/// The links, and whether the programs read conntrack entries.
+fn attach_netfilter(
+    ebpf: &Ebpf,
+    globals: &[(&str, &[u8])],
+) -> Result<(Vec<NetfilterLink>, bool), Skip> {
+    let (programs, conntrack) = netfilter::load_netfilter_programs(object(), globals, ebpf)?;
     let find = |name: &str| programs.iter().find(|p| p.name() == name);
     let mut links = Vec::new();
     for (prefix, hook_num, pri) in [
@@ -278,7 +292,7 @@ fn attach_netfilter(ebpf: &Ebpf, globals: &[(&str, &[u8])]) -> Result<Vec<Netfil
             links.push(link);
         }
     }
-    Ok(links)
+    Ok((links, conntrack))
 }
 
 /// An error and its sources on one line, joined with ": ".

@@ -7,7 +7,9 @@ const SRC: [u8; 4] = [10, 13, 76, 46];
 const DST: [u8; 4] = [10, 0, 159, 58];
 
 fn eth(ethertype: u16) -> Vec<u8> {
-    let mut f = vec![0x02, 0x42, 0x0a, 0x0d, 0x4c, 0x04, 0x02, 0x42, 0x0a, 0x0d, 0x4c, 0x2e];
+    let mut f = vec![
+        0x02, 0x42, 0x0a, 0x0d, 0x4c, 0x04, 0x02, 0x42, 0x0a, 0x0d, 0x4c, 0x2e,
+    ];
     f.extend_from_slice(&ethertype.to_be_bytes());
     f
 }
@@ -19,7 +21,15 @@ fn vlan(f: &mut Vec<u8>, tpid_after: u16) {
 }
 
 /// An IPv4 header (checksum left zero: the parser does not check it).
-fn ipv4(proto: u8, payload_len: usize, id: u16, frag: u16, options: &[u8], src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+fn ipv4(
+    proto: u8,
+    payload_len: usize,
+    id: u16,
+    frag: u16,
+    options: &[u8],
+    src: [u8; 4],
+    dst: [u8; 4],
+) -> Vec<u8> {
     let ihl = 20 + options.len();
     let total = u16::try_from(ihl + payload_len).unwrap();
     let mut h = vec![0x40 | u8::try_from(ihl / 4).unwrap(), 0];
@@ -78,11 +88,23 @@ fn addr4(a: [u8; 4]) -> [u8; 16] {
 
 #[test]
 fn tcp_over_ipv4() {
-    let p = Parsed::from_ethernet(&v4_frame(&tcp(41234, 80, 7, 9, 0x02, 64240), PROTO_TCP)).unwrap();
+    let p =
+        Parsed::from_ethernet(&v4_frame(&tcp(41234, 80, 7, 9, 0x02, 64240), PROTO_TCP)).unwrap();
     assert_eq!(p.tuple.family, FAMILY_IPV4);
     assert_eq!((p.tuple.saddr, p.tuple.daddr), (addr4(SRC), addr4(DST)));
-    assert_eq!((p.tuple.sport, p.tuple.dport, p.tuple.proto), (41234, 80, PROTO_TCP));
-    assert_eq!(p.fp, Fingerprint { ip_id: 0x1234, a: 7, b: 9, c: 0x02 | (64240 << 16) });
+    assert_eq!(
+        (p.tuple.sport, p.tuple.dport, p.tuple.proto),
+        (41234, 80, PROTO_TCP)
+    );
+    assert_eq!(
+        p.fp,
+        Fingerprint {
+            ip_id: 0x1234,
+            a: 7,
+            b: 9,
+            c: 0x02 | (64240 << 16)
+        }
+    );
     assert_eq!(p.flags, 0);
 }
 
@@ -95,7 +117,10 @@ fn udp_fingerprint_takes_the_leading_payload() {
     assert_eq!(p.fp.c, u32::from_be_bytes(*b"efgh"));
     // A short payload is zero-padded, not read past the packet's end.
     let p = Parsed::from_ethernet(&v4_frame(&udp(5000, 53, b"ab"), PROTO_UDP)).unwrap();
-    assert_eq!((p.fp.b, p.fp.c), (u32::from_be_bytes([b'a', b'b', 0, 0]), 0));
+    assert_eq!(
+        (p.fp.b, p.fp.c),
+        (u32::from_be_bytes([b'a', b'b', 0, 0]), 0)
+    );
     // Zero-length UDP.
     let p = Parsed::from_ethernet(&v4_frame(&udp(1, 2, b""), PROTO_UDP)).unwrap();
     assert_eq!((p.fp.a, p.fp.b, p.fp.c), (8, 0, 0));
@@ -103,7 +128,8 @@ fn udp_fingerprint_takes_the_leading_payload() {
 
 #[test]
 fn icmp_echo_uses_the_identifier_as_both_ports() {
-    let p = Parsed::from_ethernet(&v4_frame(&icmp_echo(8, 0x77, 3, b"TIMESTAMP"), PROTO_ICMP)).unwrap();
+    let p =
+        Parsed::from_ethernet(&v4_frame(&icmp_echo(8, 0x77, 3, b"TIMESTAMP"), PROTO_ICMP)).unwrap();
     assert_eq!((p.tuple.sport, p.tuple.dport), (0x77, 0x77));
     assert_eq!(p.fp.a, 8 << 8);
     assert_eq!(p.fp.b, 3);
@@ -119,9 +145,20 @@ fn nat_does_not_change_the_fingerprint() {
     let before = v4_frame(&tcp(41234, 80, 1000, 2000, 0x18, 502), PROTO_TCP);
     let mut after = eth(0x0800);
     let l4 = tcp(50000, 8080, 1000, 2000, 0x18, 502);
-    after.extend(ipv4(PROTO_TCP, l4.len(), 0x1234, 0x4000, &[], [10, 13, 76, 4], [10, 13, 76, 26]));
+    after.extend(ipv4(
+        PROTO_TCP,
+        l4.len(),
+        0x1234,
+        0x4000,
+        &[],
+        [10, 13, 76, 4],
+        [10, 13, 76, 26],
+    ));
     after.extend(l4);
-    let (a, b) = (Parsed::from_ethernet(&before).unwrap(), Parsed::from_ethernet(&after).unwrap());
+    let (a, b) = (
+        Parsed::from_ethernet(&before).unwrap(),
+        Parsed::from_ethernet(&after).unwrap(),
+    );
     assert_eq!(a.fp, b.fp);
     assert_ne!(a.tuple, b.tuple);
     // And the netfilter view (from L3) agrees with the tc view (from L2).
@@ -148,7 +185,15 @@ fn vlan_tags_are_skipped() {
 fn ipv4_options_move_the_l4_header() {
     let l4 = udp(7, 8, b"payload!");
     let mut f = eth(0x0800);
-    f.extend(ipv4(PROTO_UDP, l4.len(), 1, 0, &[1, 1, 1, 0, 0x44, 4, 5, 0], SRC, DST));
+    f.extend(ipv4(
+        PROTO_UDP,
+        l4.len(),
+        1,
+        0,
+        &[1, 1, 1, 0, 0x44, 4, 5, 0],
+        SRC,
+        DST,
+    ));
     f.extend(l4);
     let p = Parsed::from_ethernet(&f).unwrap();
     assert_eq!((p.tuple.sport, p.tuple.dport), (7, 8));
@@ -193,7 +238,10 @@ fn non_ip_and_garbage_are_rejected() {
     bad_ihl[14] = 0x43;
     assert!(Parsed::from_ethernet(&bad_ihl).is_none());
     assert!(Parsed::from_l3(&[]).is_none());
-    assert!(Parsed::from_l3(&[0x60; 10]).is_none(), "IPv6 header cut short");
+    assert!(
+        Parsed::from_l3(&[0x60; 10]).is_none(),
+        "IPv6 header cut short"
+    );
 }
 
 fn ipv6(next: u8, payload: &[u8]) -> Vec<u8> {
@@ -217,7 +265,10 @@ fn ipv6_with_extension_headers() {
     f.extend(ipv6(0, &payload));
     let p = Parsed::from_ethernet(&f).unwrap();
     assert_eq!(p.tuple.family, FAMILY_IPV6);
-    assert_eq!((p.tuple.proto, p.tuple.sport, p.tuple.dport), (PROTO_TCP, 443, 5555));
+    assert_eq!(
+        (p.tuple.proto, p.tuple.sport, p.tuple.dport),
+        (PROTO_TCP, 443, 5555)
+    );
     assert_eq!(p.fp.ip_id, 0x000a_bcde);
     assert_eq!(p.tuple.daddr[15], 2);
 }
@@ -229,7 +280,10 @@ fn ipv6_later_fragment_has_no_ports() {
     payload.extend_from_slice(&[0; 24]);
     let p = Parsed::from_l3(&ipv6(44, &payload)).unwrap();
     assert_eq!(p.flags & flag::FRAGMENT, flag::FRAGMENT);
-    assert_eq!((p.tuple.proto, p.tuple.sport, p.fp.a), (PROTO_UDP, 0, 0x0102_0304));
+    assert_eq!(
+        (p.tuple.proto, p.tuple.sport, p.fp.a),
+        (PROTO_UDP, 0, 0x0102_0304)
+    );
 }
 
 #[test]
@@ -247,8 +301,9 @@ fn every_prefix_of_a_frame_parses_without_panicking() {
     }
 }
 
-/// The netfilter exit copies only [`FAST_PARSE_BYTES`] of a packet [`tuple_ipv4_fast`]
-/// accepted: `parse_l3` must read nothing beyond them (garbage there changes nothing).
+/// The netfilter exit loads only [`FAST_PARSE_BYTES`] of a packet [`tuple_ipv4_fast`]
+/// accepted, and of its IPv4 header not the TOS (byte 1), TTL (8) and checksum (10, 11):
+/// `parse_l3` must read none of those (garbage there changes nothing).
 #[test]
 fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
     let payload = [0x5a; 40];
@@ -267,13 +322,19 @@ fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
         pkt.extend_from_slice(&l4);
         let (w, cap) = window_of(&pkt);
         let mut t = Tuple::default();
-        assert!(tuple_ipv4_fast(&w, FAST_BYTES, cap, &mut t), "proto {proto}");
+        assert!(
+            tuple_ipv4_fast(&w, FAST_BYTES, cap, &mut t),
+            "proto {proto}"
+        );
         let mut full = Parsed::default();
         assert!(parse_l3(&w, cap, &mut full));
         assert_eq!(full.tuple, t);
         let mut junk = w;
         for b in &mut junk[FAST_PARSE_BYTES..] {
             *b = 0xee;
+        }
+        for i in [1, 8, 10, 11] {
+            junk[i] ^= 0xa5;
         }
         let mut part = Parsed::default();
         assert!(parse_l3(&junk, cap, &mut part));

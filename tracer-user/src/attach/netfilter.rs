@@ -513,11 +513,14 @@ impl PreparedObject {
 ///
 /// # Minimum kernel version
 /// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (net/netfilter/nf_bpf_link.c, v6.4).
+///
+/// The flag is [`NfPatches::conntrack`]: false when the enter programs cannot read conntrack
+/// entries on this kernel and read every packet instead.
 pub fn load_netfilter_programs(
     bytes: &[u8],
     globals: &[(&str, &[u8])],
     ebpf: &aya::Ebpf,
-) -> Result<Vec<NetfilterProgram>, AttachError> {
+) -> Result<(Vec<NetfilterProgram>, bool), AttachError> {
     let btf = Btf::from_sys_fs().map_err(AttachError::Btf)?;
     let patches = NfPatches::from_btf(&btf)?;
     let mut prepared = PreparedObject::new(bytes, globals, ebpf)?;
@@ -552,7 +555,8 @@ pub fn load_netfilter_programs(
             }),
             Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(|programs| (programs, patches.conntrack))
 }
 
 /// `BPF_PSEUDO_KFUNC_CALL`: a call's `src_reg` for a kernel function (include/uapi/linux/bpf.h).
@@ -598,9 +602,99 @@ pub struct LoadPatch {
     pub offset: Option<i16>,
 }
 
+/// The `struct nf_conn` members the enter programs read ([`nf_patch`]'s `CT_*`), as offsets
+/// in the struct.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnOffsets {
+    pub status: u32,
+    pub orig_l3num: u32,
+    pub orig_src: u32,
+    pub orig_dst: u32,
+    pub reply_src: u32,
+    pub reply_dst: u32,
+}
+
+impl ConnOffsets {
+    /// The offsets from `btf`; `Ok(None)` when it has no `struct nf_conn` or lacks one of the
+    /// members (conntrack built as a module keeps its types in the module's BTF, which
+    /// `bpf_rdonly_cast` cannot name). `tuplehash` is an array of `IP_CT_DIR_MAX` (2)
+    /// `struct nf_conntrack_tuple_hash`: the reply direction's is one element further.
+    pub fn from_btf(btf: &Btf) -> Result<Option<Self>, AttachError> {
+        let found = (|| {
+            let hash = btf.struct_member_offset("nf_conn", "tuplehash")?;
+            let stride = btf.struct_size("nf_conntrack_tuple_hash")?;
+            let in_hash = |path| btf.struct_member_offset("nf_conntrack_tuple_hash", path);
+            let (src, dst) = (in_hash("tuple.src.u3")?, in_hash("tuple.dst.u3")?);
+            Ok(Self {
+                status: btf.struct_member_offset("nf_conn", "status")?,
+                orig_l3num: hash + in_hash("tuple.src.l3num")?,
+                orig_src: hash + src,
+                orig_dst: hash + dst,
+                reply_src: hash + stride + src,
+                reply_dst: hash + stride + dst,
+            })
+        })();
+        match found {
+            Ok(o) => Ok(Some(o)),
+            Err(
+                crate::btf::BtfError::StructNotFound { .. }
+                | crate::btf::BtfError::MemberNotFound { .. },
+            ) => Ok(None),
+            Err(e) => Err(AttachError::Btf(e)),
+        }
+    }
+
+    /// The `CT_*` load patches: the offsets, or `dst = 0` for every load without them.
+    fn loads(this: Option<Self>) -> [LoadPatch; 6] {
+        let at = |f: fn(&Self) -> u32| this.map(|o| i16::try_from(f(&o)).unwrap_or(i16::MAX));
+        let load = |placeholder, what, bytes, offset| LoadPatch {
+            placeholder,
+            what,
+            bytes,
+            offset,
+        };
+        [
+            load(nf_patch::CT_STATUS, "nf_conn.status", 8, at(|o| o.status)),
+            load(
+                nf_patch::CT_ORIG_L3NUM,
+                "nf_conn original l3num",
+                2,
+                at(|o| o.orig_l3num),
+            ),
+            load(
+                nf_patch::CT_ORIG_SRC,
+                "nf_conn original source",
+                4,
+                at(|o| o.orig_src),
+            ),
+            load(
+                nf_patch::CT_ORIG_DST,
+                "nf_conn original destination",
+                4,
+                at(|o| o.orig_dst),
+            ),
+            load(
+                nf_patch::CT_REPLY_SRC,
+                "nf_conn reply source",
+                4,
+                at(|o| o.reply_src),
+            ),
+            load(
+                nf_patch::CT_REPLY_DST,
+                "nf_conn reply destination",
+                4,
+                at(|o| o.reply_dst),
+            ),
+        ]
+    }
+}
+
 /// What the netfilter programs' placeholders become on one kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NfPatches {
+    /// False when the enter programs cannot read conntrack entries ([`ConnOffsets`]): they
+    /// then read every packet.
+    pub conntrack: bool,
     pub loads: Vec<LoadPatch>,
     /// BTF id of the kfunc `bpf_rdonly_cast` in vmlinux BTF.
     pub rdonly_cast: u32,
@@ -624,7 +718,8 @@ impl NfPatches {
             bytes,
             offset: (offset != 0).then(|| i16::try_from(offset).unwrap_or(i16::MAX)),
         };
-        let loads = vec![
+        let conn = ConnOffsets::from_btf(btf)?;
+        let mut loads = vec![
             member(nf_patch::CTX_SKB, "bpf_nf_ctx.skb", 8, ctx_skb),
             member(nf_patch::SKB_LEN, "sk_buff.len", 4, o.skb_len),
             member(
@@ -644,28 +739,34 @@ impl NfPatches {
                 o.dev_ifindex,
             ),
         ];
+        loads.extend(ConnOffsets::loads(conn));
         let id = |found: Result<Option<u32>, _>, what| {
             found
                 .map_err(AttachError::Btf)?
                 .ok_or(AttachError::BtfMissing { what })
         };
+        let iphdr = id(btf.struct_id("iphdr"), "struct iphdr")?;
+        // Without `struct nf_conn` the cast stays (the program holds it) but nothing loads
+        // through it: any struct's id will do.
+        let nf_conn = match conn {
+            Some(_) => id(btf.struct_id("nf_conn"), "struct nf_conn")?,
+            None => iphdr,
+        };
         Ok(Self {
+            conntrack: conn.is_some(),
             loads,
             rdonly_cast: id(
                 btf.func_id("bpf_rdonly_cast"),
                 "kfunc bpf_rdonly_cast (Linux 6.2+)",
             )?,
             types: vec![
-                (
-                    nf_patch::TYPE_IPHDR,
-                    "struct iphdr",
-                    id(btf.struct_id("iphdr"), "struct iphdr")?,
-                ),
+                (nf_patch::TYPE_IPHDR, "struct iphdr", iphdr),
                 (
                     nf_patch::TYPE_UDPHDR,
                     "struct udphdr",
                     id(btf.struct_id("udphdr"), "struct udphdr")?,
                 ),
+                (nf_patch::TYPE_NF_CONN, "struct nf_conn", nf_conn),
             ],
         })
     }
@@ -692,6 +793,12 @@ impl Used {
             (nf_patch::SKB_MARK, "sk_buff.mark"),
             (nf_patch::SKB_NFCT, "sk_buff._nfct"),
             (nf_patch::DEV_IFINDEX, "net_device.ifindex"),
+            (nf_patch::CT_STATUS, "nf_conn.status"),
+            (nf_patch::CT_ORIG_L3NUM, "nf_conn original l3num"),
+            (nf_patch::CT_ORIG_SRC, "nf_conn original source"),
+            (nf_patch::CT_ORIG_DST, "nf_conn original destination"),
+            (nf_patch::CT_REPLY_SRC, "nf_conn reply source"),
+            (nf_patch::CT_REPLY_DST, "nf_conn reply destination"),
         ];
         for (ph, what) in loads {
             if !self.loads.contains(&ph) {
@@ -706,6 +813,7 @@ impl Used {
         for (ty, what) in [
             (nf_patch::TYPE_IPHDR, "struct iphdr"),
             (nf_patch::TYPE_UDPHDR, "struct udphdr"),
+            (nf_patch::TYPE_NF_CONN, "struct nf_conn"),
         ] {
             if !self.types.contains(&ty) {
                 return Err(AttachError::PatchUnused { what });
@@ -1103,15 +1211,27 @@ mod tests {
         }
     }
 
-    /// Patches as a kernel with these offsets and ids would give them; `_nfct` as `nfct`.
-    fn patches(nfct: Option<i16>) -> NfPatches {
+    /// `struct nf_conn` offsets of a kernel, made up.
+    const CONN: ConnOffsets = ConnOffsets {
+        status: 128,
+        orig_l3num: 60,
+        orig_src: 40,
+        orig_dst: 64,
+        reply_src: 96,
+        reply_dst: 120,
+    };
+
+    /// Patches as a kernel with these offsets and ids would give them; `_nfct` as `nfct`,
+    /// `struct nf_conn` as `conn`.
+    fn patches_with(nfct: Option<i16>, conn: Option<ConnOffsets>) -> NfPatches {
         let load = |placeholder, what, bytes, offset| LoadPatch {
             placeholder,
             what,
             bytes,
             offset,
         };
-        NfPatches {
+        let mut p = NfPatches {
+            conntrack: conn.is_some(),
             loads: vec![
                 load(nf_patch::CTX_SKB, "bpf_nf_ctx.skb", 8, Some(8)),
                 load(nf_patch::SKB_LEN, "sk_buff.len", 4, Some(112)),
@@ -1126,13 +1246,25 @@ mod tests {
             types: vec![
                 (nf_patch::TYPE_IPHDR, "struct iphdr", 5_001),
                 (nf_patch::TYPE_UDPHDR, "struct udphdr", 5_002),
+                (
+                    nf_patch::TYPE_NF_CONN,
+                    "struct nf_conn",
+                    if conn.is_some() { 5_003 } else { 5_001 },
+                ),
             ],
-        }
+        };
+        p.loads.extend(ConnOffsets::loads(conn));
+        p
+    }
+
+    fn patches(nfct: Option<i16>) -> NfPatches {
+        patches_with(nfct, Some(CONN))
     }
 
     const LDX_DW: u8 = 0x79;
     const LDX_W: u8 = 0x61;
     const STX_W: u8 = 0x63;
+    const LDX_H: u8 = 0x69;
 
     /// A program shaped like the compiled `nf_*` programs: every placeholder once, among
     /// instructions the patcher must leave alone.
@@ -1157,8 +1289,16 @@ mod tests {
             insn(LDX_W, 9, 10, -8, 0),                // 16: a stack load, left alone
             insn(CALL, 0, 0, 0, 5),                   // 17: bpf_ktime_get_ns, left alone
             insn(CALL, 0, 1, 0, nf_patch::RDONLY_CAST), // 18: a bpf-to-bpf call, left alone
-            insn(MOV64_IMM, 0, 0, 0, 1),              // 19
-            insn(0x95, 0, 0, 0, 0),                   // 20
+            insn(MOV64_IMM, 2, 0, 0, nf_patch::TYPE_NF_CONN), // 19: the nf_conn cast
+            insn(CALL, 0, 0, 0, nf_patch::RDONLY_CAST), // 20
+            insn(LDX_DW, 1, 0, nf_patch::CT_STATUS, 0), // 21: r1 = ct->status
+            insn(LDX_H, 2, 0, nf_patch::CT_ORIG_L3NUM, 0), // 22
+            insn(LDX_W, 3, 0, nf_patch::CT_ORIG_SRC, 0), // 23
+            insn(LDX_W, 4, 0, nf_patch::CT_ORIG_DST, 0), // 24
+            insn(LDX_W, 5, 0, nf_patch::CT_REPLY_SRC, 0), // 25
+            insn(LDX_W, 6, 0, nf_patch::CT_REPLY_DST, 0), // 26
+            insn(MOV64_IMM, 0, 0, 0, 1),              // 27
+            insn(0x95, 0, 0, 0, 0),                   // 28
         ]
     }
 
@@ -1190,7 +1330,20 @@ mod tests {
         assert_eq!(fields(&insns[13]), (LDX_DW, 5, 6, 16, 0));
         assert_eq!(fields(&insns[14]), (LDX_W, 5, 5, 224, 0));
         assert_eq!(fields(&insns[15]), (LDX_W, 8, 6, 168, 0));
-        for i in [4, 5, 6, 9, 16, 17, 18, 19, 20] {
+        assert_eq!(fields(&insns[19]), (MOV64_IMM, 2, 0, 0, 5_003));
+        assert_eq!(fields(&insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+        let want = [
+            (LDX_DW, 1, 0, 128, 0),
+            (LDX_H, 2, 0, 60, 0),
+            (LDX_W, 3, 0, 40, 0),
+            (LDX_W, 4, 0, 64, 0),
+            (LDX_W, 5, 0, 96, 0),
+            (LDX_W, 6, 0, 120, 0),
+        ];
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(fields(&insns[21 + i]), *w, "instruction {}", 21 + i);
+        }
+        for i in [4, 5, 6, 9, 16, 17, 18, 27, 28] {
             assert_eq!(
                 fields(&insns[i]),
                 fields(&original[i]),
@@ -1206,6 +1359,52 @@ mod tests {
         patch_instructions(&mut insns, &patches(None), &mut used).unwrap();
         used.check().unwrap();
         assert_eq!(fields(&insns[12]), (MOV64_IMM, 4, 0, 0, 0));
+    }
+
+    /// A kernel whose vmlinux BTF has no `struct nf_conn` (conntrack as a module): the cast
+    /// gets another struct's id, every conntrack load becomes `dst = 0` (status 0: the
+    /// programs read the packet), the rest is patched as usual.
+    #[test]
+    fn without_nf_conn_the_conntrack_loads_read_zero() {
+        let mut insns = placeholder_program();
+        let mut used = Used::default();
+        let p = patches_with(Some(128), None);
+        assert!(!p.conntrack);
+        patch_instructions(&mut insns, &p, &mut used).unwrap();
+        used.check().unwrap();
+        assert_eq!(fields(&insns[19]), (MOV64_IMM, 2, 0, 0, 5_001));
+        assert_eq!(fields(&insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+        for (i, dst) in (21..27).zip(1..) {
+            assert_eq!(
+                fields(&insns[i]),
+                (MOV64_IMM, dst, 0, 0, 0),
+                "instruction {i}"
+            );
+        }
+        assert_eq!(fields(&insns[12]), (LDX_DW, 4, 6, 128, 0));
+    }
+
+    /// The conntrack offsets from this kernel's BTF, where it has `struct nf_conn`: the reply
+    /// tuple is one `nf_conntrack_tuple_hash` after the original, both before `status`.
+    #[test]
+    fn conntrack_offsets_from_this_kernel() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            println!("skipped: no /sys/kernel/btf/vmlinux");
+            return;
+        };
+        let Some(o) = ConnOffsets::from_btf(&btf).unwrap() else {
+            println!("skipped: no struct nf_conn in vmlinux BTF");
+            return;
+        };
+        let stride = btf.struct_size("nf_conntrack_tuple_hash").unwrap();
+        assert_eq!(o.reply_src - o.orig_src, stride);
+        assert_eq!(o.reply_dst - o.orig_dst, stride);
+        // `src` (address, ports, l3num) then `dst` (address first).
+        assert!(
+            o.orig_src < o.orig_l3num && o.orig_l3num < o.orig_dst,
+            "{o:?}"
+        );
+        assert!(o.reply_dst < o.status, "{o:?}");
     }
 
     #[test]
@@ -1295,7 +1494,7 @@ mod tests {
         }
         let ebpf = loader.load(object).unwrap();
         let programs = match load_netfilter_programs(object, &globals, &ebpf) {
-            Ok(p) => p,
+            Ok((p, _)) => p,
             Err(e) => panic!("{e}"),
         };
         let names: Vec<&str> = programs.iter().map(NetfilterProgram::name).collect();
