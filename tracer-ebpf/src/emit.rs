@@ -112,6 +112,49 @@ pub fn flows_present() -> bool {
     unsafe { core::ptr::read_volatile(&raw const FLOWS_PRESENT) != 0 }
 }
 
+/// Bytes of [`FLOW_ADDRS`] (a power of two).
+const FLOW_ADDR_SLOTS: usize = 1024;
+
+/// The IPv4 addresses of the followed flows, hashed ([`flow_addr_slot`]): a slot is set (to 1,
+/// never back, before the flow's insert, as `FLOWS_PRESENT`) for each address of each IPv4
+/// flow [`track_flow`] follows. An address whose slot is 0 is in no followed flow; a set slot
+/// may be another address's. Bytes, not bits: a plain byte store needs no atomic
+/// read-modify-write against other CPUs. The netfilter enter programs ask it before they skip a
+/// packet by its conntrack entry.
+#[unsafe(no_mangle)]
+static mut FLOW_ADDRS: [u8; FLOW_ADDR_SLOTS] = [0; FLOW_ADDR_SLOTS];
+
+/// The [`FLOW_ADDRS`] slot of an IPv4 address (as [`word4`] gives it).
+#[inline(always)]
+fn flow_addr_slot(addr: u32) -> usize {
+    (addr.wrapping_mul(0x9e37_79b1) >> 22) as usize & (FLOW_ADDR_SLOTS - 1)
+}
+
+/// False when no followed flow holds the IPv4 address `addr` ([`word4`]).
+#[inline(always)]
+pub fn flow_addr_maybe(addr: u32) -> bool {
+    // SAFETY: a plain read of a global byte; programs on other CPUs only ever write 1.
+    unsafe {
+        core::ptr::read_volatile(
+            (&raw const FLOW_ADDRS)
+                .cast::<u8>()
+                .add(flow_addr_slot(addr)),
+        ) != 0
+    }
+}
+
+/// Sets the [`FLOW_ADDRS`] slot of an IPv4 address.
+#[inline(always)]
+fn note_flow_addr(addr: u32) {
+    // SAFETY: a plain write of a global byte; every writer writes the same value.
+    unsafe {
+        core::ptr::write_volatile(
+            (&raw mut FLOW_ADDRS).cast::<u8>().add(flow_addr_slot(addr)),
+            1,
+        );
+    }
+}
+
 /// True in [`filter::ALL`] mode (every packet traced).
 #[inline(always)]
 pub fn trace_all() -> bool {
@@ -202,6 +245,10 @@ pub fn track_flow(t: &Tuple) {
     }
     let rev = t.reversed();
     // Before the inserts: a program that sees the flow must not skip the lookup.
+    if t.family == FAMILY_IPV4 {
+        note_flow_addr(word4(&t.saddr));
+        note_flow_addr(word4(&t.daddr));
+    }
     // SAFETY: a plain write of a global; every writer writes the same value.
     unsafe { core::ptr::write_volatile(&raw mut FLOWS_PRESENT, 1) };
     if TRACKED_FLOWS.insert(t, &1, u64::from(BPF_NOEXIST)).is_ok() {

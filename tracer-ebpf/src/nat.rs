@@ -34,8 +34,8 @@ use tracer_common::{
 };
 
 use crate::emit::{
-    count, emit, flows_present, has_tracked_addr, is_tracked, scratch, trace_all, track_flow,
-    v4_set, v4_tracked, word4,
+    count, emit, flow_addr_maybe, flows_present, has_tracked_addr, is_tracked, scratch, trace_all,
+    track_flow, v4_set, v4_tracked, word4,
 };
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
@@ -359,13 +359,15 @@ const CT_RELATED_REPLY: u64 = (ct::RELATED + ct::IS_REPLY) as u64;
 ///   addresses of the entry's other direction (`nf_nat_manip_pkt` with the inverted reply or
 ///   original tuple). So the packet before and after NAT carries only the four addresses of
 ///   the entry's two tuples. When none of them is tracked, it can be reported only by
-///   `--trace-all` or by a
-///   followed flow ([`should_report`]); while no flow is followed (`FLOWS_PRESENT` unset)
-///   neither holds: skip. A followed flow need not hold a tracked address (a flow followed
-///   through an earlier SNAT carries the node's address, and a later NAT step in another
-///   namespace has an entry of that flow only), and looking the entry's tuples up in the flow
-///   table costs more than reading the packet, so with flows present the packet is read and
-///   timed. With a tracked address, or `--trace-all`, it is read and timed: this also times an
+///   `--trace-all` or by a followed flow ([`should_report`]). A followed flow need not hold a
+///   tracked address (a flow followed through an earlier SNAT carries the node's address, and
+///   a later NAT step in another namespace has an entry of that flow only), but a flow that
+///   matches the packet before or after NAT holds only the entry's addresses; looking the
+///   entry's tuples up in the flow table would cost more than reading the packet, so the
+///   check is on addresses: every address of a followed IPv4 flow is noted in `FLOW_ADDRS`
+///   before the flow is inserted (`track_flow`), and when no flow is followed
+///   (`FLOWS_PRESENT` unset) or none of the four addresses is noted (no false negatives, some
+///   false positives), skip. With a tracked address, or `--trace-all`, it is read and timed: this also times an
 ///   established connection that NAT rewrites into a traced pod's packet (DNAT to the pod).
 /// - Anything else (the first packet of a connection, RELATED, IPv6, a kernel whose vmlinux
 ///   BTF has no `struct nf_conn`, where the loader makes every `CT_*` load 0, an address set
@@ -409,15 +411,19 @@ fn conntrack(nfct: u64, hook_num: u8) -> Conntrack {
     let Some(set) = v4_set() else {
         return Conntrack::Packet;
     };
-    if v4_tracked(
-        set,
+    let (a, b): (u32, u32) = (
         load(c, nf_patch::CT_ORIG_SRC),
         load(c, nf_patch::CT_ORIG_DST),
-    ) || v4_tracked(
-        set,
+    );
+    let (x, y): (u32, u32) = (
         load(c, nf_patch::CT_REPLY_SRC),
         load(c, nf_patch::CT_REPLY_DST),
-    ) || flows_present()
+    );
+    if v4_tracked(set, a, b) || v4_tracked(set, x, y) {
+        return Conntrack::Time;
+    }
+    if flows_present()
+        && (flow_addr_maybe(a) || flow_addr_maybe(b) || flow_addr_maybe(x) || flow_addr_maybe(y))
     {
         return Conntrack::Time;
     }
