@@ -212,9 +212,113 @@ pub struct Event {
 }
 const _: () = assert!(size_of::<Event>() == 144);
 
+/// The ring-buffer record of a tc event of an IPv4 packet: what [`Event`] holds for it, in 56
+/// bytes instead of 144 (with the ring's 8-byte record header, one 64-byte cache line instead
+/// of three). Its length tells it from an [`Event`] (see [`Record`]); user space turns it back
+/// into the [`Event`] it stands for ([`TcEventV4::to_event`]): `hook` 0, `ct_info`
+/// [`ct::NONE`], no `skb`, `netns`, `nat_ns` or `orig`, an IPv4 tuple.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcEventV4 {
+    /// [`kind::TC_INGRESS`] or [`kind::TC_EGRESS`].
+    pub kind: u8,
+    /// Bits of [`flag`].
+    pub flags: u8,
+    /// IP protocol.
+    pub proto: u8,
+    pub _pad0: u8,
+    pub ifindex: u32,
+    pub ktime_ns: u64,
+    pub len: u32,
+    pub mark: u32,
+    pub fp: Fingerprint,
+    /// Addresses as they sit in the packet (network order).
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    /// Host order, as in [`Tuple`].
+    pub sport: u16,
+    pub dport: u16,
+    pub _pad1: [u8; 4],
+}
+const _: () = assert!(size_of::<TcEventV4>() == 56);
+
+impl TcEventV4 {
+    /// The [`Event`] this record stands for.
+    #[must_use]
+    pub fn to_event(&self) -> Event {
+        let mut saddr = [0; 16];
+        saddr[..4].copy_from_slice(&self.saddr);
+        let mut daddr = [0; 16];
+        daddr[..4].copy_from_slice(&self.daddr);
+        Event {
+            kind: self.kind,
+            hook: 0,
+            ct_info: ct::NONE,
+            flags: self.flags,
+            ifindex: self.ifindex,
+            ktime_ns: self.ktime_ns,
+            len: self.len,
+            mark: self.mark,
+            fp: self.fp,
+            tuple: Tuple {
+                saddr,
+                daddr,
+                sport: self.sport,
+                dport: self.dport,
+                proto: self.proto,
+                family: FAMILY_IPV4,
+                _pad: [0; 2],
+            },
+            ..Event::default()
+        }
+    }
+}
+
+/// Why a ring-buffer record is not an event (user space counts these, see [`Record::decode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadRecord {
+    /// Its length is neither an [`Event`]'s nor a [`TcEventV4`]'s.
+    Length(usize),
+    /// Its `kind` is not one the record's layout carries.
+    Kind(u8),
+}
+
+/// The records the programs write into the ring buffer, told apart by their length.
+pub enum Record {}
+
+impl Record {
+    /// The event a record holds. Records are exactly as long as their layout (the ring's
+    /// record header gives the length the program reserved).
+    ///
+    /// # Errors
+    /// [`BadRecord`] for a record of another length, or of a kind its layout cannot carry.
+    pub fn decode(bytes: &[u8]) -> Result<Event, BadRecord> {
+        match bytes.len() {
+            n if n == size_of::<TcEventV4>() => {
+                // SAFETY: `TcEventV4` is `repr(C)` plain data, valid for every bit pattern,
+                // and the length was checked; `read_unaligned` copes with any alignment.
+                let r = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<TcEventV4>()) };
+                match r.kind {
+                    kind::TC_INGRESS | kind::TC_EGRESS => Ok(r.to_event()),
+                    k => Err(BadRecord::Kind(k)),
+                }
+            }
+            n if n == size_of::<Event>() => {
+                let ev = Event::from_bytes(bytes).ok_or(BadRecord::Length(n))?;
+                match ev.kind {
+                    kind::TC_INGRESS | kind::TC_EGRESS | kind::NAT => Ok(ev),
+                    k => Err(BadRecord::Kind(k)),
+                }
+            }
+            n => Err(BadRecord::Length(n)),
+        }
+    }
+}
+
 /// Indexes into the per-CPU `COUNTERS` array.
 pub mod counter {
-    /// Packets the tc programs looked at.
+    /// Packets the tc programs parsed: every packet but those the IPv4 fast filter found
+    /// outside the filter from their addresses alone (`bpf_stats` counts every run).
     pub const SEEN: u32 = 0;
     /// Packets that matched the filter (tracked address or flow).
     pub const MATCHED: u32 = 1;
@@ -353,6 +457,7 @@ mod pod {
     // SAFETY: all of these are `repr(C)`, `Copy`, made only of integers and byte arrays, and
     // have no implicit padding (sizes are asserted above).
     unsafe impl aya::Pod for super::Event {}
+    unsafe impl aya::Pod for super::TcEventV4 {}
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::AddrSetV4 {}
@@ -412,5 +517,128 @@ mod addr_set_tests {
         assert!(fit.iter().all(|a| set.contains(u32::from_ne_bytes(*a))));
         // The zero value (before user space writes it) says "ask the map".
         assert_eq!(AddrSetV4::default().exact, 0);
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
+        // SAFETY: plain `repr(C)` data without implicit padding, read as bytes.
+        unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    fn compact() -> TcEventV4 {
+        TcEventV4 {
+            kind: kind::TC_EGRESS,
+            flags: flag::TRUNCATED,
+            proto: PROTO_UDP,
+            ifindex: 0x0102_0304,
+            ktime_ns: 0x1122_3344_5566_7788,
+            len: 1514,
+            mark: 0x4000,
+            fp: Fingerprint {
+                ip_id: 7,
+                a: 8,
+                b: 9,
+                c: 10,
+            },
+            saddr: [10, 0, 0, 1],
+            daddr: [192, 0, 2, 7],
+            sport: 41234,
+            dport: 53,
+            ..TcEventV4::default()
+        }
+    }
+
+    #[test]
+    fn compact_record_decodes_into_the_event_it_stands_for() {
+        let r = compact();
+        let mut want = Event {
+            kind: kind::TC_EGRESS,
+            ct_info: ct::NONE,
+            flags: flag::TRUNCATED,
+            ifindex: 0x0102_0304,
+            ktime_ns: 0x1122_3344_5566_7788,
+            len: 1514,
+            mark: 0x4000,
+            fp: r.fp,
+            ..Event::default()
+        };
+        want.tuple.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        want.tuple.daddr[..4].copy_from_slice(&[192, 0, 2, 7]);
+        want.tuple.sport = 41234;
+        want.tuple.dport = 53;
+        want.tuple.proto = PROTO_UDP;
+        want.tuple.family = FAMILY_IPV4;
+        assert_eq!(Record::decode(&bytes_of(&r)), Ok(want));
+        // Any alignment of the record in the ring.
+        let mut shifted = vec![0u8; 3];
+        shifted.extend(bytes_of(&r));
+        assert_eq!(Record::decode(&shifted[3..]), Ok(want));
+        let ingress = TcEventV4 {
+            kind: kind::TC_INGRESS,
+            ..r
+        };
+        assert_eq!(
+            Record::decode(&bytes_of(&ingress)).map(|e| e.kind),
+            Ok(kind::TC_INGRESS)
+        );
+    }
+
+    #[test]
+    fn full_record_round_trips() {
+        for k in [kind::TC_INGRESS, kind::TC_EGRESS, kind::NAT] {
+            let mut ev = Event {
+                kind: k,
+                hook: hook::POST_ROUTING,
+                ct_info: ct::NEW,
+                skb: 0xffff_8880_0000_1000,
+                nat_ns: 2710,
+                ..Event::default()
+            };
+            ev.tuple.saddr = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+            ev.tuple.family = FAMILY_IPV6;
+            ev.orig.family = FAMILY_IPV4;
+            assert_eq!(Record::decode(&bytes_of(&ev)), Ok(ev));
+        }
+    }
+
+    #[test]
+    fn records_of_other_lengths_are_bad_not_events() {
+        let full = bytes_of(&Event {
+            kind: kind::NAT,
+            ..Event::default()
+        });
+        let mut long = full.clone();
+        long.extend([0; 8]);
+        for n in (0..full.len()).filter(|&n| n != size_of::<TcEventV4>()) {
+            assert_eq!(Record::decode(&full[..n]), Err(BadRecord::Length(n)));
+        }
+        assert_eq!(
+            Record::decode(&long),
+            Err(BadRecord::Length(full.len() + 8))
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_are_bad_not_events() {
+        // A compact record carries tc events only; a NAT kind there is as wrong as kind 0.
+        for k in [0, kind::NAT, 4, 0xff] {
+            let r = TcEventV4 {
+                kind: k,
+                ..compact()
+            };
+            assert_eq!(Record::decode(&bytes_of(&r)), Err(BadRecord::Kind(k)));
+        }
+        for k in [0, 4, 0xff] {
+            let ev = Event {
+                kind: k,
+                ..Event::default()
+            };
+            assert_eq!(Record::decode(&bytes_of(&ev)), Err(BadRecord::Kind(k)));
+        }
     }
 }

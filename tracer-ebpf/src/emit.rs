@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, Tuple, counter, filter,
+    AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, TcEventV4, Tuple, counter, filter,
     parse::{Parsed, Window},
 };
 
@@ -263,30 +263,27 @@ pub fn track_flow(t: &Tuple) {
     }
 }
 
-/// Bytes an event takes in the ring buffer: the record header (`BPF_RINGBUF_HDR_SZ`) and the
-/// event, rounded up to 8.
-const RECORD_BYTES: u64 = (8 + core::mem::size_of::<Event>() as u64).next_multiple_of(8);
-
-/// `Event` in 8-byte words.
-const EVENT_WORDS: usize = core::mem::size_of::<Event>() / 8;
-const _: () =
-    assert!(core::mem::size_of::<Event>() % 8 == 0 && core::mem::align_of::<Event>() == 8);
-
-/// Reserves an event in the ring buffer, zeroes it, lets `fill` write it in place (no copy on
-/// the small BPF stack) and submits it; a full buffer is counted as a loss.
+/// Reserves a record of type `T` (an [`Event`] or a [`TcEventV4`]) in the ring buffer, zeroes
+/// it, lets `fill` write it in place (no copy on the small BPF stack) and submits it; a full
+/// buffer is counted as a loss.
 #[inline(always)]
-pub fn emit(fill: impl FnOnce(&mut Event)) {
-    match EVENTS.reserve::<Event>(0) {
+pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) {
+    // Bytes the record takes in the ring buffer: the record header (`BPF_RINGBUF_HDR_SZ`) and
+    // `T`, rounded up to 8; and `T` in 8-byte words.
+    let record_bytes = (8 + core::mem::size_of::<T>() as u64).next_multiple_of(8);
+    let words_of_t = core::mem::size_of::<T>() / 8;
+    match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
             let ev = entry.as_mut_ptr();
-            // SAFETY: the reservation is `size_of::<Event>()` bytes, 8-byte aligned; zeroing
-            // makes it a valid `Event` and leaks no stale ring-buffer bytes. Zeroed a word at
-            // a time: `write_bytes` becomes a call to aya-ebpf's byte-at-a-time `memset`
-            // (5 instructions per byte, the costliest part of an emitted event).
+            // SAFETY: the reservation is `size_of::<T>()` bytes, 8-byte aligned (both record
+            // types are plain integers, a multiple of 8 bytes: asserted below); zeroing makes
+            // it a valid `T` and leaks no stale ring-buffer bytes. Zeroed a word at a time:
+            // `write_bytes` becomes a call to aya-ebpf's byte-at-a-time `memset` (5
+            // instructions per byte, the costliest part of an emitted event).
             let ev = unsafe {
                 let words = ev.cast::<u64>();
                 let mut i = 0;
-                while i < EVENT_WORDS {
+                while i < words_of_t {
                     core::ptr::write_volatile(words.add(i), 0);
                     i += 1;
                 }
@@ -300,7 +297,7 @@ pub fn emit(fill: impl FnOnce(&mut Event)) {
             // would pay for a wakeup it does not need; the reader's drain timer covers the
             // rare crossing no event sees (producers on several CPUs reserving at once).
             let avail = EVENTS.query(u64::from(BPF_RB_AVAIL_DATA));
-            let flags = if avail >= wake && avail < wake + RECORD_BYTES {
+            let flags = if avail >= wake && avail < wake + record_bytes {
                 BPF_RB_FORCE_WAKEUP
             } else {
                 BPF_RB_NO_WAKEUP
@@ -311,3 +308,10 @@ pub fn emit(fill: impl FnOnce(&mut Event)) {
         None => count(counter::RINGBUF_FULL),
     }
 }
+
+const _: () = assert!(
+    core::mem::size_of::<Event>() % 8 == 0
+        && core::mem::align_of::<Event>() == 8
+        && core::mem::size_of::<TcEventV4>() % 8 == 0
+        && core::mem::align_of::<TcEventV4>() == 8
+);

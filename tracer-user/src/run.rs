@@ -411,6 +411,7 @@ impl Session {
             let (correlator, done) = (&mut self.correlator, &mut self.done);
             let (n, bad) = collector.drain(DRAIN_BATCH, |ev| correlator.push(ev, done));
             self.summary.add_events(n);
+            self.summary.add_bad_records(bad);
             self.output(sink)?;
             let emptied = n + bad < DRAIN_BATCH as u64;
             if emptied || self.limit.is_some_and(|n| self.journeys >= n) {

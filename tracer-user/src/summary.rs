@@ -118,6 +118,7 @@ fn middle(i: usize) -> u64 {
 pub struct Summary {
     journeys: u64,
     events: u64,
+    bad_records: u64,
     lost_events: u64,
     evicted_journeys: u64,
     evicted_flows: u64,
@@ -154,6 +155,18 @@ impl Summary {
     /// Adds events read from the ring buffer.
     pub fn add_events(&mut self, n: u64) {
         self.events = self.events.saturating_add(n);
+    }
+
+    /// Adds ring-buffer records that were no event (never written by pktrace's programs: a
+    /// length or kind this build does not know).
+    pub fn add_bad_records(&mut self, n: u64) {
+        self.bad_records = self.bad_records.saturating_add(n);
+    }
+
+    /// Ring-buffer records that were no event.
+    #[must_use]
+    pub const fn bad_records(&self) -> u64 {
+        self.bad_records
     }
 
     /// Sets the total of events the kernel could not write (ring buffer full).

@@ -24,13 +24,17 @@ pub struct Target {
 }
 
 /// Every target in `fuzz/Cargo.toml`.
-pub const TARGETS: [Target; 4] = [
+pub const TARGETS: [Target; 5] = [
     Target {
         name: "parse_packet",
         fixtures: &[],
     },
     Target {
         name: "packet_roundtrip",
+        fixtures: &[],
+    },
+    Target {
+        name: "ring_record",
         fixtures: &[],
     },
     Target {

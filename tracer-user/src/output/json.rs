@@ -439,6 +439,8 @@ struct SummaryLine {
     journeys: u64,
     events: u64,
     lost_events: u64,
+    /// Ring-buffer records that were no event (a pktrace build mismatch): 0.
+    bad_records: u64,
     evicted_journeys: u64,
     evicted_flows: u64,
     nat: NatStats,
@@ -579,6 +581,7 @@ impl Sink for JsonSink {
                 journeys: s.journeys(),
                 events: s.events(),
                 lost_events: s.lost_events(),
+                bad_records: s.bad_records(),
                 evicted_journeys: s.evicted_journeys(),
                 evicted_flows: s.evicted_flows(),
                 nat: NatStats {
@@ -740,6 +743,7 @@ mod tests {
         summary.set_lost(5);
         summary.set_evicted(4);
         summary.set_evicted_flows(6);
+        summary.add_bad_records(7);
         let out = lines(|s| {
             s.journey(&Journey {
                 steps: vec![],
@@ -757,10 +761,12 @@ mod tests {
             json!({"type":"loss","lost":2,"lost_total":5}),
             json!({"type":"evicted","journeys":3,"journeys_total":4}),
             json!({"type":"evicted_flows","flows":2,"flows_total":6}),
-            json!({"type":"summary","journeys":0,"events":0,"lost_events":0,"evicted_journeys":0,
+            json!({"type":"summary","journeys":0,"events":0,"lost_events":0,"bad_records":0,
+                   "evicted_journeys":0,
                    "evicted_flows":0,
                    "nat":{"dnat":zero,"snat":zero},"transit":zero}),
-            json!({"type":"summary","journeys":1,"events":3,"lost_events":5,"evicted_journeys":4,
+            json!({"type":"summary","journeys":1,"events":3,"lost_events":5,"bad_records":7,
+                   "evicted_journeys":4,
                    "evicted_flows":6,
                    "nat":{"dnat":{"count":1,"p50_ns":2710,"p99_ns":2710,"max_ns":2710},
                           "snat":zero},

@@ -255,6 +255,15 @@ impl Sink for TextSink {
             block.push_str(&self.paint(RED, &warn));
             block.push('\n');
         }
+        if s.bad_records() > 0 {
+            let warn = format!(
+                "!! {} ring-buffer records were not events this pktrace knows (eBPF object \
+                 and binary from different builds?): they were skipped",
+                s.bad_records()
+            );
+            block.push_str(&self.paint(RED, &warn));
+            block.push('\n');
+        }
         if s.evicted_journeys() > 0 {
             let warn = format!(
                 "!! {} journeys were closed early (join table full): they may be incomplete",
