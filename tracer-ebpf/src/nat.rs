@@ -163,21 +163,18 @@ fn linear_nf(skb: u64) -> Result<Linear, ()> {
 #[inline(always)]
 pub(crate) fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
     let (data, cap) = linear_of(skb, off)?;
-    parse_linear(data, cap, cap)
+    parse_linear(data, cap)
 }
 
-/// Copies `copy` of the packet's `cap` linear bytes (all of them, or
-/// [`parse::FAST_PARSE_BYTES`] of a packet the fast tuple took) and parses them.
+/// Copies the packet's `cap` linear bytes by a probe read and parses them.
 #[inline(always)]
-fn parse_linear(data: u64, cap: u32, copy: u32) -> Result<&'static parse::Parsed, ()> {
+fn parse_linear(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
     let scratch = scratch(1).ok_or(())?;
-    let copy = if copy > cap { cap } else { copy };
-    // SAFETY: `copy` is within 1..=cap, and `cap` within 1..=PKT_WINDOW, the size of the
-    // per-CPU window.
+    // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
     let ret = unsafe {
         read_raw(
             scratch.window.as_mut_ptr().cast(),
-            copy,
+            cap,
             data as *const c_void,
         )
     };
@@ -275,7 +272,7 @@ fn tuple_nf(p: &Linear) -> Result<(Tuple, bool), ()> {
             return Ok((t, true));
         }
     }
-    Ok((parse_linear(p.data, p.cap, p.cap)?.tuple, false))
+    Ok((parse_linear(p.data, p.cap)?.tuple, false))
 }
 
 /// [`PendingNat::ktime_ns`] of a packet its enter program skipped ([`Conntrack::Skip`]):
@@ -493,7 +490,7 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     let after = if fast {
         parse_fast(linear.data, linear.cap)?
     } else {
-        parse_linear(linear.data, linear.cap, linear.cap)?
+        parse_linear(linear.data, linear.cap)?
     };
     let rewrite = Rewrite {
         skb,
