@@ -59,7 +59,7 @@ enum Task {
         /// CPU, as many as the memory holds].
         #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
         jobs: usize,
-        /// Kill a VM after this many seconds.
+        /// Kill a VM when one (hook, test binary) run in it takes more than this many seconds.
         #[arg(long, value_name = "SECONDS", default_value_t = xtask::vm::DEFAULT_TIMEOUT.as_secs())]
         timeout: u64,
         /// Arguments for the test harness (e.g. a test name filter), after `--`.
@@ -281,8 +281,12 @@ fn run_lab(action: LabAction) -> Result<()> {
                 _ => Ok(()),
             }
         }
-        LabAction::Pod { action: PodAction::Add { name } } => lab::pods::add(&name).map(drop),
-        LabAction::Pod { action: PodAction::Del { name } } => lab::pods::del(&name).map(drop),
+        LabAction::Pod {
+            action: PodAction::Add { name },
+        } => lab::pods::add(&name).map(drop),
+        LabAction::Pod {
+            action: PodAction::Del { name },
+        } => lab::pods::del(&name).map(drop),
         LabAction::Serve {
             tcp,
             udp,

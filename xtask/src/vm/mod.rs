@@ -42,7 +42,8 @@ use crate::target_dir;
 pub const DEFAULT_HOOKS: [&str; 2] = ["kprobe", "fentry"];
 /// Values `--hook` accepts: pktrace's `--nat-hook` values.
 pub const HOOKS: [&str; 5] = ["kprobe", "fentry", "netfilter", "conntrack", AUTO];
-/// Default time-out of a VM.
+/// Default time-out of one (hook, test binary) run in a VM (and of the time from `/init` to the
+/// first): a VM is killed only when one run takes longer, however many it was dealt.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a guest may take to start `/init` (it takes 3–10 s here) before it is booted
 /// again, once: a boot that fails is no test result.
@@ -67,7 +68,7 @@ pub struct VmOptions {
     /// VMs run side by side, sharing the (hook, test binary) runs (0: one per CPU, as many as
     /// the memory holds). Each is single-threaded TCG: this is what uses a second CPU.
     pub jobs: usize,
-    /// Time-out of each VM.
+    /// Time-out of each (hook, test binary) run in a VM.
     pub timeout: Duration,
     /// Arguments for every test binary (e.g. a name filter).
     pub test_args: Vec<String>,
@@ -143,6 +144,7 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
         timeout: options.timeout,
         boot_timeout: BOOT_TIMEOUT,
         boot_marker: format!("{} init ", init::MARKER),
+        step_marker: format!("{} begin ", init::MARKER),
         log: PathBuf::new(),
         init_env: Vec::new(),
     };
@@ -383,7 +385,10 @@ fn remove_old_logs(dir: &Path) {
 
 fn ending(ending: Ending, timeout: Duration) -> String {
     match ending {
-        Ending::TimedOut => format!(" (killed after the {} s time-out)", timeout.as_secs()),
+        Ending::TimedOut => format!(
+            " (killed: a run took more than the {} s time-out)",
+            timeout.as_secs()
+        ),
         Ending::BootTimedOut => " (killed: no /init before the boot time-out)".to_owned(),
         Ending::Exited(status) if !status.success() => format!(" (qemu {status})"),
         Ending::Exited(_) => String::new(),

@@ -1,7 +1,9 @@
 //! Boots the guest in qemu under TCG (the only accelerator that runs stock kernels here; see
 //! VM-NOTES.md), with the serial console on stdout: every line goes to a log file and to the
-//! terminal as it comes, stamped with the host time since qemu started. A time-out kills it,
-//! and a shorter one when the guest has not printed its boot marker (a boot that hangs).
+//! terminal as it comes, stamped with the host time since qemu started. A time-out kills it:
+//! it runs from the boot marker and starts again at every step marker (one per test run), so a
+//! VM that is dealt many runs (one CPU: all of them) is not killed for being long, only for one
+//! run that hangs; a shorter one applies until the guest has printed its boot marker.
 
 use std::{
     fs::File,
@@ -24,10 +26,14 @@ pub struct QemuConfig {
     pub vmlinuz: PathBuf,
     pub initrd: PathBuf,
     pub memory_mb: u32,
+    /// How long the guest may go from its boot marker, or from its latest step marker, to the
+    /// next step marker or its end.
     pub timeout: Duration,
     /// The guest must have printed a line holding `boot_marker` by then.
     pub boot_timeout: Duration,
     pub boot_marker: String,
+    /// A line holding this starts the time-out again (a run of tests begins).
+    pub step_marker: String,
     /// The console log written as the VM runs.
     pub log: PathBuf,
     /// `name=value` words added to the kernel command line (the kernel passes them to
@@ -40,7 +46,7 @@ pub struct QemuConfig {
 pub enum Ending {
     /// qemu exited (the guest powered off, or rebooted after a panic: `-no-reboot`).
     Exited(ExitStatus),
-    /// Killed after the time-out.
+    /// Killed after the time-out: one step (or the time before the first) took too long.
     TimedOut,
     /// Killed: no boot marker before the boot time-out.
     BootTimedOut,
@@ -83,9 +89,15 @@ pub fn command(config: &QemuConfig) -> Result<Command> {
 }
 
 /// Runs the VM to its end or the time-out; `echo` sees every console line as it arrives.
-pub fn run(config: &QemuConfig, mut echo: impl FnMut(&str)) -> Result<Console> {
-    let mut cmd = command(config)?;
+pub fn run(config: &QemuConfig, echo: impl FnMut(&str)) -> Result<Console> {
+    let cmd = command(config)?;
     eprintln!("vm-test: {}", describe(&cmd));
+    watch(cmd, config, echo)
+}
+
+/// Runs `cmd` (qemu, or a stand-in in the tests) under `config`'s time-outs, its output going to
+/// `config.log` and `echo`.
+fn watch(mut cmd: Command, config: &QemuConfig, mut echo: impl FnMut(&str)) -> Result<Console> {
     let mut log =
         File::create(&config.log).with_context(|| format!("creating {}", config.log.display()))?;
     let start = Instant::now();
@@ -127,16 +139,24 @@ pub fn run(config: &QemuConfig, mut echo: impl FnMut(&str)) -> Result<Console> {
     drop(tx);
     let mut lines = Vec::new();
     let mut booted = false;
+    // Where the current time-out runs from: qemu's start, then the boot marker, then each step
+    // marker.
+    let mut since = start;
     let (ending, cpu) = loop {
         let limit = if booted {
             config.timeout
         } else {
             config.boot_timeout.min(config.timeout)
         };
-        let left = (start + limit).saturating_duration_since(Instant::now());
+        let left = (since + limit).saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok((at, text)) => {
-                booted = booted || text.contains(&config.boot_marker);
+                if !booted && text.contains(&config.boot_marker) {
+                    booted = true;
+                    since = Instant::now();
+                } else if booted && text.contains(&config.step_marker) {
+                    since = Instant::now();
+                }
                 let _ = writeln!(log, "{text}");
                 echo(&text);
                 lines.push((at, text));
@@ -153,10 +173,17 @@ pub fn run(config: &QemuConfig, mut echo: impl FnMut(&str)) -> Result<Console> {
                 } else {
                     (Ending::BootTimedOut, "boot time-out")
                 };
-                let note = format!(
-                    "vm-test: killed qemu after the {} s {what}",
-                    limit.as_secs()
-                );
+                let note = if booted {
+                    format!(
+                        "vm-test: killed qemu: {} s without a new run ({what})",
+                        limit.as_secs()
+                    )
+                } else {
+                    format!(
+                        "vm-test: killed qemu after the {} s {what}",
+                        limit.as_secs()
+                    )
+                };
                 let _ = writeln!(log, "{note}");
                 echo(&note);
                 break (ending, cpu);
@@ -259,6 +286,71 @@ pub fn printable(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `script` run by sh under time-outs of 600 ms (1 s to boot), markers `@@ init ` and
+    /// `@@ begin `.
+    fn watch_script(script: &str) -> Console {
+        let dir = std::env::temp_dir().join(format!("pktrace-qemu-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = QemuConfig {
+            vmlinuz: PathBuf::new(),
+            initrd: PathBuf::new(),
+            memory_mb: 0,
+            timeout: Duration::from_millis(600),
+            boot_timeout: Duration::from_secs(1),
+            boot_marker: "@@ init ".to_owned(),
+            step_marker: "@@ begin ".to_owned(),
+            log: dir.join(format!("{}.log", script.len())),
+            init_env: Vec::new(),
+        };
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        let console = watch(cmd, &config, |_| {}).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        console
+    }
+
+    #[test]
+    fn the_time_out_starts_again_at_each_run() {
+        // 1.2 s in all, twice the time-out, but no run takes more than 0.4 s.
+        let console = watch_script(
+            "echo '@@ init x'; sleep 0.3; echo '@@ begin a'; sleep 0.4; \
+             echo '@@ begin b'; sleep 0.4; echo 'done'",
+        );
+        assert!(
+            matches!(console.ending, Ending::Exited(s) if s.success()),
+            "{:?}",
+            console.ending
+        );
+        assert!(console.elapsed >= Duration::from_millis(1100));
+        assert_eq!(console.lines.last().unwrap().1, "done");
+    }
+
+    #[test]
+    fn one_run_that_hangs_is_killed() {
+        let console = watch_script(
+            "echo '@@ init x'; echo '@@ begin a'; sleep 0.2; echo '@@ begin b'; exec sleep 5",
+        );
+        assert_eq!(console.ending, Ending::TimedOut);
+        assert!(
+            console.elapsed < Duration::from_secs(3),
+            "{:?}",
+            console.elapsed
+        );
+        assert_eq!(console.lines.last().unwrap().1, "@@ begin b");
+    }
+
+    #[test]
+    fn a_guest_that_never_boots_gets_the_boot_time_out() {
+        // Lines that are not the boot marker (a begin marker included) do not count.
+        let console = watch_script("echo '@@ begin a'; exec sleep 5");
+        assert_eq!(console.ending, Ending::BootTimedOut);
+        assert!(
+            console.elapsed < Duration::from_secs(3),
+            "{:?}",
+            console.elapsed
+        );
+    }
 
     #[test]
     fn drops_escape_sequences_and_carriage_returns() {
