@@ -372,15 +372,24 @@ pub const V4_SET_MAX: usize = 14;
 /// a program reading it concurrently (array values are copied without a lock) never sees a
 /// mix: `exact = 0` with the old addresses, then the new addresses with `exact = 0`, then the
 /// same with `exact = 1`; each write changes either `exact` or the rest, never both.
+///
+/// `_lead` puts the fields the programs read (`exact`, `len`, the first 12 addresses) into one
+/// cache line of the kernel's array: an array map's values start `sizeof(struct bpf_array)`
+/// into a line-aligned allocation, 312 bytes (56 into a line) on 6.18 (its BTF), so a 64-byte
+/// value starting there straddles two lines and every packet read both. With the 8 bytes
+/// ahead of them the fields sit at 320..384, one line; on a layout that starts the value on a
+/// line, only the 13th and 14th addresses move to a second one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AddrSetV4 {
+    /// Never read; always zero.
+    pub _lead: u64,
     pub exact: u32,
     pub len: u32,
     /// Addresses as they sit in the packet (network order), read as a native `u32`.
     pub addrs: [u32; V4_SET_MAX],
 }
-const _: () = assert!(size_of::<AddrSetV4>() == 64);
+const _: () = assert!(size_of::<AddrSetV4>() == 72);
 
 impl AddrSetV4 {
     /// The set of `addrs` (octets), or the fall-back (`exact = 0`) when they do not fit.

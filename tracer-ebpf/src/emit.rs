@@ -208,7 +208,13 @@ pub fn is_tracked(t: &Tuple) -> bool {
     if has_tracked_addr(t) {
         return true;
     }
-    // SAFETY: as above.
+    flow_followed(t)
+}
+
+/// True when the flow is followed (`TRACKED_FLOWS`; the lookup only once a flow was added).
+#[inline(always)]
+pub fn flow_followed(t: &Tuple) -> bool {
+    // SAFETY: the value is only tested for presence.
     flows_present() && unsafe { TRACKED_FLOWS.get(t).is_some() }
 }
 

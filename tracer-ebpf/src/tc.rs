@@ -13,7 +13,9 @@ use tracer_common::{
     parse::{self, FAST_ETH_BYTES, Parsed},
 };
 
-use crate::emit::{count, emit, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked};
+use crate::emit::{
+    count, emit, flow_followed, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked,
+};
 
 /// Smallest frame worth parsing (an Ethernet header).
 const MIN_FRAME: u32 = 14;
@@ -36,25 +38,39 @@ pub fn tc_egress(ctx: TcContext) -> i32 {
     TC_ACT_UNSPEC
 }
 
-/// The Ethernet and IPv4 header bytes [`outside_filter`] reads.
+/// The Ethernet and IPv4 header bytes [`fast_verdict`] reads.
 const FAST_FRAME: usize = 14 + 20;
 
-/// True when the packet is certainly outside the filter, decided from its linear bytes in
-/// place (no copy, no parse): an IPv4 frame without VLAN tags whose header the parser would
-/// accept (version 4, IHL ≥ 5, all 20 bytes present), neither address in the IPv4 fast filter,
-/// and no flow followed yet, so that the full path would reach the same verdict from the
-/// same two addresses. False means "take the full path", never "tracked".
+/// What the IPv4 fast filter concluded from a frame's two addresses, read in place.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Certainly outside the filter: neither address is tracked and no flow is followed.
+    Outside,
+    /// One of the two addresses is tracked.
+    Tracked,
+    /// Neither address is tracked, but a followed flow may hold the packet.
+    NoAddr,
+    /// No conclusion (not a plain IPv4 frame, no exact set, or every packet traced).
+    Unknown,
+}
+
+/// The fast filter's verdict on a frame from its linear bytes in place (no copy, no parse):
+/// for an IPv4 frame without VLAN tags whose header the parser would accept (version 4, IHL ≥
+/// 5, all 20 bytes present), whether either address is in the IPv4 fast filter, and when
+/// neither is, whether a followed flow could still match. The full path reads the same two
+/// addresses from the same bytes, so it would reach the same verdict; [`Verdict::Unknown`]
+/// sends a packet through it with every check.
 #[inline(always)]
-fn outside_filter(ctx: &TcContext) -> bool {
-    if trace_all() || flows_present() {
-        return false;
+fn fast_verdict(ctx: &TcContext) -> Verdict {
+    if trace_all() {
+        return Verdict::Unknown;
     }
     let Some(set) = v4_set() else {
-        return false;
+        return Verdict::Unknown;
     };
     let (data, end) = (ctx.data(), ctx.data_end());
     if data + FAST_FRAME > end {
-        return false;
+        return Verdict::Unknown;
     }
     // SAFETY: the 34 bytes at `data` are within the packet's linear data (checked above; the
     // verifier checks it again). Unaligned reads: the IP header sits at an odd offset.
@@ -67,10 +83,16 @@ fn outside_filter(ctx: &TcContext) -> bool {
             p.add(30).cast::<u32>().read_unaligned(),
         )
     };
-    ethertype == 0x0800u16.to_be()
-        && vihl >> 4 == 4
-        && vihl & 0x0f >= 5
-        && !v4_tracked(set, saddr, daddr)
+    if ethertype != 0x0800u16.to_be() || vihl >> 4 != 4 || vihl & 0x0f < 5 {
+        return Verdict::Unknown;
+    }
+    if v4_tracked(set, saddr, daddr) {
+        Verdict::Tracked
+    } else if flows_present() {
+        Verdict::NoAddr
+    } else {
+        Verdict::Outside
+    }
 }
 
 /// The frame parsed in place from its linear bytes when [`parse::parse_ethernet_fast`] applies
@@ -94,7 +116,8 @@ fn parse_in_place<'a>(
 
 #[inline(always)]
 fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
-    if outside_filter(ctx) {
+    let verdict = fast_verdict(ctx);
+    if verdict == Verdict::Outside {
         return Ok(());
     }
     // Not counted before the fast verdict: the per-CPU counter's cache line would be one more
@@ -104,7 +127,16 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     // On the stack: no per-CPU scratch (two more cache lines) for the commonest frames.
     let mut fast = MaybeUninit::uninit();
     if let Some(parsed) = parse_in_place(ctx, len, &mut fast) {
-        emit_tracked(ctx, event_kind, len, parsed);
+        // The tuple's addresses are the bytes the verdict read: it stands for the address
+        // half of the filter.
+        let tracked = match verdict {
+            Verdict::Tracked => true,
+            Verdict::NoAddr => flow_followed(&parsed.tuple),
+            _ => is_tracked(&parsed.tuple),
+        };
+        if tracked {
+            emit_event(ctx, event_kind, len, parsed);
+        }
         return Ok(());
     }
     if len < MIN_FRAME {
@@ -131,16 +163,15 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     if !parse::parse_ethernet(&scratch.window, cap as usize, &mut scratch.parsed) {
         return Err(());
     }
-    emit_tracked(ctx, event_kind, len, &scratch.parsed);
+    if is_tracked(&scratch.parsed.tuple) {
+        emit_event(ctx, event_kind, len, &scratch.parsed);
+    }
     Ok(())
 }
 
-/// Emits the event of a parsed packet when it is tracked.
+/// Counts a tracked packet and emits its event.
 #[inline(always)]
-fn emit_tracked(ctx: &TcContext, event_kind: u8, len: u32, parsed: &Parsed) {
-    if !is_tracked(&parsed.tuple) {
-        return;
-    }
+fn emit_event(ctx: &TcContext, event_kind: u8, len: u32, parsed: &Parsed) {
     count(counter::MATCHED);
     // SAFETY: reading fields of the program's own context.
     let (ifindex, mark) = unsafe { ((*ctx.skb.skb).ifindex, (*ctx.skb.skb).mark) };
