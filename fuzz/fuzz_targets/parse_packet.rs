@@ -16,6 +16,9 @@
 //!   hold the same bytes;
 //! - the netfilter programs' fast tuple (`tuple_ipv4_fast`), when it applies, is exactly
 //!   `parse_l3`'s tuple, and reads only the first `FAST_BYTES` of the packet;
+//! - the netfilter exit's parse from the first `FAST_PARSE_BYTES` (`parse_ipv4_fast`) takes
+//!   exactly the packets the fast tuple takes, and is then exactly `parse_l3`'s result, whatever
+//!   the bytes it was given past the packet's end;
 //! - the tc programs' in-place parse (`parse_ethernet_fast`), when it applies, is exactly
 //!   `parse_ethernet`'s result, for the frame as it is and as the linear head of a longer
 //!   (GSO) packet whose further bytes it never reads.
@@ -40,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
         check_l3_fields(p, &data[..cap], 0);
     }
     check_fast_tuple(&w, cap, l3.as_ref());
+    check_fast_l3(&data[..cap], l3.as_ref());
     check_fast_ethernet(data, l2.as_ref());
     if let Some(p) = &l2 {
         let off = l3_offset(&data[..cap]).expect("parse_ethernet read an IP packet past its tags");
@@ -89,6 +93,42 @@ fn check_fast_tuple(w: &Window, cap: usize, l3: Option<&Parsed>) {
         if ok {
             assert_eq!(again, fast, "bytes past FAST_BYTES changed the fast tuple");
         }
+    }
+}
+
+/// The netfilter exit's parse from the packet's first `FAST_PARSE_BYTES` (bytes past the
+/// packet's `cap` hold garbage, as the exit's loads past a short packet's end may) claims
+/// exactly what the fast tuple claims, and then equals `parse_l3`'s result (`l3`); a refused
+/// parse leaves its output untouched.
+fn check_fast_l3(packet: &[u8], l3: Option<&Parsed>) {
+    let cap = packet.len();
+    let mut head = [0u8; parse::FAST_PARSE_BYTES];
+    for (i, b) in head.iter_mut().enumerate() {
+        *b = packet.get(i).copied().unwrap_or(0x5a ^ i as u8);
+    }
+    let (w, _) = parse::window_of(packet);
+    let mut t = Tuple::default();
+    let tuple_takes = parse::tuple_ipv4_fast(&w, cap.min(parse::FAST_BYTES), cap, &mut t);
+    let dirty = Parsed {
+        flags: 0xff,
+        ..Parsed::default()
+    };
+    let mut slot = MaybeUninit::new(dirty);
+    if let Some(fast) = parse::parse_ipv4_fast(&head, cap, &mut slot) {
+        assert!(
+            tuple_takes,
+            "the fast l3 parse took a packet the fast tuple refuses"
+        );
+        let full = l3.expect("the fast l3 parse took a packet parse_l3 rejects");
+        assert_eq!(&*fast, full, "fast l3 parse differs from parse_l3's");
+    } else {
+        assert!(
+            !tuple_takes,
+            "the fast tuple took a packet the fast l3 parse refuses"
+        );
+        // SAFETY: initialised above; a refused parse writes nothing.
+        let after = unsafe { slot.assume_init() };
+        assert_eq!(after, dirty, "a refused fast l3 parse wrote its output");
     }
 }
 

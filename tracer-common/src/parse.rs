@@ -245,6 +245,86 @@ pub fn tuple_ipv4_fast(w: &Window, read: usize, cap: usize, out: &mut Tuple) -> 
     true
 }
 
+/// A packet [`tuple_ipv4_fast`] takes, parsed whole from its first [`FAST_PARSE_BYTES`]
+/// (the netfilter exit, which loads them member by member; no window, no masking). `cap` is
+/// how many bytes the packet really has from its IP header on (its linear length, capped at
+/// [`PKT_WINDOW`]): bytes of `head` at or past it may hold anything and are not read.
+///
+/// Returns `None` exactly when [`tuple_ipv4_fast`] refuses the packet (`out` untouched): the
+/// caller then copies it and calls [`parse_l3`]. Otherwise `out`, written whole, is exactly
+/// what [`parse_l3`] gives on the packet's first `cap` bytes (host test
+/// `fast_l3_agrees_with_the_parser`, fuzz target `parse_packet`).
+#[inline(always)]
+pub fn parse_ipv4_fast<'a>(
+    head: &[u8; FAST_PARSE_BYTES],
+    cap: usize,
+    out: &'a mut MaybeUninit<Parsed>,
+) -> Option<&'a mut Parsed> {
+    let h = head;
+    let b16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    let b32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    // Any fragment bit but DF: let the full parser decide.
+    if cap < FAST_BYTES || h[0] != 0x45 || b16(6) & 0x3fff != 0 {
+        return None;
+    }
+    let total = usize::from(b16(2));
+    // As parse_ipv4: the L4 header ends at min(cap, total) (total < 20: cap).
+    let end = if total >= 20 { cap.min(total) } else { cap };
+    // be32_partial of bytes 28..36: those at or past `end` read as zero.
+    let partial = |from: usize| {
+        let mut v = 0u32;
+        let mut i = from;
+        while i < from + 4 {
+            v = (v << 8) | if i < end { u32::from(h[i]) } else { 0 };
+            i += 1;
+        }
+        v
+    };
+    let proto = h[9];
+    let (sport, dport, a, b, c) = match proto {
+        PROTO_TCP if end >= 40 => (
+            b16(20),
+            b16(22),
+            b32(24),
+            b32(28),
+            u32::from(h[33]) | (u32::from(b16(34)) << 16),
+        ),
+        PROTO_UDP if end >= 28 => (
+            b16(20),
+            b16(22),
+            u32::from(b16(24)),
+            partial(28),
+            partial(32),
+        ),
+        PROTO_ICMP if end >= 28 => {
+            let ty = h[20];
+            let id = if ty == 8 || ty == 0 { b16(24) } else { 0 };
+            (
+                id,
+                id,
+                (u32::from(ty) << 8) | u32::from(h[21]),
+                u32::from(b16(26)),
+                partial(28),
+            )
+        }
+        _ => return None,
+    };
+    let out = Parsed::zeroed_in(out);
+    out.tuple.family = FAMILY_IPV4;
+    out.tuple.proto = proto;
+    out.tuple.sport = sport;
+    out.tuple.dport = dport;
+    out.tuple.saddr[..4].copy_from_slice(&h[12..16]);
+    out.tuple.daddr[..4].copy_from_slice(&h[16..20]);
+    out.fp = Fingerprint {
+        ip_id: u32::from(b16(4)),
+        a,
+        b,
+        c,
+    };
+    Some(out)
+}
+
 /// Bytes of a frame [`parse_ethernet_fast`] reads: an Ethernet header without VLAN tags, an
 /// IPv4 header without options and a TCP header (of UDP only the first 16 bytes are read).
 pub const FAST_ETH_BYTES: usize = 14 + 20 + 20;

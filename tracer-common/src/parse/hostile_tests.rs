@@ -173,6 +173,99 @@ fn fast_tuple_agrees_with_the_parser() {
     assert!(taken >= 5, "the fast path took only {taken} packets");
 }
 
+/// The netfilter exit's parse of a packet from its first [`FAST_PARSE_BYTES`] (loaded whatever
+/// the packet's length; past `l3.len()` they hold `junk`): exactly `parse_l3` on the packet
+/// whenever it claims it, `out` untouched when it does not, and it claims exactly the packets
+/// [`tuple_ipv4_fast`] takes. Returns whether it claimed the packet.
+fn check_fast_l3(l3: &[u8], junk: u8) -> bool {
+    let cap = l3.len().min(PKT_WINDOW);
+    let mut head = [junk; FAST_PARSE_BYTES];
+    let n = cap.min(FAST_PARSE_BYTES);
+    head[..n].copy_from_slice(&l3[..n]);
+    let dirty = Parsed {
+        flags: 0x80,
+        ..Parsed::default()
+    };
+    let mut slot = MaybeUninit::new(dirty);
+    let (w, _) = window_of(l3);
+    let mut t = Tuple::default();
+    let tuple_takes = tuple_ipv4_fast(&w, cap.min(FAST_BYTES), cap, &mut t);
+    if let Some(fast) = parse_ipv4_fast(&head, cap, &mut slot) {
+        let full = Parsed::from_l3(l3).expect("the fast l3 parse took a packet parse_l3 refuses");
+        assert_eq!(*fast, full, "fast and full parses differ: {l3:02x?}");
+        assert!(
+            tuple_takes,
+            "the fast l3 parse took a packet the fast tuple refuses"
+        );
+        true
+    } else {
+        // SAFETY: initialised above, and a refused parse writes nothing.
+        let after = unsafe { slot.assume_init() };
+        assert_eq!(after, dirty, "a refused fast parse wrote its output");
+        assert!(
+            !tuple_takes,
+            "the fast tuple took a packet the fast l3 parse refuses"
+        );
+        false
+    }
+}
+
+/// Every prefix, every lying total length and every single-byte change of the first
+/// [`FAST_PARSE_BYTES`] of ordinary and odd IPv4 packets go through [`check_fast_l3`], with
+/// zeros and garbage past the packet's end; the fast path does take the ordinary ones.
+#[test]
+fn fast_l3_agrees_with_the_parser() {
+    let packets = [
+        ipv4(PROTO_TCP, 0, &[], &tcp(40000, 80, 0x10)),
+        ipv4(PROTO_TCP, 0x4000, &[], &tcp(1, 2, 0x02)),
+        ipv4(PROTO_UDP, 0, &[], &udp(53, 5353, b"abcdefgh")),
+        ipv4(PROTO_UDP, 0x4000, &[], &udp(53, 5353, b"abcdefghijklmnopq")),
+        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"")),
+        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"xyz")),
+        ipv4(PROTO_ICMP, 0, &[], &[8, 0, 0, 0, 0x12, 0x34, 0, 1, 9, 9]),
+        ipv4(
+            PROTO_ICMP,
+            0,
+            &[],
+            &[0, 0, 0, 0, 0x12, 0x34, 0, 1, 9, 9, 9, 9, 9],
+        ),
+        ipv4(PROTO_ICMP, 0, &[], &[3, 1, 0, 0, 0, 0, 0, 0, 0x45, 0]),
+        ipv4(PROTO_UDP, 0x2000, &[], &udp(1, 2, b"x")),
+        ipv4(PROTO_UDP, 0x0001, &[], &udp(1, 2, b"x")),
+        ipv4(PROTO_TCP, 0, &[1, 1, 1, 1], &tcp(3, 4, 0x10)),
+        ipv4(47, 0, &[], &[0; 40]),
+    ];
+    let mut taken = 0;
+    for p in &packets {
+        let mut longer = p.clone();
+        longer.resize(300, 0x77);
+        for junk in [0, 0xa5, 0xff] {
+            for len in 0..=p.len() {
+                taken += usize::from(check_fast_l3(&p[..len], junk));
+            }
+            check_fast_l3(&longer, junk);
+            for total in [0u16, 19, 20, 27, 28, 29, 35, 36, 39, 40, 41, 1500] {
+                let mut q = p.clone();
+                q[2..4].copy_from_slice(&total.to_be_bytes());
+                check_fast_l3(&q, junk);
+            }
+            for i in 0..FAST_PARSE_BYTES.min(p.len()) {
+                for x in [0x01, 0x10, 0x40, 0xff] {
+                    let mut q = p.clone();
+                    q[i] ^= x;
+                    check_fast_l3(&q, junk);
+                    q.resize(300, 0x33);
+                    check_fast_l3(&q, junk);
+                }
+            }
+        }
+    }
+    assert!(taken >= 20, "the fast path took only {taken} packets");
+    for p in &packets[..8] {
+        assert!(check_fast_l3(p, 0xa5), "{p:02x?}");
+    }
+}
+
 /// The tc programs' in-place parse of a frame whose first [`FAST_ETH_BYTES`] are linear, with
 /// `len` the whole frame's length: exactly `parse_ethernet` on the frame's window whenever it
 /// claims the frame, and `out` untouched when it does not. Returns whether it claimed it.
@@ -193,7 +286,10 @@ fn check_fast_ethernet(frame: &[u8], len: usize) -> bool {
         bytes.resize(len.max(frame.len()), 0);
         let full = Parsed::from_ethernet(&bytes[..len])
             .expect("the fast ethernet parse took a frame parse_ethernet refuses");
-        assert_eq!(*fast, full, "fast and full parses differ (len {len}): {frame:02x?}");
+        assert_eq!(
+            *fast, full,
+            "fast and full parses differ (len {len}): {frame:02x?}"
+        );
         true
     } else {
         // SAFETY: initialised above, and a refused parse writes nothing.
