@@ -274,10 +274,99 @@ impl TcEventV4 {
     }
 }
 
+/// The ring-buffer record of a NAT event whose packet is IPv4 before and after the step: what
+/// [`Event`] holds for it, in 120 bytes instead of 144. With the ring's 8-byte record header
+/// that is two whole 64-byte cache lines: the records of both compact layouts are multiples of
+/// a line, so that they keep each other line-aligned in the ring (an [`Event`], 152 bytes with
+/// its header, leaves the next record 24 bytes into a line). Its length tells it from the
+/// other layouts (see [`Record`]); user space turns it back into the [`Event`] it stands for
+/// ([`NatEventV4::to_event`]): no `netns`, IPv4 `tuple` and `orig`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatEventV4 {
+    /// [`kind::NAT`].
+    pub kind: u8,
+    /// The netfilter hook ([`hook`]).
+    pub hook: u8,
+    /// Conntrack `ctinfo` ([`ct`]).
+    pub ct_info: u8,
+    /// Bits of [`flag`].
+    pub flags: u8,
+    pub ifindex: u32,
+    pub ktime_ns: u64,
+    pub skb: u64,
+    pub len: u32,
+    pub mark: u32,
+    pub nat_ns: u64,
+    pub fp: Fingerprint,
+    /// The packet after the step: addresses as they sit in the packet (network order), ports
+    /// in host order, as in [`Tuple`].
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    /// The protocol of the packet before the step.
+    pub orig_proto: u8,
+    pub _pad0: [u8; 2],
+    /// The packet before the step.
+    pub orig_saddr: [u8; 4],
+    pub orig_daddr: [u8; 4],
+    pub orig_sport: u16,
+    pub orig_dport: u16,
+    pub _pad1: [u8; 4],
+    /// Up to two whole cache lines with the ring's header (see above); always zero.
+    pub _fill: [u64; 4],
+}
+const _: () = assert!(size_of::<NatEventV4>() == 120);
+
+/// An IPv4 [`Tuple`] of the addresses and ports of a compact record.
+fn tuple_v4(saddr: [u8; 4], daddr: [u8; 4], sport: u16, dport: u16, proto: u8) -> Tuple {
+    let mut t = Tuple {
+        sport,
+        dport,
+        proto,
+        family: FAMILY_IPV4,
+        ..Tuple::default()
+    };
+    t.saddr[..4].copy_from_slice(&saddr);
+    t.daddr[..4].copy_from_slice(&daddr);
+    t
+}
+
+impl NatEventV4 {
+    /// The [`Event`] this record stands for.
+    #[must_use]
+    pub fn to_event(&self) -> Event {
+        Event {
+            kind: self.kind,
+            hook: self.hook,
+            ct_info: self.ct_info,
+            flags: self.flags,
+            ifindex: self.ifindex,
+            ktime_ns: self.ktime_ns,
+            skb: self.skb,
+            netns: 0,
+            len: self.len,
+            mark: self.mark,
+            nat_ns: self.nat_ns,
+            fp: self.fp,
+            tuple: tuple_v4(self.saddr, self.daddr, self.sport, self.dport, self.proto),
+            orig: tuple_v4(
+                self.orig_saddr,
+                self.orig_daddr,
+                self.orig_sport,
+                self.orig_dport,
+                self.orig_proto,
+            ),
+        }
+    }
+}
+
 /// Why a ring-buffer record is not an event (user space counts these, see [`Record::decode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BadRecord {
-    /// Its length is neither an [`Event`]'s nor a [`TcEventV4`]'s.
+    /// Its length is none of [`Event`]'s, [`TcEventV4`]'s and [`NatEventV4`]'s.
     Length(usize),
     /// Its `kind` is not one the record's layout carries.
     Kind(u8),
@@ -300,6 +389,14 @@ impl Record {
                 let r = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<TcEventV4>()) };
                 match r.kind {
                     kind::TC_INGRESS | kind::TC_EGRESS => Ok(r.to_event()),
+                    k => Err(BadRecord::Kind(k)),
+                }
+            }
+            n if n == size_of::<NatEventV4>() => {
+                // SAFETY: as above, for `NatEventV4`.
+                let r = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<NatEventV4>()) };
+                match r.kind {
+                    kind::NAT => Ok(r.to_event()),
                     k => Err(BadRecord::Kind(k)),
                 }
             }
@@ -467,6 +564,7 @@ mod pod {
     // have no implicit padding (sizes are asserted above).
     unsafe impl aya::Pod for super::Event {}
     unsafe impl aya::Pod for super::TcEventV4 {}
+    unsafe impl aya::Pod for super::NatEventV4 {}
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::AddrSetV4 {}
@@ -597,6 +695,88 @@ mod record_tests {
         );
     }
 
+    fn nat_compact() -> NatEventV4 {
+        NatEventV4 {
+            kind: kind::NAT,
+            hook: hook::PRE_ROUTING,
+            ct_info: ct::IS_REPLY,
+            flags: flag::NAT_HOOK_TIMED | flag::TRUNCATED,
+            ifindex: 0x0a0b_0c0d,
+            ktime_ns: 0x0102_0304_0506_0708,
+            skb: 0xffff_8880_1234_5678,
+            len: 65_226,
+            mark: 0x4000,
+            nat_ns: 0x1_0000_2710,
+            fp: Fingerprint {
+                ip_id: 11,
+                a: 12,
+                b: 13,
+                c: 14,
+            },
+            saddr: [10, 0, 0, 1],
+            daddr: [10, 244, 1, 9],
+            sport: 41234,
+            dport: 8080,
+            proto: PROTO_TCP,
+            orig_proto: PROTO_UDP,
+            orig_saddr: [10, 0, 0, 1],
+            orig_daddr: [10, 0, 160, 10],
+            orig_sport: 41235,
+            orig_dport: 80,
+            ..NatEventV4::default()
+        }
+    }
+
+    #[test]
+    fn compact_nat_record_decodes_into_the_event_it_stands_for() {
+        let r = nat_compact();
+        let mut want = Event {
+            kind: kind::NAT,
+            hook: hook::PRE_ROUTING,
+            ct_info: ct::IS_REPLY,
+            flags: flag::NAT_HOOK_TIMED | flag::TRUNCATED,
+            ifindex: 0x0a0b_0c0d,
+            ktime_ns: 0x0102_0304_0506_0708,
+            skb: 0xffff_8880_1234_5678,
+            len: 65_226,
+            mark: 0x4000,
+            nat_ns: 0x1_0000_2710,
+            fp: r.fp,
+            ..Event::default()
+        };
+        want.tuple.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        want.tuple.daddr[..4].copy_from_slice(&[10, 244, 1, 9]);
+        (want.tuple.sport, want.tuple.dport) = (41234, 8080);
+        want.tuple.proto = PROTO_TCP;
+        want.tuple.family = FAMILY_IPV4;
+        want.orig.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        want.orig.daddr[..4].copy_from_slice(&[10, 0, 160, 10]);
+        (want.orig.sport, want.orig.dport) = (41235, 80);
+        want.orig.proto = PROTO_UDP;
+        want.orig.family = FAMILY_IPV4;
+        assert_eq!(Record::decode(&bytes_of(&r)), Ok(want));
+        // Any alignment of the record in the ring.
+        for shift in 1..8 {
+            let mut shifted = vec![0u8; shift];
+            shifted.extend(bytes_of(&r));
+            assert_eq!(Record::decode(&shifted[shift..]), Ok(want));
+        }
+        // With the ring's 8-byte header: two whole cache lines, as a compact tc record is one.
+        assert_eq!((8 + size_of::<NatEventV4>()) % 64, 0);
+        assert_eq!((8 + size_of::<TcEventV4>()) % 64, 0);
+    }
+
+    #[test]
+    fn compact_nat_records_of_other_kinds_are_bad() {
+        for k in [0, kind::TC_INGRESS, kind::TC_EGRESS, 4, 0xff] {
+            let r = NatEventV4 {
+                kind: k,
+                ..nat_compact()
+            };
+            assert_eq!(Record::decode(&bytes_of(&r)), Err(BadRecord::Kind(k)));
+        }
+    }
+
     #[test]
     fn full_record_round_trips() {
         for k in [kind::TC_INGRESS, kind::TC_EGRESS, kind::NAT] {
@@ -623,7 +803,9 @@ mod record_tests {
         });
         let mut long = full.clone();
         long.extend([0; 8]);
-        for n in (0..full.len()).filter(|&n| n != size_of::<TcEventV4>()) {
+        for n in
+            (0..full.len()).filter(|&n| n != size_of::<TcEventV4>() && n != size_of::<NatEventV4>())
+        {
             assert_eq!(Record::decode(&full[..n]), Err(BadRecord::Length(n)));
         }
         assert_eq!(
