@@ -6,7 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, TcEventV4, Tuple, counter, filter,
+    AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, NatEventV4, TcEventV4, Tuple, counter,
+    filter,
     parse::{Parsed, Window},
 };
 
@@ -269,7 +270,7 @@ pub fn track_flow(t: &Tuple) {
     }
 }
 
-/// Reserves a record of type `T` (an [`Event`] or a [`TcEventV4`]) in the ring buffer, zeroes
+/// Reserves a record of type `T` (an [`Event`], a [`TcEventV4`] or a [`NatEventV4`]) in the ring buffer, zeroes
 /// it, lets `fill` write it in place (no copy on the small BPF stack) and submits it; a full
 /// buffer is counted as a loss.
 #[inline(always)]
@@ -320,4 +321,6 @@ const _: () = assert!(
         && core::mem::align_of::<Event>() == 8
         && core::mem::size_of::<TcEventV4>() % 8 == 0
         && core::mem::align_of::<TcEventV4>() == 8
+        && core::mem::size_of::<NatEventV4>() % 8 == 0
+        && core::mem::align_of::<NatEventV4>() == 8
 );

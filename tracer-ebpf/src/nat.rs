@@ -19,7 +19,7 @@
 //! # Minimum kernel version
 //! 6.4 (BPF_PROG_TYPE_NETFILTER and netfilter links; `bpf_rdonly_cast` is 6.2), with BTF.
 
-use core::ffi::c_void;
+use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{
     helpers::{
@@ -29,13 +29,13 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    Event, FAMILY_IPV4, KernelOffsets, PKT_WINDOW, PendingNat, Tuple, counter, ct, flag, hook,
-    kind, nf_patch, parse,
+    Event, FAMILY_IPV4, KernelOffsets, NatEventV4, PKT_WINDOW, PendingNat, Tuple, counter, ct,
+    flag, hook, kind, nf_patch, parse,
 };
 
 use crate::emit::{
-    count, emit, flow_addr_maybe, flows_present, has_tracked_addr, is_tracked, scratch, trace_all,
-    track_flow, v4_set, v4_tracked, word4,
+    count, emit, flow_addr_maybe, flow_followed, flows_present, has_tracked_addr, is_tracked,
+    scratch, trace_all, track_flow, v4_set, v4_tracked, word4,
 };
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
@@ -184,32 +184,58 @@ fn parse_linear(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
     Ok(&scratch.parsed)
 }
 
-/// Parses a packet [`tuple_nf`] took by the fast tuple, whose window holds the bytes it
-/// loaded: loads the rest of what [`parse::parse_l3`] reads of such a packet (the IP id, and
-/// the L4 bytes 26..36 of [`parse::FAST_PARSE_BYTES`], through `struct iphdr` and two
-/// `struct udphdr` casts) the same way, no probe read. The bytes left out (TOS, TTL, header
-/// checksum) the parser does not read (host test
-/// `fast_path_packets_parse_from_their_first_fast_parse_bytes`).
+/// The packet parsed whole without a probe read when [`parse::parse_ipv4_fast`] takes it (the
+/// packets [`tuple_nf`]'s fast tuple takes): the [`parse::FAST_PARSE_BYTES`] it reads come by
+/// typed loads through `struct iphdr` and three `struct udphdr` casts onto the stack (the TOS,
+/// TTL and header checksum are not loaded: it does not read them). `None` sends the caller to
+/// the copy and the full parser.
 #[inline(always)]
-fn parse_fast(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
-    let scratch = scratch(1).ok_or(())?;
-    let w = scratch.window.as_mut_ptr();
-    let ip = rdonly_cast(data, nf_patch::TYPE_IPHDR);
-    copy_member::<u16>(w, ip, 4, 4);
-    let l4 = rdonly_cast(data + 20, nf_patch::TYPE_UDPHDR);
-    copy_member::<u16>(w, l4, 26, 6);
-    // Bytes past `cap` (a short packet) are loaded too, without fault (the loads are
-    // `BPF_PROBE_MEM`), and the parser does not read them.
-    let more = rdonly_cast(data + 28, nf_patch::TYPE_UDPHDR);
-    copy_member::<u16>(w, more, 28, 0);
-    copy_member::<u16>(w, more, 30, 2);
-    copy_member::<u16>(w, more, 32, 4);
-    copy_member::<u16>(w, more, 34, 6);
-    if !parse::parse_l3(&scratch.window, cap as usize, &mut scratch.parsed) {
-        return Err(());
+fn parse_fast<'a>(
+    p: &Linear,
+    out: &'a mut MaybeUninit<parse::Parsed>,
+) -> Option<&'a mut parse::Parsed> {
+    if p.cap < parse::FAST_BYTES as u32 {
+        return None;
     }
-    Ok(&scratch.parsed)
+    let mut head = MaybeUninit::<Head>::uninit();
+    let w = head.as_mut_ptr().cast::<u8>();
+    let ip = rdonly_cast(p.data, nf_patch::TYPE_IPHDR);
+    // `struct iphdr` (include/uapi/linux/ip.h): version/ihl byte, tot_len, id, frag_off,
+    // protocol, saddr, daddr; one load per member, as the verifier wants.
+    copy_member::<u8>(w, ip, 0, 0);
+    copy_member::<u16>(w, ip, 2, 2);
+    copy_member::<u16>(w, ip, 4, 4);
+    copy_member::<u16>(w, ip, 6, 6);
+    copy_member::<u8>(w, ip, 9, 9);
+    copy_member::<u32>(w, ip, 12, 12);
+    copy_member::<u32>(w, ip, 16, 16);
+    // The fast path only takes IHL 5: the L4 header is at 20. Bytes past `cap` (a short
+    // packet) are loaded too, without fault (the loads are `BPF_PROBE_MEM`), and the parser
+    // does not read them.
+    let mut at = 20;
+    while at < parse::FAST_PARSE_BYTES {
+        let l4 = rdonly_cast(p.data + at as u64, nf_patch::TYPE_UDPHDR);
+        copy_member::<u16>(w, l4, at, 0);
+        copy_member::<u16>(w, l4, at + 2, 2);
+        copy_member::<u16>(w, l4, at + 4, 4);
+        copy_member::<u16>(w, l4, at + 6, 6);
+        at += 8;
+    }
+    // TOS, TTL and checksum: not loaded (the parser does not read them), zeroed.
+    // SAFETY: bytes 1, 8 and 10..12 of the 36 at `w`.
+    unsafe {
+        w.add(1).write(0);
+        w.add(8).write(0);
+        w.add(10).cast::<u16>().write(0);
+    }
+    // SAFETY: every byte of the head was written above.
+    let head = unsafe { head.assume_init_ref() };
+    parse::parse_ipv4_fast(&head.0, p.cap as usize, out)
 }
+
+/// The first [`parse::FAST_PARSE_BYTES`] of a packet on the stack, 4-aligned for the loads.
+#[repr(C, align(4))]
+struct Head([u8; parse::FAST_PARSE_BYTES]);
 
 /// `bpf_rdonly_cast(const void *obj, u32 btf_id)` (kernel/bpf/helpers.c, v6.2): the verifier
 /// inlines it as a register move and types the result as an untrusted pointer to the struct
@@ -229,13 +255,14 @@ fn rdonly_cast(addr: u64, ty: i32) -> u64 {
     }
 }
 
-/// Copies the `T` at byte `at` of `src` (a [`rdonly_cast`] pointer) into byte `at` of the
-/// window, by a typed load of the member there.
+/// Copies the `T` at byte `src_at` of `src` (a [`rdonly_cast`] pointer) into byte `at` of
+/// `w` (the window, or a [`Head`]), by a typed load of the member there.
 #[inline(always)]
 fn copy_member<T: Copy>(w: *mut u8, src: u64, at: usize, src_at: usize) {
     // SAFETY: `src + src_at` is a member of the struct `src` was cast to, of type `T`; the
-    // window is PKT_WINDOW bytes at the start of an 8-byte aligned map value, `at` is below
-    // FAST_PARSE_BYTES and a multiple of `T`'s size.
+    // window is PKT_WINDOW bytes at the start of an 8-byte aligned map value and a `Head`
+    // FAST_PARSE_BYTES at a 4-aligned address; `at` is below FAST_PARSE_BYTES and a multiple
+    // of `T`'s size.
     unsafe {
         let v = core::ptr::read_volatile((src as *const u8).add(src_at).cast::<T>());
         w.add(at).cast::<T>().write(v);
@@ -473,24 +500,46 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
     if pending.ktime_ns == SKIPPED {
         return Ok(());
     }
-    // Most packets are not rewritten, or not tracked: decide on the tuple alone.
+    // One parse, whose tuple decides and whose whole is reported: a packet that reaches here
+    // was not skipped by its conntrack entry, and most of those are reported.
     let linear = linear_nf(skb)?;
-    let (after, fast) = tuple_nf(&linear)?;
-    if !should_report(&pending.before, &after) {
+    let mut fast = MaybeUninit::uninit();
+    let after: &parse::Parsed = match parse_fast(&linear, &mut fast) {
+        Some(p) => p,
+        None => parse_linear(linear.data, linear.cap)?,
+    };
+    let before = &pending.before;
+    // Most packets are not rewritten, or not tracked: decide on the tuples alone.
+    if after.tuple == *before {
         return Ok(());
     }
+    let Some(follow) = follow_of(before, &after.tuple) else {
+        return Ok(());
+    };
     // SAFETY: helper without preconditions. Only for packets that are reported: `nat_ns`
-    // includes the few nanoseconds of the tuple above.
+    // includes the few nanoseconds of the parse above.
     let now = unsafe { bpf_ktime_get_ns() };
     let (flags, nat_ns) = if pending.ktime_ns == 0 {
         (flag::NAT_UNTIMED, 0)
     } else {
         (flag::NAT_HOOK_TIMED, now.saturating_sub(pending.ktime_ns))
     };
-    let after = if fast {
-        parse_fast(linear.data, linear.cap)?
-    } else {
-        parse_linear(linear.data, linear.cap)?
+    follow.apply(before, &after.tuple);
+    let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
+    let dev: u64 = load(skb, nf_patch::SKB_DEV);
+    let m = Meta {
+        ct_info: if nfct == 0 {
+            ct::NONE
+        } else {
+            (nfct & NFCT_INFOMASK) as u8
+        },
+        ifindex: if dev == 0 {
+            0
+        } else {
+            load(dev, nf_patch::DEV_IFINDEX)
+        },
+        len: linear.len,
+        mark: load(skb, nf_patch::SKB_MARK),
     };
     let rewrite = Rewrite {
         skb,
@@ -498,28 +547,86 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         flags,
         now,
         nat_ns,
-        before: &pending.before,
+        before,
         after,
     };
-    report_checked(&rewrite, || {
-        let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
-        let dev: u64 = load(skb, nf_patch::SKB_DEV);
-        Meta {
-            ct_info: if nfct == 0 {
-                ct::NONE
-            } else {
-                (nfct & NFCT_INFOMASK) as u8
-            },
-            ifindex: if dev == 0 {
-                0
-            } else {
-                load(dev, nf_patch::DEV_IFINDEX)
-            },
-            len: linear.len,
-            mark: load(skb, nf_patch::SKB_MARK),
-        }
-    });
+    if before.family == FAMILY_IPV4 && after.tuple.family == FAMILY_IPV4 {
+        emit_v4(&rewrite, &m);
+    } else {
+        emit_event(&rewrite, &m);
+    }
     Ok(())
+}
+
+/// Which flows a reported NAT step follows ([`follow_of`]).
+struct Follow {
+    before: bool,
+    after: bool,
+}
+
+impl Follow {
+    /// Follows the flows under their new addresses, in both directions, as
+    /// [`report_checked`] does.
+    #[inline(always)]
+    fn apply(&self, before: &Tuple, after: &Tuple) {
+        if self.after {
+            track_flow(after);
+        }
+        if self.before {
+            track_flow(before);
+        }
+    }
+}
+
+/// [`should_report`] for a packet NAT changed, and which of its tuples [`report_checked`]
+/// would follow, asking each question once: `None` when the step is not reported. With
+/// `--trace-all` nothing is followed (`track_flow` returns at once); otherwise a tuple without
+/// a traced pod's address is followed.
+#[inline(always)]
+fn follow_of(before: &Tuple, after: &Tuple) -> Option<Follow> {
+    if trace_all() {
+        return Some(Follow {
+            before: false,
+            after: false,
+        });
+    }
+    let (tb, ta) = (has_tracked_addr(before), has_tracked_addr(after));
+    if tb || ta || flow_followed(before) || flow_followed(after) {
+        return Some(Follow {
+            before: !tb,
+            after: !ta,
+        });
+    }
+    None
+}
+
+/// The event of a step whose packet is IPv4 before and after it, as the compact record.
+#[inline(always)]
+fn emit_v4(r: &Rewrite<'_>, m: &Meta) {
+    let (b, a) = (r.before, &r.after.tuple);
+    emit(|ev: &mut NatEventV4| {
+        ev.kind = kind::NAT;
+        ev.hook = r.hook;
+        ev.ct_info = m.ct_info;
+        ev.flags = r.after.flags | r.flags;
+        ev.ifindex = m.ifindex;
+        ev.ktime_ns = r.now;
+        ev.skb = r.skb;
+        ev.len = m.len;
+        ev.mark = m.mark;
+        ev.nat_ns = r.nat_ns;
+        ev.fp = r.after.fp;
+        ev.saddr = [a.saddr[0], a.saddr[1], a.saddr[2], a.saddr[3]];
+        ev.daddr = [a.daddr[0], a.daddr[1], a.daddr[2], a.daddr[3]];
+        ev.sport = a.sport;
+        ev.dport = a.dport;
+        ev.proto = a.proto;
+        ev.orig_proto = b.proto;
+        ev.orig_saddr = [b.saddr[0], b.saddr[1], b.saddr[2], b.saddr[3]];
+        ev.orig_daddr = [b.daddr[0], b.daddr[1], b.daddr[2], b.daddr[3]];
+        ev.orig_sport = b.sport;
+        ev.orig_dport = b.dport;
+    });
 }
 
 /// One packet before and after a NAT step, as a pair of programs saw it.
@@ -594,20 +701,25 @@ fn report_checked(r: &Rewrite<'_>, meta: impl FnOnce() -> Meta) {
     if !has_tracked_addr(before) {
         track_flow(before);
     }
-    let m = meta();
+    emit_event(r, &meta());
+}
+
+/// The event of a step as the full [`Event`].
+#[inline(always)]
+fn emit_event(r: &Rewrite<'_>, m: &Meta) {
     emit(|ev: &mut Event| {
         ev.kind = kind::NAT;
         ev.hook = r.hook;
         ev.ct_info = m.ct_info;
-        ev.flags = after.flags | r.flags;
+        ev.flags = r.after.flags | r.flags;
         ev.ifindex = m.ifindex;
         ev.ktime_ns = r.now;
         ev.skb = r.skb;
         ev.len = m.len;
         ev.mark = m.mark;
         ev.nat_ns = r.nat_ns;
-        ev.fp = after.fp;
-        ev.tuple = after.tuple;
-        ev.orig = *before;
+        ev.fp = r.after.fp;
+        ev.tuple = r.after.tuple;
+        ev.orig = *r.before;
     });
 }
