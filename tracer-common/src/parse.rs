@@ -325,14 +325,14 @@ pub fn parse_ipv4_fast<'a>(
     Some(out)
 }
 
-/// Bytes of a frame [`parse_ethernet_fast`] reads: an Ethernet header without VLAN tags, an
-/// IPv4 header without options and a TCP header (of UDP only the first 16 bytes are read).
-pub const FAST_ETH_BYTES: usize = 14 + 20 + 20;
+/// Bytes of a frame [`parse_ethernet_fast`] reads: an Ethernet header without VLAN tags and
+/// the [`FAST_PARSE_BYTES`] [`parse_ipv4_fast`] reads after it.
+pub const FAST_ETH_BYTES: usize = ETH_HLEN + FAST_PARSE_BYTES;
 
 /// The commonest frame, parsed in place (tc programs, from the packet's linear bytes): Ethernet
-/// without VLAN tags, IPv4 without options, not a fragment, carrying TCP or UDP whose header
-/// lies within the packet. `head` is the frame's first [`FAST_ETH_BYTES`] bytes, `len` its
-/// length (`skb->len`, linear and paged bytes).
+/// without VLAN tags, then a packet [`parse_ipv4_fast`] takes (IPv4 without options, not a
+/// fragment, TCP, UDP or ICMP whose header lies within the packet). `head` is the frame's first
+/// [`FAST_ETH_BYTES`] bytes, `len` its length (`skb->len`, linear and paged bytes).
 ///
 /// Returns `None` when the fast path does not apply (`out` untouched): the caller then copies
 /// the frame into a window and calls [`parse_ethernet`]. Otherwise `out`, written whole, is
@@ -345,63 +345,18 @@ pub fn parse_ethernet_fast<'a>(
     len: u32,
     out: &'a mut MaybeUninit<Parsed>,
 ) -> Option<&'a mut Parsed> {
-    let h = head;
-    let b16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-    let b32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-    // Any fragment bit but DF: let the full parser decide.
-    if b16(12) != ETH_P_IP || h[14] != 0x45 || b16(20) & 0x3fff != 0 {
+    if u16::from_be_bytes([head[12], head[13]]) != ETH_P_IP {
         return None;
     }
+    // parse_ethernet reads the IP packet from the frame's first min(len, PKT_WINDOW) bytes.
     let cap = if len as usize > PKT_WINDOW {
         PKT_WINDOW
     } else {
         len as usize
     };
-    let total = usize::from(b16(16));
-    // As parse_ipv4: the L4 header ends at min(cap, 14 + total) (total < 20: cap).
-    let end = if total >= 20 {
-        cap.min(ETH_HLEN + total)
-    } else {
-        cap
-    };
-    let proto = h[23];
-    let (a, b, c) = match proto {
-        PROTO_TCP if end >= FAST_ETH_BYTES => (
-            b32(38),
-            b32(42),
-            u32::from(h[47]) | (u32::from(b16(48)) << 16),
-        ),
-        PROTO_UDP if end >= 42 => {
-            // be32_partial: bytes at or past `end` read as zero.
-            let (mut b, mut c) = (0u32, 0u32);
-            let mut i = 42;
-            while i < 50 {
-                let v = if i < end { u32::from(h[i]) } else { 0 };
-                if i < 46 {
-                    b = (b << 8) | v;
-                } else {
-                    c = (c << 8) | v;
-                }
-                i += 1;
-            }
-            (u32::from(b16(38)), b, c)
-        }
-        _ => return None,
-    };
-    let out = Parsed::zeroed_in(out);
-    out.tuple.family = FAMILY_IPV4;
-    out.tuple.proto = proto;
-    out.tuple.sport = b16(34);
-    out.tuple.dport = b16(36);
-    out.tuple.saddr[..4].copy_from_slice(&h[26..30]);
-    out.tuple.daddr[..4].copy_from_slice(&h[30..34]);
-    out.fp = Fingerprint {
-        ip_id: u32::from(b16(18)),
-        a,
-        b,
-        c,
-    };
-    Some(out)
+    let (_, ip) = head.split_first_chunk::<ETH_HLEN>()?;
+    let ip: &[u8; FAST_PARSE_BYTES] = ip.try_into().ok()?;
+    parse_ipv4_fast(ip, cap.saturating_sub(ETH_HLEN), out)
 }
 
 /// The first [`FAST_ETH_BYTES`] of a frame, `None` when it is shorter (host tests, fuzzing).
