@@ -107,10 +107,14 @@ enum Task {
         /// Print the tables without updating BENCHMARKS.md.
         #[arg(long)]
         no_write: bool,
-        /// Measure only these phases, comma-separated: throughput, hooks, collector, startup
-        /// (implies --no-write).
+        /// Measure only these phases, comma-separated: throughput, hooks, micro, collector,
+        /// startup (implies --no-write).
         #[arg(long, value_name = "PHASES")]
         only: Option<String>,
+        /// Another pktrace binary whose tc program the micro phase (BPF_PROG_TEST_RUN) measures
+        /// side by side with this one, round by round.
+        #[arg(long, value_name = "PKTRACE")]
+        baseline: Option<PathBuf>,
     },
 }
 
@@ -249,6 +253,7 @@ fn run(cli: Cli) -> Result<()> {
             seconds,
             no_write,
             only,
+            baseline,
         } => xtask::bench::bench(&xtask::bench::BenchOptions {
             short,
             runs: runs.and_then(|n| usize::try_from(n).ok()),
@@ -258,6 +263,7 @@ fn run(cli: Cli) -> Result<()> {
                 .as_deref()
                 .map(xtask::bench::Phases::parse)
                 .transpose()?,
+            baseline,
         }),
     }
 }

@@ -167,6 +167,11 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
             "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,
         })).collect::<Vec<_>>(),
+        "micro": results.micro.samples.iter().map(|m| json!({
+            "round": m.round, "binary": m.binary.key(), "frame": m.frame.key(),
+            "ns_per_run": m.ns_per_run,
+        })).collect::<Vec<_>>(),
+        "micro_baseline": results.micro.baseline.as_ref().map(|b| b.display().to_string()),
         "collector": results.collector.iter().map(|c| json!({
             "round": c.round, "scenario": c.scenario.key(), "sent_pps": c.sent_pps,
             "emitted_per_s": c.emitted_per_s, "kernel_lost": c.kernel_lost, "cpu_pct": c.cpu_pct,

@@ -2,7 +2,8 @@
 //!
 //! Builds pktrace, then on a simulated node of its own ([`net`], namespaces `pkt-b*`) measures
 //! [`throughput`] retention under five conditions, the [`hooks`]' cost per packet from BPF
-//! run-time statistics, the [`collector`]'s capacity on one CPU, and pktrace's memory and
+//! run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` ([`micro`], side by
+//! side with a `--baseline` binary when given), the [`collector`]'s capacity on one CPU, and pktrace's memory and
 //! [`startup`] time. Traffic runs on CPU 0, the tracer's user space on CPU 1. Prints the tables
 //! and (full runs) updates `BENCHMARKS.md` and writes the raw samples to `target/bench/`.
 //! `--short` runs everything once with 1 s streams: a check that the bench still works.
@@ -13,6 +14,7 @@ mod doc;
 mod floor;
 mod hooks;
 mod iperf;
+mod micro;
 mod net;
 mod proc;
 mod report;
@@ -23,7 +25,12 @@ mod targets;
 mod throughput;
 mod tracer;
 
-use std::{env, fs, os::fd::AsRawFd as _, path::PathBuf, time::Instant};
+use std::{
+    env, fs,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
@@ -34,7 +41,7 @@ use crate::{
 };
 
 /// Options of `cargo xtask bench`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BenchOptions {
     /// One run per condition, 1 s streams, nothing written.
     pub short: bool,
@@ -46,6 +53,8 @@ pub struct BenchOptions {
     pub no_write: bool,
     /// Measure only these phases (none: all); implies `no_write`.
     pub only: Option<Phases>,
+    /// Another pktrace whose tc program the `micro` phase measures alongside.
+    pub baseline: Option<PathBuf>,
 }
 
 /// Which phases to measure (`--only hooks,collector`): for before/after comparisons of one
@@ -55,6 +64,7 @@ pub struct BenchOptions {
 pub struct Phases {
     pub throughput: bool,
     pub hooks: bool,
+    pub micro: bool,
     pub collector: bool,
     pub startup: bool,
 }
@@ -64,6 +74,7 @@ impl Phases {
     pub const ALL: Self = Self {
         throughput: true,
         hooks: true,
+        micro: true,
         collector: true,
         startup: true,
     };
@@ -75,10 +86,11 @@ impl Phases {
             match name {
                 "throughput" => p.throughput = true,
                 "hooks" => p.hooks = true,
+                "micro" => p.micro = true,
                 "collector" => p.collector = true,
                 "startup" => p.startup = true,
                 other => bail!(
-                    "unknown bench phase {other:?}: use throughput, hooks, collector or startup"
+                    "unknown bench phase {other:?}: use throughput, hooks, micro, collector or startup"
                 ),
             }
         }
@@ -102,6 +114,7 @@ pub struct Results {
     pub seconds: u64,
     pub throughput: throughput::Throughput,
     pub hooks: hooks::Hooks,
+    pub micro: micro::Micro,
     pub collector: Vec<collector::CollectorSample>,
     pub startup: startup::Startup,
 }
@@ -144,6 +157,9 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         runs >= 1 && (1..=60).contains(&seconds),
         "--runs must be ≥ 1 and --seconds 1..=60"
     );
+    if let Some(b) = &opts.baseline {
+        ensure!(b.is_file(), "--baseline {}: no such file", b.display());
+    }
     let (pktrace, origin) = pktrace_binary()?;
     let _lock = lock()?;
     let stale = net::remove_stale()?;
@@ -160,13 +176,19 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         seconds,
     };
     let start = Instant::now();
-    let results = crate::cmd::with_sigint_flag(|| measure(&ctx, opts.only.unwrap_or(Phases::ALL)));
+    let results = crate::cmd::with_sigint_flag(|| {
+        measure(
+            &ctx,
+            opts.only.unwrap_or(Phases::ALL),
+            opts.baseline.as_deref(),
+        )
+    });
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
     report(&machine, opts, &results)
 }
 
-fn measure(ctx: &Ctx, phases: Phases) -> Result<Results> {
+fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results> {
     let mut net = net::BenchNet::build()?;
     let _servers = iperf::Servers::start(&ctx.dir)?;
     eprintln!("bench: warming up (1 s per stream, untraced)");
@@ -180,6 +202,11 @@ fn measure(ctx: &Ctx, phases: Phases) -> Result<Results> {
     };
     let hooks = if phases.hooks {
         hooks::run(ctx)?
+    } else {
+        Default::default()
+    };
+    let micro = if phases.micro {
+        micro::run(ctx, baseline)?
     } else {
         Default::default()
     };
@@ -198,6 +225,7 @@ fn measure(ctx: &Ctx, phases: Phases) -> Result<Results> {
         seconds: ctx.seconds,
         throughput,
         hooks,
+        micro,
         collector,
         startup,
     })
@@ -207,8 +235,13 @@ fn report(machine: &doc::Machine, opts: &BenchOptions, results: &Results) -> Res
     let command = if opts.short {
         "cargo xtask bench --short".to_owned()
     } else {
+        let baseline = opts
+            .baseline
+            .as_ref()
+            .map(|b| format!(" --baseline {}", b.display()))
+            .unwrap_or_default();
         format!(
-            "cargo xtask bench --runs {} --seconds {}",
+            "cargo xtask bench --runs {} --seconds {}{baseline}",
             results.runs, results.seconds
         )
     };
@@ -323,9 +356,9 @@ mod tests {
     #[test]
     fn phases_parse() {
         let p = Phases::parse("hooks, collector").unwrap();
-        assert!(p.hooks && p.collector && !p.throughput && !p.startup);
+        assert!(p.hooks && p.collector && !p.throughput && !p.startup && !p.micro);
         assert_eq!(
-            Phases::parse("throughput,hooks,collector,startup").unwrap(),
+            Phases::parse("throughput,hooks,micro,collector,startup").unwrap(),
             Phases::ALL
         );
         assert!(Phases::parse("hook").is_err());

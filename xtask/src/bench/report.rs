@@ -7,6 +7,7 @@ use super::{
     floor,
     hooks::{self, HookSample, Hooks},
     iperf::Stream,
+    micro::{Binary, Frame, Micro},
     proc::Memory,
     stats::{Dist, Table, show},
     throughput::{Sample, Throughput},
@@ -365,6 +366,45 @@ fn footprint(r: &Results) -> Table {
     table
 }
 
+/// The tc program alone, per frame: the measured binary, and the baseline beside it.
+fn micro(m: &Micro) -> Table {
+    let with_base = m.baseline.is_some();
+    let mut heading = vec!["frame".to_owned(), "tc_egress, ns/run".to_owned()];
+    if let Some(b) = &m.baseline {
+        heading.push(format!("baseline ({}), ns/run", b.display()));
+        heading.push("ratio to the baseline".to_owned());
+    }
+    let mut table = Table::new(heading);
+    let of = |binary: Binary, frame: Frame| {
+        m.samples
+            .iter()
+            .filter(move |s| s.binary == binary && s.frame == frame)
+    };
+    for frame in Frame::ALL {
+        let mut row = vec![
+            frame.label().to_owned(),
+            show(
+                Dist::of(of(Binary::Measured, frame).map(|s| s.ns_per_run)),
+                0,
+            ),
+        ];
+        if with_base {
+            row.push(show(
+                Dist::of(of(Binary::Baseline, frame).map(|s| s.ns_per_run)),
+                0,
+            ));
+            let ratios = of(Binary::Measured, frame).filter_map(|s| {
+                of(Binary::Baseline, frame)
+                    .find(|b| b.round == s.round && b.ns_per_run > 0.0)
+                    .map(|b| s.ns_per_run / b.ns_per_run)
+            });
+            row.push(Dist::of(ratios).map_or_else(|| "–".into(), |d| d.show_ratio()));
+        }
+        table.row(row);
+    }
+    table
+}
+
 /// Every table, with headings, as Markdown.
 #[must_use]
 pub fn tables(r: &Results) -> String {
@@ -404,6 +444,18 @@ pub fn tables(r: &Results) -> String {
          work at all, included in every program's figure above.\n\n",
         per_hook(&r.hooks),
     );
+    if !r.micro.samples.is_empty() {
+        section(
+            "tc program alone (BPF_PROG_TEST_RUN)",
+            "pktrace's `tc_egress` run by `bpftool prog run … repeat 200000` on the bench node's \
+             uplink, pktrace tracing the client pod, no stream flowing: the kernel's average per \
+             run, median (min–max) of the rounds (each the median of 5 calls). Warm caches and \
+             no statistics clock: the program's own instructions, helpers and map accesses. A \
+             baseline binary, when given, was loaded beside the measured one and the calls \
+             alternated between them; the ratio is taken within each round.\n\n",
+            micro(&r.micro),
+        );
+    }
     section(
         "Collector capacity",
         "Per-run values are listed in run order.\n\n",

@@ -19,7 +19,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     bpf,
-    net::{CLIENT, IPERF_PORT, NODE_NS, OUTSIDE_IP},
+    net::NODE_NS,
     proc::{TRAFFIC_CPU, pinned},
 };
 use crate::{cmd::output, lab::netns::in_ns};
@@ -102,22 +102,7 @@ pub fn run(
 /// Ethernet, IPv4 and UDP headers and 22 bytes of payload (64 bytes): the client pod to the
 /// outside host, as iperf3's UDP stream would send it after MASQUERADE left it alone.
 fn udp_frame() -> Vec<u8> {
-    let mut f = Vec::with_capacity(64);
-    f.extend_from_slice(&[0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc]); // router
-    f.extend_from_slice(&[0x02, 0x42, 0x0a, 0x0d, 0x4d, 0x04]); // node
-    f.extend_from_slice(&[0x08, 0x00]);
-    let (ip_len, udp_len) = (50u16, 30u16);
-    f.extend_from_slice(&[0x45, 0]);
-    f.extend_from_slice(&ip_len.to_be_bytes());
-    f.extend_from_slice(&[0x12, 0x34, 0, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&CLIENT.ip.octets());
-    f.extend_from_slice(&OUTSIDE_IP.octets());
-    f.extend_from_slice(&40_000u16.to_be_bytes());
-    f.extend_from_slice(&IPERF_PORT.to_be_bytes());
-    f.extend_from_slice(&udp_len.to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.resize(64, 0);
-    f
+    super::micro::Frame::EmittedUdp.bytes()
 }
 
 #[cfg(test)]

@@ -1,0 +1,301 @@
+//! The tc program's own cost with nothing else running: `BPF_PROG_TEST_RUN` of pktrace's
+//! `tc_egress` (`bpftool prog run … repeat N`, the kernel's average per run) on frames of the
+//! bench node, pinned to [`TRAFFIC_CPU`] while no stream flows. Caches are warm and no clock
+//! of the run-time statistics is added, so the figures are what the program's instructions,
+//! helper calls and map accesses cost, free of the cache misses a real stream causes and of
+//! most of the machine's noise (the per-hook phase measures those).
+//!
+//! With `--baseline <pktrace>` the phase starts that binary's programs too, beside the measured
+//! ones, and alternates the calls between them, so that a code change is compared side by side
+//! in one run.
+//!
+//! [`TRAFFIC_CPU`]: super::proc::TRAFFIC_CPU
+
+use std::{
+    fs,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
+
+use super::{
+    Ctx, bpf,
+    net::{CLIENT, IPERF_PORT, NODE_NS, OTHER, OUTSIDE_IP},
+    proc::{TRAFFIC_CPU, pinned},
+    tracer::{Condition, Launch, Tracer},
+};
+use crate::{cmd::output, lab::netns::in_ns};
+
+/// Program runs per `bpftool prog run` (a few tens of milliseconds).
+const REPEAT: u32 = 200_000;
+/// `bpftool prog run` calls per frame and binary in a round, alternating between the binaries:
+/// the median is kept.
+const CALLS: usize = 5;
+/// The interface the frames leave by: the node's uplink.
+const UPLINK: &str = "eth0";
+/// Size of the `struct __sk_buff` given as context, and the offset of its `ifindex`
+/// (include/uapi/linux/bpf.h, v6.1).
+const CTX_LEN: usize = 44;
+const IFINDEX_AT: usize = 40;
+
+/// The frames run through `tc_egress`, with pktrace tracing the client pod (`--pod-ip`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Frame {
+    /// UDP, 64 bytes, from the idle pod to the outside host: outside the filter.
+    Outside,
+    /// UDP, 64 bytes, from the client pod to the outside host: emitted.
+    EmittedUdp,
+    /// A TCP ACK with timestamps (66 bytes) from the client pod to the outside host: emitted.
+    EmittedTcp,
+}
+
+impl Frame {
+    pub const ALL: [Self; 3] = [Self::Outside, Self::EmittedUdp, Self::EmittedTcp];
+
+    #[must_use]
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Outside => "outside_udp",
+            Self::EmittedUdp => "emitted_udp",
+            Self::EmittedTcp => "emitted_tcp",
+        }
+    }
+
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Outside => "outside the filter (UDP 64 B, another pod)",
+            Self::EmittedUdp => "emitted (UDP 64 B, the traced pod)",
+            Self::EmittedTcp => "emitted (TCP ACK 66 B, the traced pod)",
+        }
+    }
+
+    pub(super) fn bytes(self) -> Vec<u8> {
+        match self {
+            Self::Outside => frame(OTHER.ip, Proto::Udp),
+            Self::EmittedUdp => frame(CLIENT.ip, Proto::Udp),
+            Self::EmittedTcp => frame(CLIENT.ip, Proto::Tcp),
+        }
+    }
+}
+
+/// Which pktrace a sample measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binary {
+    /// The one the bench measures (built, or `PKTRACE_BIN`).
+    Measured,
+    /// `--baseline`.
+    Baseline,
+}
+
+impl Binary {
+    #[must_use]
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Measured => "measured",
+            Self::Baseline => "baseline",
+        }
+    }
+}
+
+/// One frame through one binary's `tc_egress` in one round: the median of [`CALLS`] calls.
+#[derive(Clone, Debug)]
+pub struct MicroSample {
+    pub round: usize,
+    pub binary: Binary,
+    pub frame: Frame,
+    pub ns_per_run: f64,
+}
+
+/// What the phase measured.
+#[derive(Clone, Debug, Default)]
+pub struct Micro {
+    pub samples: Vec<MicroSample>,
+    /// The baseline binary, when there was one.
+    pub baseline: Option<PathBuf>,
+}
+
+/// Runs `ctx.runs` rounds; in each, every binary is started (measured first in even rounds,
+/// baseline first in odd ones), each frame runs [`CALLS`] times through each binary's
+/// `tc_egress`, alternately, and the binaries are stopped.
+pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
+    let ifindex: u32 = output(&mut in_ns(
+        NODE_NS,
+        "cat",
+        [format!("/sys/class/net/{UPLINK}/ifindex")],
+    ))?
+    .trim()
+    .parse()
+    .context("reading the uplink's ifindex")?;
+    let ctx_file = ctx.dir.join("micro.ctx");
+    let mut skb = [0u8; CTX_LEN];
+    skb[IFINDEX_AT..IFINDEX_AT + 4].copy_from_slice(&ifindex.to_ne_bytes());
+    fs::write(&ctx_file, skb)?;
+    let mut frames = Vec::new();
+    for frame in Frame::ALL {
+        let path = ctx.dir.join(format!("micro-{}.frame", frame.key()));
+        fs::write(&path, frame.bytes())?;
+        frames.push((frame, path));
+    }
+    let mut binaries = vec![(Binary::Measured, ctx.pktrace.as_path())];
+    if let Some(b) = baseline {
+        binaries.push((Binary::Baseline, b));
+    }
+    let mut out = Micro {
+        samples: Vec::new(),
+        baseline: baseline.map(Path::to_path_buf),
+    };
+    for round in 0..ctx.runs {
+        super::check_interrupted()?;
+        eprintln!(
+            "bench: tc_egress by BPF_PROG_TEST_RUN, round {}/{}",
+            round + 1,
+            ctx.runs
+        );
+        let mut order = binaries.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        // Every binary's programs are loaded at once; the calls alternate between them.
+        let mut up = Vec::new();
+        for &(binary, pktrace) in &order {
+            let tracer =
+                Tracer::start(Condition::ClientPod, &ctx.dir, pktrace, &Launch::default())?
+                    .context("pktrace did not start")?;
+            let prog = bpf::prog_id_named(&tracer.prog_ids, "tc_egress")?;
+            up.push((binary, prog, tracer));
+        }
+        for (frame, path) in &frames {
+            let mut calls = vec![Vec::with_capacity(CALLS); up.len()];
+            for _ in 0..CALLS {
+                for (i, (_, prog, _)) in up.iter().enumerate() {
+                    calls[i].push(prog_run(*prog, path, &ctx_file)?);
+                }
+            }
+            for ((binary, _, _), mut calls) in up.iter().zip(calls) {
+                calls.sort_by(f64::total_cmp);
+                let ns_per_run = calls[CALLS / 2];
+                eprintln!(
+                    "bench:   {} {}: {ns_per_run:.0} ns/run",
+                    binary.key(),
+                    frame.key()
+                );
+                out.samples.push(MicroSample {
+                    round,
+                    binary: *binary,
+                    frame: *frame,
+                    ns_per_run,
+                });
+            }
+        }
+        for (_, _, tracer) in up {
+            tracer.stop()?;
+        }
+    }
+    Ok(out)
+}
+
+/// One `bpftool prog run` of `REPEAT` runs on [`TRAFFIC_CPU`]: the kernel's average per run.
+fn prog_run(prog: u32, frame: &Path, ctx: &Path) -> Result<f64> {
+    let args = [
+        "prog".to_owned(),
+        "run".into(),
+        "id".into(),
+        prog.to_string(),
+        "data_in".into(),
+        frame.display().to_string(),
+        "ctx_in".into(),
+        ctx.display().to_string(),
+        "repeat".into(),
+        REPEAT.to_string(),
+    ];
+    let text = output(&mut pinned(NODE_NS, TRAFFIC_CPU, "bpftool", &args))
+        .context("running tc_egress with bpftool prog run")?;
+    average_ns(&text).with_context(|| format!("no average duration in bpftool's output: {text:?}"))
+}
+
+/// The average run time `bpftool prog run` prints (`Return value: 0, duration (average): 84ns`).
+fn average_ns(text: &str) -> Option<f64> {
+    let rest = text.split("duration (average):").nth(1)?.trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() || !rest[digits.len()..].starts_with("ns") {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[derive(Clone, Copy)]
+enum Proto {
+    Udp,
+    Tcp,
+}
+
+/// An Ethernet frame from `src` to the outside host, as it leaves the node's uplink: UDP with
+/// 22 bytes of payload (64 bytes), or a TCP ACK with the timestamp option (66 bytes).
+fn frame(src: Ipv4Addr, proto: Proto) -> Vec<u8> {
+    let mut f = Vec::with_capacity(66);
+    f.extend_from_slice(&[0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc]); // router
+    f.extend_from_slice(&[0x02, 0x42, 0x0a, 0x0d, 0x4d, 0x04]); // node
+    f.extend_from_slice(&[0x08, 0x00]);
+    let (l4_len, number) = match proto {
+        Proto::Udp => (30u16, 17u8),
+        Proto::Tcp => (32, 6),
+    };
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&(20 + l4_len).to_be_bytes());
+    f.extend_from_slice(&[0x12, 0x34, 0x40, 0, 64, number, 0, 0]);
+    f.extend_from_slice(&src.octets());
+    f.extend_from_slice(&OUTSIDE_IP.octets());
+    f.extend_from_slice(&40_000u16.to_be_bytes());
+    f.extend_from_slice(&IPERF_PORT.to_be_bytes());
+    match proto {
+        Proto::Udp => {
+            f.extend_from_slice(&l4_len.to_be_bytes());
+            f.extend_from_slice(&[0, 0]);
+        }
+        Proto::Tcp => {
+            f.extend_from_slice(&0x0102_0304u32.to_be_bytes()); // seq
+            f.extend_from_slice(&0x0506_0708u32.to_be_bytes()); // ack
+            f.extend_from_slice(&[0x80, 0x10]); // 32-byte header, ACK
+            f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]); // window, checksum, urgent
+            f.extend_from_slice(&[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2]); // NOP NOP TS
+        }
+    }
+    f.resize(14 + 20 + usize::from(l4_len), 0);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_plain_ipv4_of_their_length() {
+        for (f, proto, len) in [
+            (Frame::Outside, 17, 64),
+            (Frame::EmittedUdp, 17, 64),
+            (Frame::EmittedTcp, 6, 66),
+        ] {
+            let b = f.bytes();
+            assert_eq!(b.len(), len, "{f:?}");
+            assert_eq!(&b[12..14], &[0x08, 0x00]);
+            assert_eq!(b[14], 0x45);
+            assert_eq!(usize::from(u16::from_be_bytes([b[16], b[17]])), len - 14);
+            assert_eq!(b[23], proto);
+        }
+        assert_eq!(&Frame::Outside.bytes()[26..30], &OTHER.ip.octets());
+        assert_eq!(&Frame::EmittedTcp.bytes()[26..30], &CLIENT.ip.octets());
+        assert_eq!(Frame::EmittedTcp.bytes()[46] >> 4, 8, "TCP data offset");
+    }
+
+    #[test]
+    fn reads_bpftool_average() {
+        assert_eq!(
+            average_ns("Return value: 0, duration (average): 84ns\n"),
+            Some(84.0)
+        );
+        assert_eq!(average_ns("Return value: 0, duration (average): ns"), None);
+        assert_eq!(average_ns("Error: no such program"), None);
+    }
+}
