@@ -5,6 +5,7 @@ use super::{
     collector::{CollectorSample, Scenario},
     floor,
     iperf::Stream,
+    micro::{Binary, Frame},
     report::{Metric, ratio},
     stats::{Dist, Table},
     tracer::{Attach, Condition},
@@ -75,9 +76,35 @@ pub fn targets(r: &Results) -> Table {
         }
         by_prog.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))
     };
-    for (c, limit, what) in [
-        (Condition::OtherPod, 50.0, "outside the filter"),
-        (Condition::ClientPod, 150.0, "emitted"),
+    // The tc program alone (micro phase), beside the judged figure: its own work, warm.
+    let alone = |frames: &[Frame]| {
+        Dist::of(
+            r.micro
+                .samples
+                .iter()
+                .filter(|s| s.binary == Binary::Measured && frames.contains(&s.frame))
+                .map(|s| s.ns_per_run),
+        )
+        .map_or_else(String::new, |d| {
+            format!(
+                "; tc_egress alone (warm, BPF_PROG_TEST_RUN): {:.0} ns",
+                d.median
+            )
+        })
+    };
+    for (c, limit, what, frames) in [
+        (
+            Condition::OtherPod,
+            50.0,
+            "outside the filter",
+            &[Frame::Outside][..],
+        ),
+        (
+            Condition::ClientPod,
+            150.0,
+            "emitted",
+            &[Frame::EmittedUdp, Frame::EmittedTcp][..],
+        ),
     ] {
         let w = worst(c);
         // The empty program of the slowest program's hook type, same condition: shown, not
@@ -101,10 +128,11 @@ pub fn targets(r: &Results) -> Table {
                 || "–".into(),
                 |(p, ns)| match floor_of(p) {
                     Some(f) => format!(
-                        "{ns:.0} ns raw ({p}); {:.0} ns net of the empty program's {f:.0} ns",
-                        ns - f
+                        "{ns:.0} ns raw ({p}); {:.0} ns net of the empty program's {f:.0} ns{}",
+                        ns - f,
+                        alone(frames)
                     ),
-                    None => format!("{ns:.0} ns raw ({p})"),
+                    None => format!("{ns:.0} ns raw ({p}){}", alone(frames)),
                 },
             ),
             w.map(|(_, ns)| ns <= limit),
