@@ -550,11 +550,7 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         before,
         after,
     };
-    if before.family == FAMILY_IPV4 && after.tuple.family == FAMILY_IPV4 {
-        emit_v4(&rewrite, &m);
-    } else {
-        emit_event(&rewrite, &m);
-    }
+    emit_step(&rewrite, &m);
     Ok(())
 }
 
@@ -598,6 +594,17 @@ fn follow_of(before: &Tuple, after: &Tuple) -> Option<Follow> {
         });
     }
     None
+}
+
+/// The event of a step: the compact record when the packet is IPv4 before and after it, else
+/// the full [`Event`].
+#[inline(always)]
+fn emit_step(r: &Rewrite<'_>, m: &Meta) {
+    if r.before.family == FAMILY_IPV4 && r.after.tuple.family == FAMILY_IPV4 {
+        emit_v4(r, m);
+    } else {
+        emit_event(r, m);
+    }
 }
 
 /// The event of a step whose packet is IPv4 before and after it, as the compact record.
@@ -701,7 +708,7 @@ fn report_checked(r: &Rewrite<'_>, meta: impl FnOnce() -> Meta) {
     if !has_tracked_addr(before) {
         track_flow(before);
     }
-    emit_event(r, &meta());
+    emit_step(r, &meta());
 }
 
 /// The event of a step as the full [`Event`].
