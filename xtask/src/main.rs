@@ -111,8 +111,8 @@ enum Task {
         /// startup (implies --no-write).
         #[arg(long, value_name = "PHASES")]
         only: Option<String>,
-        /// Another pktrace binary whose tc program the micro phase (BPF_PROG_TEST_RUN) measures
-        /// side by side with this one, round by round.
+        /// Another pktrace binary to measure side by side with this one, in the same rounds:
+        /// per-hook cost under the streams (hooks) and the tc program alone (micro).
         #[arg(long, value_name = "PKTRACE")]
         baseline: Option<PathBuf>,
     },

@@ -167,6 +167,14 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
             "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,
         })).collect::<Vec<_>>(),
+        "hooks_baseline": results.hooks.baseline.iter().map(|h| json!({
+            "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
+            "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
+        })).collect::<Vec<_>>(),
+        "hook_paths_baseline": results.hooks.baseline_paths.iter().map(|p| json!({
+            "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
+            "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,
+        })).collect::<Vec<_>>(),
         "micro": results.micro.samples.iter().map(|m| json!({
             "round": m.round, "binary": m.binary.key(), "frame": m.frame.key(),
             "ns_per_run": m.ns_per_run,

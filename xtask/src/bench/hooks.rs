@@ -6,8 +6,12 @@
 //! The bench's own empty programs ([`super::floor`]) sit on the same hook types during the whole
 //! phase and are measured in the same streams: their figure is what the statistics' clock
 //! reads and the call cost on their own, the floor under every pktrace program's figure.
+//!
+//! With `--baseline <pktrace>`, each round runs every condition's streams under that binary
+//! too, right after (or, every other round, right before) the measured one: the same cost under
+//! the same streams, side by side in one run, cache misses included.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, path::Path};
 
 use anyhow::Result;
 
@@ -16,6 +20,7 @@ use super::{
     bpf::{ProgRun, RunStats, prog_runs},
     floor::Floor,
     iperf::Stream,
+    micro::Binary,
     throughput::measure,
     tracer::{Condition, Launch, Tracer},
 };
@@ -60,10 +65,14 @@ pub struct Hooks {
     /// ([`super::floor::TC_NAME`], [`super::floor::NF_NAME`]); empty when they could not be
     /// attached.
     pub floor: Vec<HookSample>,
+    /// `samples` and `paths` of the `--baseline` binary (empty without one).
+    pub baseline: Vec<HookSample>,
+    pub baseline_paths: Vec<PathCost>,
 }
 
-/// Runs `ctx.runs` rounds of [`CONDITIONS`] × [`STREAMS`] with run-time statistics on.
-pub fn run(ctx: &Ctx) -> Result<Hooks> {
+/// Runs `ctx.runs` rounds of [`CONDITIONS`] × [`STREAMS`] with run-time statistics on; with a
+/// baseline, each condition runs under both binaries in turn (measured first in even rounds).
+pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Hooks> {
     let _stats = RunStats::enable()?;
     let floor = Floor::attach(1)
         .inspect_err(|err| eprintln!("bench: no empty-program floor: {err:#}"))
@@ -72,35 +81,56 @@ pub fn run(ctx: &Ctx) -> Result<Hooks> {
         .as_ref()
         .map(|f| f.prog_ids.clone())
         .unwrap_or_default();
+    let mut binaries = vec![(Binary::Measured, ctx.pktrace.as_path())];
+    if let Some(b) = baseline {
+        binaries.push((Binary::Baseline, b));
+    }
     let mut out = Hooks::default();
     for round in 0..ctx.runs {
         for condition in CONDITIONS {
-            eprintln!(
-                "bench: per-hook cost round {}/{}: {}",
-                round + 1,
-                ctx.runs,
-                condition.label()
-            );
-            let tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &Launch::default())?;
-            let Some(mut tracer) = tracer else { continue };
-            for stream in STREAMS {
-                super::check_interrupted()?;
-                let before = prog_runs(&tracer.prog_ids)?;
-                let floor_before = prog_runs(&floor_ids)?;
-                let start = std::time::Instant::now();
-                let sample = measure(ctx, round, condition, stream, Some(&mut tracer))?;
-                let secs = start.elapsed().as_secs_f64();
-                let after = prog_runs(&tracer.prog_ids)?;
-                let floor_after = prog_runs(&floor_ids)?;
-                let key = (round, condition, stream);
-                let (programs, total_ns) = samples(key, &before, &after, secs);
-                out.samples.extend(programs);
-                out.floor
-                    .extend(samples(key, &floor_before, &floor_after, secs).0);
-                let packets = sample.result.sent_packets;
-                out.paths.push(path_cost(key, total_ns, secs, packets));
+            let mut order = binaries.clone();
+            if round % 2 == 1 {
+                order.reverse();
             }
-            tracer.stop()?;
+            for (binary, pktrace) in order {
+                eprintln!(
+                    "bench: per-hook cost round {}/{}: {}{}",
+                    round + 1,
+                    ctx.runs,
+                    condition.label(),
+                    if baseline.is_some() {
+                        format!(" ({})", binary.key())
+                    } else {
+                        String::new()
+                    }
+                );
+                let tracer = Tracer::start(condition, &ctx.dir, pktrace, &Launch::default())?;
+                let Some(mut tracer) = tracer else { continue };
+                for stream in STREAMS {
+                    super::check_interrupted()?;
+                    let before = prog_runs(&tracer.prog_ids)?;
+                    let floor_before = prog_runs(&floor_ids)?;
+                    let start = std::time::Instant::now();
+                    let sample = measure(ctx, round, condition, stream, Some(&mut tracer))?;
+                    let secs = start.elapsed().as_secs_f64();
+                    let after = prog_runs(&tracer.prog_ids)?;
+                    let floor_after = prog_runs(&floor_ids)?;
+                    let key = (round, condition, stream);
+                    let (programs, total_ns) = samples(key, &before, &after, secs);
+                    let packets = sample.result.sent_packets;
+                    let path = path_cost(key, total_ns, secs, packets);
+                    if binary == Binary::Baseline {
+                        out.baseline.extend(programs);
+                        out.baseline_paths.push(path);
+                        continue;
+                    }
+                    out.samples.extend(programs);
+                    out.floor
+                        .extend(samples(key, &floor_before, &floor_after, secs).0);
+                    out.paths.push(path);
+                }
+                tracer.stop()?;
+            }
         }
     }
     Ok(out)

@@ -2,8 +2,8 @@
 //!
 //! Builds pktrace, then on a simulated node of its own ([`net`], namespaces `pkt-b*`) measures
 //! [`throughput`] retention under five conditions, the [`hooks`]' cost per packet from BPF
-//! run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` ([`micro`], side by
-//! side with a `--baseline` binary when given), the [`collector`]'s capacity on one CPU, and pktrace's memory and
+//! run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` ([`micro`]; these two
+//! side by side with a `--baseline` binary when given), the [`collector`]'s capacity on one CPU, and pktrace's memory and
 //! [`startup`] time. Traffic runs on CPU 0, the tracer's user space on CPU 1. Prints the tables
 //! and (full runs) updates `BENCHMARKS.md` and writes the raw samples to `target/bench/`.
 //! `--short` runs everything once with 1 s streams: a check that the bench still works.
@@ -53,7 +53,7 @@ pub struct BenchOptions {
     pub no_write: bool,
     /// Measure only these phases (none: all); implies `no_write`.
     pub only: Option<Phases>,
-    /// Another pktrace whose tc program the `micro` phase measures alongside.
+    /// Another pktrace that the `hooks` and `micro` phases measure alongside, round by round.
     pub baseline: Option<PathBuf>,
 }
 
@@ -201,7 +201,7 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
         Default::default()
     };
     let hooks = if phases.hooks {
-        hooks::run(ctx)?
+        hooks::run(ctx, baseline)?
     } else {
         Default::default()
     };

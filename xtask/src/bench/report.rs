@@ -162,16 +162,9 @@ fn per_hook(h: &Hooks) -> Table {
         .iter()
         .flat_map(|&c| hooks::STREAMS.iter().map(move |&s| (c, s)))
         .collect();
-    let heading = |(c, s): &(Condition, Stream)| {
-        let what = match c {
-            Condition::OtherPod => "outside filter",
-            Condition::ClientPod => "emitted (--pod-ip)",
-            _ => "--trace-all",
-        };
-        format!("{what}, {}", if s.is_udp() { "UDP" } else { "TCP" })
-    };
     let mut table = Table::new(
-        std::iter::once("program, ns/run".to_owned()).chain(columns.iter().map(heading)),
+        std::iter::once("program, ns/run".to_owned())
+            .chain(columns.iter().map(|&(c, s)| hook_column(c, s))),
     );
     let row = |samples: &[HookSample], program: &str, label: String| {
         let mut row = vec![label];
@@ -366,6 +359,74 @@ fn footprint(r: &Results) -> Table {
     table
 }
 
+/// Per program and column, the measured binary's ns per run over the baseline's in the same
+/// round and stream, median (min–max); and the same for all programs' CPU.
+fn per_hook_vs_baseline(h: &Hooks) -> Table {
+    let columns: Vec<(Condition, Stream)> = hooks::CONDITIONS
+        .iter()
+        .flat_map(|&c| hooks::STREAMS.iter().map(move |&s| (c, s)))
+        .collect();
+    let mut table = Table::new(
+        std::iter::once("program: measured / baseline".to_owned())
+            .chain(columns.iter().map(|&(c, s)| hook_column(c, s))),
+    );
+    let mut programs: Vec<&str> = h.samples.iter().map(|s| s.program.as_str()).collect();
+    programs.sort_unstable();
+    programs.dedup();
+    for program in programs {
+        let mut row = vec![program.to_owned()];
+        for &(c, s) in &columns {
+            let pick = |samples: &[HookSample], round: usize| {
+                samples
+                    .iter()
+                    .find(|x| {
+                        x.program == program
+                            && x.condition == c
+                            && x.stream == s
+                            && x.round == round
+                    })
+                    .map(|x| x.ns_per_run)
+            };
+            let ratios = h.samples.iter().filter_map(|m| {
+                (m.program == program && m.condition == c && m.stream == s)
+                    .then(|| pick(&h.baseline, m.round))
+                    .flatten()
+                    .filter(|b| *b > 0.0)
+                    .map(|b| m.ns_per_run / b)
+            });
+            row.push(Dist::of(ratios).map_or_else(|| "–".into(), |d| d.show_ratio()));
+        }
+        table.row(row);
+    }
+    let mut cpu = vec!["all programs, % of a CPU".to_owned()];
+    for &(c, s) in &columns {
+        let ratios = h.paths.iter().filter_map(|m| {
+            (m.condition == c && m.stream == s)
+                .then(|| {
+                    h.baseline_paths
+                        .iter()
+                        .find(|b| b.condition == c && b.stream == s && b.round == m.round)
+                })
+                .flatten()
+                .filter(|b| b.cpu_pct > 0.0)
+                .map(|b| m.cpu_pct / b.cpu_pct)
+        });
+        cpu.push(Dist::of(ratios).map_or_else(|| "–".into(), |d| d.show_ratio()));
+    }
+    table.row(cpu);
+    table
+}
+
+/// A per-hook column's heading.
+fn hook_column(c: Condition, s: Stream) -> String {
+    let what = match c {
+        Condition::OtherPod => "outside filter",
+        Condition::ClientPod => "emitted (--pod-ip)",
+        _ => "--trace-all",
+    };
+    format!("{what}, {}", if s.is_udp() { "UDP" } else { "TCP" })
+}
+
 /// The tc program alone, per frame: the measured binary, and the baseline beside it.
 fn micro(m: &Micro) -> Table {
     let with_base = m.baseline.is_some();
@@ -444,6 +505,16 @@ pub fn tables(r: &Results) -> String {
          work at all, included in every program's figure above.\n\n",
         per_hook(&r.hooks),
     );
+    if !r.hooks.baseline.is_empty() {
+        section(
+            "Per-hook cost, side by side with the baseline",
+            "The same phase with the `--baseline` binary: each condition's streams ran under both \
+             binaries in turn, in the same round (the measured one first in even rounds). Each \
+             cell is the measured binary's ns per run over the baseline's in the same round and \
+             stream, median (min–max) over the rounds.\n\n",
+            per_hook_vs_baseline(&r.hooks),
+        );
+    }
     if !r.micro.samples.is_empty() {
         section(
             "tc program alone (BPF_PROG_TEST_RUN)",
