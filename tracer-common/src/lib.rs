@@ -131,8 +131,7 @@ pub mod ct {
 ///   (or becomes `dst = 0` when this kernel lacks an optional member); its size must be the one
 ///   given here;
 /// - a helper call to [`RDONLY_CAST`] becomes a call of the kfunc `bpf_rdonly_cast`;
-/// - a `mov` of an immediate [`TYPE_IPHDR`], [`TYPE_UDPHDR`] or [`TYPE_NF_CONN`] gets that
-///   struct's BTF id.
+/// - a `mov` of an immediate [`TYPE_HEAD`] or [`TYPE_NF_CONN`] gets that struct's BTF id.
 ///
 /// Only the `nf_*` programs may hold them: the loader refuses unknown placeholders and
 /// placeholders it did not find. The values are far from any real offset, helper id or type
@@ -169,10 +168,12 @@ pub mod nf_patch {
     /// First and last immediate reserved for type-id placeholders.
     pub const TYPE_FIRST: i32 = 0x7ffe_0000;
     pub const TYPE_LAST: i32 = 0x7ffe_ffff;
-    /// BTF id of `struct iphdr` in vmlinux BTF.
-    pub const TYPE_IPHDR: i32 = 0x7ffe_0001;
-    /// BTF id of `struct udphdr` in vmlinux BTF.
-    pub const TYPE_UDPHDR: i32 = 0x7ffe_0002;
+    /// BTF id of `struct ipv6hdr` in vmlinux BTF: the type the programs give a packet's first
+    /// 40 bytes, whatever its IP version, to read them as five 8-byte loads (bytes 0, 8, 16,
+    /// 24, 32). Each load stays inside one member, as every kernel's verifier wants of a BTF
+    /// load: byte 0 starts a bitfield (a load covering a bitfield's bytes is allowed), and
+    /// bytes 8..40 are the two `struct in6_addr`, byte arrays.
+    pub const TYPE_HEAD: i32 = 0x7ffe_0001;
     /// BTF id of `struct nf_conn` in vmlinux BTF (where the struct is missing: any struct's,
     /// the `CT_*` loads then read nothing).
     pub const TYPE_NF_CONN: i32 = 0x7ffe_0003;

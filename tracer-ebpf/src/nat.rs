@@ -10,8 +10,8 @@
 //!
 //! No helper call on the common path: `ctx->skb` is a trusted BTF pointer, so its members (and
 //! `skb->dev->ifindex`) are plain loads at placeholder offsets the loader patches from the
-//! kernel's BTF ([`nf_patch`]), and the packet's header bytes are plain loads through
-//! `bpf_rdonly_cast` (a kfunc the loader links in place of a placeholder helper call). Only a
+//! kernel's BTF ([`nf_patch`]), and the packet's first 40 bytes are five plain 8-byte loads
+//! through `bpf_rdonly_cast` (a kfunc the loader links in place of a placeholder helper call). Only a
 //! packet the fast tuple cannot take, or one that is reported, is copied by a probe read. The
 //! `nat_*` probes ([`crate::probe`]) share the parser and the report but keep probe reads:
 //! their loaders patch nothing, so nothing they use holds a placeholder.
@@ -184,11 +184,12 @@ fn parse_linear(data: u64, cap: u32) -> Result<&'static parse::Parsed, ()> {
     Ok(&scratch.parsed)
 }
 
-/// The packet parsed whole without a probe read when [`parse::parse_ipv4_fast`] takes it (the
-/// packets [`tuple_nf`]'s fast tuple takes): the [`parse::FAST_PARSE_BYTES`] it reads come by
-/// typed loads through `struct iphdr` and three `struct udphdr` casts onto the stack (the TOS,
-/// TTL and header checksum are not loaded: it does not read them). `None` sends the caller to
-/// the copy and the full parser.
+/// The packet parsed whole without a probe read when [`parse::parse_ipv4_fast`] takes it (an
+/// IPv4 header without options, not a fragment, TCP, UDP or ICMP): its first
+/// [`HEAD_BYTES`] come by five 8-byte typed loads through a `struct ipv6hdr` cast
+/// ([`nf_patch::TYPE_HEAD`]) onto the stack. Bytes past `cap` (a short packet) are loaded too,
+/// without fault (the loads are `BPF_PROBE_MEM`), and the parser does not read them. `None`
+/// sends the caller to the copy and the full parser.
 #[inline(always)]
 fn parse_fast<'a>(
     p: &Linear,
@@ -198,44 +199,31 @@ fn parse_fast<'a>(
         return None;
     }
     let mut head = MaybeUninit::<Head>::uninit();
-    let w = head.as_mut_ptr().cast::<u8>();
-    let ip = rdonly_cast(p.data, nf_patch::TYPE_IPHDR);
-    // `struct iphdr` (include/uapi/linux/ip.h): version/ihl byte, tot_len, id, frag_off,
-    // protocol, saddr, daddr; one load per member, as the verifier wants.
-    copy_member::<u8>(w, ip, 0, 0);
-    copy_member::<u16>(w, ip, 2, 2);
-    copy_member::<u16>(w, ip, 4, 4);
-    copy_member::<u16>(w, ip, 6, 6);
-    copy_member::<u8>(w, ip, 9, 9);
-    copy_member::<u32>(w, ip, 12, 12);
-    copy_member::<u32>(w, ip, 16, 16);
-    // The fast path only takes IHL 5: the L4 header is at 20. Bytes past `cap` (a short
-    // packet) are loaded too, without fault (the loads are `BPF_PROBE_MEM`), and the parser
-    // does not read them.
-    let mut at = 20;
-    while at < parse::FAST_PARSE_BYTES {
-        let l4 = rdonly_cast(p.data + at as u64, nf_patch::TYPE_UDPHDR);
-        copy_member::<u16>(w, l4, at, 0);
-        copy_member::<u16>(w, l4, at + 2, 2);
-        copy_member::<u16>(w, l4, at + 4, 4);
-        copy_member::<u16>(w, l4, at + 6, 6);
-        at += 8;
-    }
-    // TOS, TTL and checksum: not loaded (the parser does not read them), zeroed.
-    // SAFETY: bytes 1, 8 and 10..12 of the 36 at `w`.
-    unsafe {
-        w.add(1).write(0);
-        w.add(8).write(0);
-        w.add(10).cast::<u16>().write(0);
+    let w = head.as_mut_ptr().cast::<u64>();
+    let src = rdonly_cast(p.data, nf_patch::TYPE_HEAD) as *const u8;
+    let mut i = 0;
+    while i < HEAD_BYTES / 8 {
+        // SAFETY: byte `8 * i` of `struct ipv6hdr` starts a member that holds the next 8 bytes
+        // ([`nf_patch::TYPE_HEAD`]); the verifier checks the load against the kernel's BTF and
+        // the JIT makes it one that cannot fault. The head is 8-aligned, HEAD_BYTES long.
+        unsafe {
+            w.add(i)
+                .write(core::ptr::read_volatile(src.add(8 * i).cast::<u64>()));
+        }
+        i += 1;
     }
     // SAFETY: every byte of the head was written above.
     let head = unsafe { head.assume_init_ref() };
-    parse::parse_ipv4_fast(&head.0, p.cap as usize, out)
+    let (bytes, _) = head.0.split_first_chunk::<{ parse::FAST_PARSE_BYTES }>()?;
+    parse::parse_ipv4_fast(bytes, p.cap as usize, out)
 }
 
-/// The first [`parse::FAST_PARSE_BYTES`] of a packet on the stack, 4-aligned for the loads.
-#[repr(C, align(4))]
-struct Head([u8; parse::FAST_PARSE_BYTES]);
+/// Bytes [`parse_fast`] loads: [`parse::FAST_PARSE_BYTES`] rounded up to whole 8-byte loads.
+const HEAD_BYTES: usize = parse::FAST_PARSE_BYTES.next_multiple_of(8);
+
+/// The first [`HEAD_BYTES`] of a packet on the stack, 8-aligned for the stores.
+#[repr(C, align(8))]
+struct Head([u8; HEAD_BYTES]);
 
 /// `bpf_rdonly_cast(const void *obj, u32 btf_id)` (kernel/bpf/helpers.c, v6.2): the verifier
 /// inlines it as a register move and types the result as an untrusted pointer to the struct
@@ -255,51 +243,16 @@ fn rdonly_cast(addr: u64, ty: i32) -> u64 {
     }
 }
 
-/// Copies the `T` at byte `src_at` of `src` (a [`rdonly_cast`] pointer) into byte `at` of
-/// `w` (the window, or a [`Head`]), by a typed load of the member there.
+/// The packet's tuple: from [`parse_fast`] for a plain IPv4 TCP/UDP/ICMP packet (every packet
+/// crosses the nat hooks, most are never emitted: no helper call, no scratch), else copied and
+/// parsed fully.
 #[inline(always)]
-fn copy_member<T: Copy>(w: *mut u8, src: u64, at: usize, src_at: usize) {
-    // SAFETY: `src + src_at` is a member of the struct `src` was cast to, of type `T`; the
-    // window is PKT_WINDOW bytes at the start of an 8-byte aligned map value and a `Head`
-    // FAST_PARSE_BYTES at a 4-aligned address; `at` is below FAST_PARSE_BYTES and a multiple
-    // of `T`'s size.
-    unsafe {
-        let v = core::ptr::read_volatile((src as *const u8).add(src_at).cast::<T>());
-        w.add(at).cast::<T>().write(v);
+fn tuple_nf(p: &Linear) -> Result<Tuple, ()> {
+    let mut fast = MaybeUninit::uninit();
+    if let Some(parsed) = parse_fast(p, &mut fast) {
+        return Ok(parsed.tuple);
     }
-}
-
-/// The packet's tuple. A plain IPv4 TCP/UDP/ICMP packet (every packet crosses the nat hooks,
-/// most are never emitted) is read without a helper call: the bytes [`parse::tuple_ipv4_fast`]
-/// reads come by typed loads through `struct iphdr` and `struct udphdr` casts (`bpf_rdonly_cast`)
-/// into the window; anything else is copied and parsed fully. The flag says which.
-#[inline(always)]
-fn tuple_nf(p: &Linear) -> Result<(Tuple, bool), ()> {
-    if p.cap >= parse::FAST_BYTES as u32 {
-        let scratch = scratch(1).ok_or(())?;
-        let w = scratch.window.as_mut_ptr();
-        let ip = rdonly_cast(p.data, nf_patch::TYPE_IPHDR);
-        // `struct iphdr` (include/uapi/linux/ip.h): version/ihl byte, tot_len, frag_off,
-        // protocol, saddr, daddr; one load per member, as the verifier wants.
-        copy_member::<u8>(w, ip, 0, 0);
-        copy_member::<u16>(w, ip, 2, 2);
-        copy_member::<u16>(w, ip, 6, 6);
-        copy_member::<u8>(w, ip, 9, 9);
-        copy_member::<u32>(w, ip, 12, 12);
-        copy_member::<u32>(w, ip, 16, 16);
-        // The fast path only takes IHL 5: the L4 header is at 20. `struct udphdr`
-        // (include/uapi/linux/udp.h) covers its first 8 bytes: the ports of TCP and UDP, the
-        // ICMP type and echo identifier (at 4, udphdr's `len`).
-        let l4 = rdonly_cast(p.data + 20, nf_patch::TYPE_UDPHDR);
-        copy_member::<u16>(w, l4, 20, 0);
-        copy_member::<u16>(w, l4, 22, 2);
-        copy_member::<u16>(w, l4, 24, 4);
-        let mut t = Tuple::default();
-        if parse::tuple_ipv4_fast(&scratch.window, parse::FAST_BYTES, p.cap as usize, &mut t) {
-            return Ok((t, true));
-        }
-    }
-    Ok((parse_linear(p.data, p.cap)?.tuple, false))
+    Ok(parse_linear(p.data, p.cap)?.tuple)
 }
 
 /// [`PendingNat::ktime_ns`] of a packet its enter program skipped ([`Conntrack::Skip`]):
@@ -325,7 +278,7 @@ fn enter(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         Conntrack::Time => true,
         Conntrack::Packet => false,
     };
-    let (before, _) = tuple_nf(&linear_nf(skb)?)?;
+    let before = tuple_nf(&linear_nf(skb)?)?;
     let ktime_ns = if timed || worth_timing(nfct, &before) {
         // SAFETY: helper without preconditions.
         unsafe { bpf_ktime_get_ns() }

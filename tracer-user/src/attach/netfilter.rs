@@ -745,12 +745,12 @@ impl NfPatches {
                 .map_err(AttachError::Btf)?
                 .ok_or(AttachError::BtfMissing { what })
         };
-        let iphdr = id(btf.struct_id("iphdr"), "struct iphdr")?;
+        let head = id(btf.struct_id("ipv6hdr"), "struct ipv6hdr")?;
         // Without `struct nf_conn` the cast stays (the program holds it) but nothing loads
         // through it: any struct's id will do.
         let nf_conn = match conn {
             Some(_) => id(btf.struct_id("nf_conn"), "struct nf_conn")?,
-            None => iphdr,
+            None => head,
         };
         Ok(Self {
             conntrack: conn.is_some(),
@@ -760,12 +760,7 @@ impl NfPatches {
                 "kfunc bpf_rdonly_cast (Linux 6.2+)",
             )?,
             types: vec![
-                (nf_patch::TYPE_IPHDR, "struct iphdr", iphdr),
-                (
-                    nf_patch::TYPE_UDPHDR,
-                    "struct udphdr",
-                    id(btf.struct_id("udphdr"), "struct udphdr")?,
-                ),
+                (nf_patch::TYPE_HEAD, "struct ipv6hdr", head),
                 (nf_patch::TYPE_NF_CONN, "struct nf_conn", nf_conn),
             ],
         })
@@ -811,8 +806,7 @@ impl Used {
             });
         }
         for (ty, what) in [
-            (nf_patch::TYPE_IPHDR, "struct iphdr"),
-            (nf_patch::TYPE_UDPHDR, "struct udphdr"),
+            (nf_patch::TYPE_HEAD, "struct ipv6hdr"),
             (nf_patch::TYPE_NF_CONN, "struct nf_conn"),
         ] {
             if !self.types.contains(&ty) {
@@ -1244,8 +1238,7 @@ mod tests {
             ],
             rdonly_cast: 61_234,
             types: vec![
-                (nf_patch::TYPE_IPHDR, "struct iphdr", 5_001),
-                (nf_patch::TYPE_UDPHDR, "struct udphdr", 5_002),
+                (nf_patch::TYPE_HEAD, "struct ipv6hdr", 5_001),
                 (
                     nf_patch::TYPE_NF_CONN,
                     "struct nf_conn",
@@ -1274,13 +1267,13 @@ mod tests {
             insn(LDX_W, 2, 6, nf_patch::SKB_LEN, 0),  // 1: r2 = skb->len
             insn(LDX_W, 3, 6, nf_patch::SKB_DATA_LEN, 0), // 2
             insn(LDX_DW, 7, 6, nf_patch::SKB_DATA, 0), // 3
-            insn(0x18, 1, 1, 0, nf_patch::TYPE_IPHDR), // 4: ld_imm64 (a map fd), left alone
-            insn(0, 0, 0, 0, nf_patch::TYPE_UDPHDR),  // 5: its second half
+            insn(0x18, 1, 1, 0, nf_patch::TYPE_HEAD), // 4: ld_imm64 (a map fd), left alone
+            insn(0, 0, 0, 0, nf_patch::TYPE_NF_CONN), // 5: its second half
             insn(0xbf, 1, 7, 0, 0),                   // 6: r1 = r7
-            insn(MOV64_IMM, 2, 0, 0, nf_patch::TYPE_IPHDR), // 7: r2 = type placeholder
+            insn(MOV64_IMM, 2, 0, 0, nf_patch::TYPE_HEAD), // 7: r2 = type placeholder
             insn(CALL, 0, 0, 0, nf_patch::RDONLY_CAST), // 8: call placeholder
             insn(0x07, 7, 0, 0, 20),                  // 9: r7 += 20
-            insn(MOV32_IMM, 2, 0, 0, nf_patch::TYPE_UDPHDR), // 10: w2 = type placeholder
+            insn(MOV32_IMM, 2, 0, 0, nf_patch::TYPE_HEAD), // 10: w2 = type placeholder
             insn(CALL, 0, 0, 0, nf_patch::RDONLY_CAST), // 11
             insn(LDX_DW, 4, 6, nf_patch::SKB_NFCT, 0), // 12
             insn(LDX_DW, 5, 6, nf_patch::SKB_DEV, 0), // 13
@@ -1324,7 +1317,7 @@ mod tests {
         }
         assert_eq!(fields(&insns[7]), (MOV64_IMM, 2, 0, 0, 5_001));
         assert_eq!(fields(&insns[8]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
-        assert_eq!(fields(&insns[10]), (MOV32_IMM, 2, 0, 0, 5_002));
+        assert_eq!(fields(&insns[10]), (MOV32_IMM, 2, 0, 0, 5_001));
         assert_eq!(fields(&insns[11]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
         assert_eq!(fields(&insns[12]), (LDX_DW, 4, 6, 128, 0));
         assert_eq!(fields(&insns[13]), (LDX_DW, 5, 6, 16, 0));
@@ -1441,10 +1434,12 @@ mod tests {
         let err = used.check().unwrap_err();
         assert!(err.to_string().contains("sk_buff.mark"), "{err}");
         let mut insns = placeholder_program();
-        insns.retain(|i| i.imm != nf_patch::TYPE_UDPHDR || i.code != MOV32_IMM);
+        insns.retain(|i| {
+            i.imm != nf_patch::TYPE_HEAD || (i.code != MOV32_IMM && i.code != MOV64_IMM)
+        });
         let mut used = Used::default();
         patch_instructions(&mut insns, &patches(Some(128)), &mut used).unwrap();
-        assert!(used.check().unwrap_err().to_string().contains("udphdr"));
+        assert!(used.check().unwrap_err().to_string().contains("ipv6hdr"));
     }
 
     #[test]
