@@ -7,7 +7,10 @@ use std::{fs, path::Path, process::Command};
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
 
-use super::Results;
+use super::{
+    Results,
+    hooks::{HookSample, PathCost},
+};
 use crate::cmd::output;
 
 /// The generated block of `BENCHMARKS.md` lies between these lines.
@@ -134,6 +137,32 @@ fn replace_block(old: &str, block: &str) -> String {
     }
 }
 
+/// Per-hook samples as JSON.
+fn hook_samples(samples: &[HookSample]) -> Vec<Value> {
+    samples
+        .iter()
+        .map(|h| {
+            json!({
+                "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
+                "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
+            })
+        })
+        .collect()
+}
+
+/// All programs' cost per stream as JSON.
+fn hook_paths(paths: &[PathCost]) -> Vec<Value> {
+    paths
+        .iter()
+        .map(|p| {
+            json!({
+                "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
+                "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,
+            })
+        })
+        .collect()
+}
+
 /// Every sample, for later analysis.
 #[must_use]
 pub fn raw(machine: &Machine, results: &Results) -> Value {
@@ -155,26 +184,11 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "ready_s": r.ready_s,
             "hwm_kib": r.memory.hwm, "end_anon_kib": r.memory.anon, "tcpdump_dropped": r.dropped,
         })).collect::<Vec<_>>(),
-        "hooks": results.hooks.samples.iter().map(|h| json!({
-            "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
-            "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
-        })).collect::<Vec<_>>(),
-        "hook_floor": results.hooks.floor.iter().map(|h| json!({
-            "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
-            "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
-        })).collect::<Vec<_>>(),
-        "hook_paths": results.hooks.paths.iter().map(|p| json!({
-            "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
-            "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,
-        })).collect::<Vec<_>>(),
-        "hooks_baseline": results.hooks.baseline.iter().map(|h| json!({
-            "round": h.round, "condition": h.condition.key(), "stream": h.stream.key(),
-            "program": h.program, "ns_per_run": h.ns_per_run, "runs_per_s": h.runs_per_s,
-        })).collect::<Vec<_>>(),
-        "hook_paths_baseline": results.hooks.baseline_paths.iter().map(|p| json!({
-            "round": p.round, "condition": p.condition.key(), "stream": p.stream.key(),
-            "ns_per_packet": p.ns_per_packet, "cpu_pct": p.cpu_pct,
-        })).collect::<Vec<_>>(),
+        "hooks": hook_samples(&results.hooks.samples),
+        "hook_floor": hook_samples(&results.hooks.floor),
+        "hook_paths": hook_paths(&results.hooks.paths),
+        "hooks_baseline": hook_samples(&results.hooks.baseline),
+        "hook_paths_baseline": hook_paths(&results.hooks.baseline_paths),
         "micro": results.micro.samples.iter().map(|m| json!({
             "round": m.round, "binary": m.binary.key(), "frame": m.frame.key(),
             "ns_per_run": m.ns_per_run,

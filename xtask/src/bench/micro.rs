@@ -35,7 +35,8 @@ const CALLS: usize = 5;
 /// The interface the frames leave by: the node's uplink.
 const UPLINK: &str = "eth0";
 /// Size of the `struct __sk_buff` given as context, and the offset of its `ifindex`
-/// (include/uapi/linux/bpf.h, v6.1).
+/// (include/uapi/linux/bpf.h, v6.1: `len`, `pkt_type`, `mark`, `queue_mapping`, `protocol`,
+/// `vlan_present`, `vlan_tci`, `vlan_proto`, `priority`, `ingress_ifindex`, then `ifindex`).
 const CTX_LEN: usize = 44;
 const IFINDEX_AT: usize = 40;
 
@@ -120,18 +121,8 @@ pub struct Micro {
 /// baseline first in odd ones), each frame runs [`CALLS`] times through each binary's
 /// `tc_egress`, alternately, and the binaries are stopped.
 pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
-    let ifindex: u32 = output(&mut in_ns(
-        NODE_NS,
-        "cat",
-        [format!("/sys/class/net/{UPLINK}/ifindex")],
-    ))?
-    .trim()
-    .parse()
-    .context("reading the uplink's ifindex")?;
     let ctx_file = ctx.dir.join("micro.ctx");
-    let mut skb = [0u8; CTX_LEN];
-    skb[IFINDEX_AT..IFINDEX_AT + 4].copy_from_slice(&ifindex.to_ne_bytes());
-    fs::write(&ctx_file, skb)?;
+    write_uplink_ctx(&ctx_file)?;
     let mut frames = Vec::new();
     for frame in Frame::ALL {
         let path = ctx.dir.join(format!("micro-{}.frame", frame.key()));
@@ -194,6 +185,23 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
         }
     }
     Ok(out)
+}
+
+/// Writes the `struct __sk_buff` a test run is given as context: a frame leaving by the node's
+/// uplink (its `ifindex`; everything else zero).
+pub(super) fn write_uplink_ctx(path: &Path) -> Result<()> {
+    let ifindex: u32 = output(&mut in_ns(
+        NODE_NS,
+        "cat",
+        [format!("/sys/class/net/{UPLINK}/ifindex")],
+    ))?
+    .trim()
+    .parse()
+    .context("reading the uplink's ifindex")?;
+    let mut skb = [0u8; CTX_LEN];
+    skb[IFINDEX_AT..IFINDEX_AT + 4].copy_from_slice(&ifindex.to_ne_bytes());
+    fs::write(path, skb)?;
+    Ok(())
 }
 
 /// One `bpftool prog run` of `REPEAT` runs on [`TRAFFIC_CPU`]: the kernel's average per run.

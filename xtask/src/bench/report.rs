@@ -158,10 +158,7 @@ fn tracer_load(t: &Throughput, seconds: u64) -> Table {
 
 /// ns per program run, per condition and stream.
 fn per_hook(h: &Hooks) -> Table {
-    let columns: Vec<(Condition, Stream)> = hooks::CONDITIONS
-        .iter()
-        .flat_map(|&c| hooks::STREAMS.iter().map(move |&s| (c, s)))
-        .collect();
+    let columns = hook_columns();
     let mut table = Table::new(
         std::iter::once("program, ns/run".to_owned())
             .chain(columns.iter().map(|&(c, s)| hook_column(c, s))),
@@ -362,10 +359,7 @@ fn footprint(r: &Results) -> Table {
 /// Per program and column, the measured binary's ns per run over the baseline's in the same
 /// round and stream, median (min–max); and the same for all programs' CPU.
 fn per_hook_vs_baseline(h: &Hooks) -> Table {
-    let columns: Vec<(Condition, Stream)> = hooks::CONDITIONS
-        .iter()
-        .flat_map(|&c| hooks::STREAMS.iter().map(move |&s| (c, s)))
-        .collect();
+    let columns = hook_columns();
     let mut table = Table::new(
         std::iter::once("program: measured / baseline".to_owned())
             .chain(columns.iter().map(|&(c, s)| hook_column(c, s))),
@@ -415,6 +409,14 @@ fn per_hook_vs_baseline(h: &Hooks) -> Table {
     }
     table.row(cpu);
     table
+}
+
+/// The per-hook tables' columns: each condition under each stream.
+fn hook_columns() -> Vec<(Condition, Stream)> {
+    hooks::CONDITIONS
+        .iter()
+        .flat_map(|&c| hooks::STREAMS.iter().map(move |&s| (c, s)))
+        .collect()
 }
 
 /// A per-hook column's heading.

@@ -1,7 +1,7 @@
 //! A synthetic ring-buffer producer, to saturate the collector when real traffic from one CPU
 //! cannot (issue 5 allows it): `BPF_PROG_TEST_RUN` of pktrace's own `tc_egress` (`bpftool prog
 //! run … repeat N`) on [`TRAFFIC_CPU`], with a 64-byte UDP frame from the client pod to the
-//! outside host as an egress on the node's uplink. With `--trace-all` every run emits one
+//! outside host as an egress on the node's uplink (an edge). With `--trace-all` every run emits one
 //! event, and the uplink is an edge, so every event is a whole one-step journey (attribution
 //! looked up, a JSON line written). The kernel produces faster than the collector drains:
 //! what the collector cannot take is counted by the kernel as lost, as under any flood.
@@ -22,20 +22,12 @@ use super::{
     net::NODE_NS,
     proc::{TRAFFIC_CPU, pinned},
 };
-use crate::{cmd::output, lab::netns::in_ns};
+use crate::cmd::output;
 
 /// Program runs per `bpftool prog run` (tens of milliseconds each).
 const REPEAT: u64 = 100_000;
 /// Most `bpftool prog run` calls per stream, whatever the time says.
 const MAX_CALLS: u32 = 2_000;
-/// The interface the frame leaves by: the node's uplink (an edge).
-const UPLINK: &str = "eth0";
-/// Size of the `struct __sk_buff` given as context, and the offset of its `ifindex`
-/// (include/uapi/linux/bpf.h, v6.1: `len`, `pkt_type`, `mark`, `queue_mapping`, `protocol`,
-/// `vlan_present`, `vlan_tci`, `vlan_proto`, `priority`, `ingress_ifindex`, then `ifindex`).
-const CTX_LEN: usize = 44;
-const IFINDEX_AT: usize = 40;
-
 /// The runs made: how many, over how long.
 pub struct Produced {
     pub runs: u64,
@@ -51,19 +43,9 @@ pub fn run(
     mut midway: impl FnMut(),
 ) -> Result<Produced> {
     let prog = bpf::prog_id_named(prog_ids, "tc_egress")?;
-    let ifindex: u32 = output(&mut in_ns(
-        NODE_NS,
-        "cat",
-        [format!("/sys/class/net/{UPLINK}/ifindex")],
-    ))?
-    .trim()
-    .parse()
-    .context("reading the uplink's ifindex")?;
     let (frame, ctx) = (dir.join("synthetic.frame"), dir.join("synthetic.ctx"));
     fs::write(&frame, udp_frame())?;
-    let mut skb = [0u8; CTX_LEN];
-    skb[IFINDEX_AT..IFINDEX_AT + 4].copy_from_slice(&ifindex.to_ne_bytes());
-    fs::write(&ctx, skb)?;
+    super::micro::write_uplink_ctx(&ctx)?;
     let (prog, repeat) = (prog.to_string(), REPEAT.to_string());
     let args = [
         "prog",
