@@ -170,9 +170,10 @@ pub mod nf_patch {
     pub const TYPE_LAST: i32 = 0x7ffe_ffff;
     /// BTF id of `struct ipv6hdr` in vmlinux BTF: the type the programs give a packet's first
     /// 40 bytes, whatever its IP version, to read them as five 8-byte loads (bytes 0, 8, 16,
-    /// 24, 32). Each load stays inside one member, as every kernel's verifier wants of a BTF
-    /// load: byte 0 starts a bitfield (a load covering a bitfield's bytes is allowed), and
-    /// bytes 8..40 are the two `struct in6_addr`, byte arrays.
+    /// 24, 32). Each load stays inside one member, as the verifier's check of a BTF load
+    /// (`btf_struct_walk`) wants: byte 0 starts a bitfield (a load covering a bitfield's bytes
+    /// is allowed), and bytes 8..40 are the two `struct in6_addr`, byte arrays. Verified on
+    /// 6.18 only.
     pub const TYPE_HEAD: i32 = 0x7ffe_0001;
     /// BTF id of `struct nf_conn` in vmlinux BTF (where the struct is missing: any struct's,
     /// the `CT_*` loads then read nothing).
