@@ -549,6 +549,24 @@ fn follow_of(before: &Tuple, after: &Tuple) -> Option<Follow> {
     None
 }
 
+/// Writes the members every NAT record layout shares ([`NatEventV4`], [`Event`]) from a step
+/// and its [`Meta`].
+macro_rules! nat_header {
+    ($ev:ident, $r:ident, $m:ident) => {
+        $ev.kind = kind::NAT;
+        $ev.hook = $r.hook;
+        $ev.ct_info = $m.ct_info;
+        $ev.flags = $r.after.flags | $r.flags;
+        $ev.ifindex = $m.ifindex;
+        $ev.ktime_ns = $r.now;
+        $ev.skb = $r.skb;
+        $ev.len = $m.len;
+        $ev.mark = $m.mark;
+        $ev.nat_ns = $r.nat_ns;
+        $ev.fp = $r.after.fp;
+    };
+}
+
 /// The event of a step: the compact record when the packet is IPv4 before and after it, else
 /// the full [`Event`].
 #[inline(always)]
@@ -565,17 +583,7 @@ fn emit_step(r: &Rewrite<'_>, m: &Meta) {
 fn emit_v4(r: &Rewrite<'_>, m: &Meta) {
     let (b, a) = (r.before, &r.after.tuple);
     emit(|ev: &mut NatEventV4| {
-        ev.kind = kind::NAT;
-        ev.hook = r.hook;
-        ev.ct_info = m.ct_info;
-        ev.flags = r.after.flags | r.flags;
-        ev.ifindex = m.ifindex;
-        ev.ktime_ns = r.now;
-        ev.skb = r.skb;
-        ev.len = m.len;
-        ev.mark = m.mark;
-        ev.nat_ns = r.nat_ns;
-        ev.fp = r.after.fp;
+        nat_header!(ev, r, m);
         ev.saddr = [a.saddr[0], a.saddr[1], a.saddr[2], a.saddr[3]];
         ev.daddr = [a.daddr[0], a.daddr[1], a.daddr[2], a.daddr[3]];
         ev.sport = a.sport;
@@ -668,17 +676,7 @@ fn report_checked(r: &Rewrite<'_>, meta: impl FnOnce() -> Meta) {
 #[inline(always)]
 fn emit_event(r: &Rewrite<'_>, m: &Meta) {
     emit(|ev: &mut Event| {
-        ev.kind = kind::NAT;
-        ev.hook = r.hook;
-        ev.ct_info = m.ct_info;
-        ev.flags = r.after.flags | r.flags;
-        ev.ifindex = m.ifindex;
-        ev.ktime_ns = r.now;
-        ev.skb = r.skb;
-        ev.len = m.len;
-        ev.mark = m.mark;
-        ev.nat_ns = r.nat_ns;
-        ev.fp = r.after.fp;
+        nat_header!(ev, r, m);
         ev.tuple = r.after.tuple;
         ev.orig = *r.before;
     });
