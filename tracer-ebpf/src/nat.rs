@@ -11,8 +11,8 @@
 //! No helper call on the common path: `ctx->skb` is a trusted BTF pointer, so its members (and
 //! `skb->dev->ifindex`) are plain loads at placeholder offsets the loader patches from the
 //! kernel's BTF ([`nf_patch`]), and the packet's first 40 bytes are five plain 8-byte loads
-//! through `bpf_rdonly_cast` (a kfunc the loader links in place of a placeholder helper call). Only a
-//! packet the fast tuple cannot take, or one that is reported, is copied by a probe read. The
+//! through `bpf_rdonly_cast` (a kfunc the loader links in place of a placeholder helper
+//! call). Only a packet the fast parse cannot take is copied by a probe read. The
 //! `nat_*` probes ([`crate::probe`]) share the parser and the report but keep probe reads:
 //! their loaders patch nothing, so nothing they use holds a placeholder.
 //!
