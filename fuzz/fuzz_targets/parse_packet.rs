@@ -14,11 +14,9 @@
 //!   fragment has no ports;
 //! - the tc view of a frame and the netfilter view of its L3 packet agree when both windows
 //!   hold the same bytes;
-//! - the netfilter programs' fast tuple (`tuple_ipv4_fast`), when it applies, is exactly
-//!   `parse_l3`'s tuple, and reads only the first `FAST_BYTES` of the packet;
-//! - the netfilter exit's parse from the first `FAST_PARSE_BYTES` (`parse_ipv4_fast`) takes
-//!   exactly the packets the fast tuple takes, and is then exactly `parse_l3`'s result, whatever
-//!   the bytes it was given past the packet's end;
+//! - the netfilter programs' parse from the first `FAST_PARSE_BYTES` (`parse_ipv4_fast`),
+//!   when it applies, is exactly `parse_l3`'s result, whatever the bytes it was given past the
+//!   packet's end;
 //! - the tc programs' in-place parse (`parse_ethernet_fast`), when it applies, is exactly
 //!   `parse_ethernet`'s result, for the frame as it is and as the linear head of a longer
 //!   (GSO) packet whose further bytes it never reads.
@@ -42,7 +40,6 @@ fuzz_target!(|data: &[u8]| {
     if let Some(p) = &l3 {
         check_l3_fields(p, &data[..cap], 0);
     }
-    check_fast_tuple(&w, cap, l3.as_ref());
     check_fast_l3(&data[..cap], l3.as_ref());
     check_fast_ethernet(data, l2.as_ref());
     if let Some(p) = &l2 {
@@ -69,63 +66,25 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// The fast tuple equals the full parse's whenever it claims to apply, both with the whole
-/// packet in the window and with only its first `FAST_BYTES` copied (what the netfilter enter
-/// program reads; the rest of the per-CPU window holds stale bytes).
-fn check_fast_tuple(w: &Window, cap: usize, l3: Option<&Parsed>) {
-    let mut fast = Tuple::default();
-    let ok = parse::tuple_ipv4_fast(w, cap, cap, &mut fast);
-    if ok {
-        let p = l3.expect("the fast tuple applied to a packet parse_l3 rejects");
-        assert_eq!(fast, p.tuple, "fast tuple differs from parse_l3's");
-    }
-    if cap >= parse::FAST_BYTES {
-        let mut partial = *w;
-        for (i, b) in partial.iter_mut().enumerate().skip(parse::FAST_BYTES) {
-            *b ^= 0xa5 ^ (i as u8);
-        }
-        let mut again = Tuple::default();
-        let ok_again = parse::tuple_ipv4_fast(&partial, parse::FAST_BYTES, cap, &mut again);
-        assert_eq!(
-            ok_again, ok,
-            "bytes past FAST_BYTES changed whether the fast path applies"
-        );
-        if ok {
-            assert_eq!(again, fast, "bytes past FAST_BYTES changed the fast tuple");
-        }
-    }
-}
-
 /// The netfilter exit's parse from the packet's first `FAST_PARSE_BYTES` (bytes past the
-/// packet's `cap` hold garbage, as the exit's loads past a short packet's end may) claims
-/// exactly what the fast tuple claims, and then equals `parse_l3`'s result (`l3`); a refused
-/// parse leaves its output untouched.
+/// packet's `cap` hold garbage, as the loads past a short packet's end may) equals
+/// `parse_l3`'s result (`l3`) whenever it claims the packet; a refused parse leaves its output
+/// untouched.
 fn check_fast_l3(packet: &[u8], l3: Option<&Parsed>) {
     let cap = packet.len();
     let mut head = [0u8; parse::FAST_PARSE_BYTES];
     for (i, b) in head.iter_mut().enumerate() {
         *b = packet.get(i).copied().unwrap_or(0x5a ^ i as u8);
     }
-    let (w, _) = parse::window_of(packet);
-    let mut t = Tuple::default();
-    let tuple_takes = parse::tuple_ipv4_fast(&w, cap.min(parse::FAST_BYTES), cap, &mut t);
     let dirty = Parsed {
         flags: 0xff,
         ..Parsed::default()
     };
     let mut slot = MaybeUninit::new(dirty);
     if let Some(fast) = parse::parse_ipv4_fast(&head, cap, &mut slot) {
-        assert!(
-            tuple_takes,
-            "the fast l3 parse took a packet the fast tuple refuses"
-        );
         let full = l3.expect("the fast l3 parse took a packet parse_l3 rejects");
         assert_eq!(&*fast, full, "fast l3 parse differs from parse_l3's");
     } else {
-        assert!(
-            !tuple_takes,
-            "the fast tuple took a packet the fast l3 parse refuses"
-        );
         // SAFETY: initialised above; a refused parse writes nothing.
         let after = unsafe { slot.assume_init() };
         assert_eq!(after, dirty, "a refused fast l3 parse wrote its output");

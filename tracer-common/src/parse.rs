@@ -169,89 +169,24 @@ pub fn parse_l3(w: &Window, cap: usize, out: &mut Parsed) -> bool {
     }
 }
 
-/// Bytes [`tuple_ipv4_fast`] reads: an IPv4 header without options and the first 8 bytes of
-/// its L4 header (ports, or ICMP type and echo identifier).
+/// The shortest packet [`parse_ipv4_fast`] takes: an IPv4 header without options and the
+/// first 8 bytes of its L4 header (ports, or ICMP type and echo identifier).
 pub const FAST_BYTES: usize = 28;
 
-/// Bytes [`parse_l3`] reads from a packet [`tuple_ipv4_fast`] accepted (an IPv4 header without
+/// Bytes [`parse_l3`] reads from a packet [`parse_ipv4_fast`] takes (an IPv4 header without
 /// options, then TCP, UDP or ICMP): the header and the 16 bytes of L4 header and payload the
 /// fingerprint takes. A caller that copies only these (and gives the packet's real `cap`)
 /// parses such a packet exactly as from all its bytes.
 pub const FAST_PARSE_BYTES: usize = 36;
 
-/// The tuple of the commonest packet, cheaply: an IPv4 header without options, not a
-/// fragment, carrying TCP, UDP or ICMP whose header fits in the packet. `read` is how many
-/// bytes of the window hold packet data (at least [`FAST_BYTES`] for the fast path), `cap`
-/// how many the packet really has from its IP header on (its linear length).
-///
-/// Returns false when the fast path does not apply: the caller then copies more bytes and
-/// calls [`parse_l3`]. When it returns true, `out` is exactly the tuple [`parse_l3`] gives on
-/// the same packet (the NAT programs compare tuples from both; a host test checks it).
-#[inline(always)]
-pub fn tuple_ipv4_fast(w: &Window, read: usize, cap: usize, out: &mut Tuple) -> bool {
-    let read = opaque(read);
-    if read < FAST_BYTES || cap < FAST_BYTES || byte(w, 0) != 0x45 {
-        return false;
-    }
-    // Any fragment bit but DF: let the full parser decide.
-    if be16(w, 6) & 0x3fff != 0 {
-        return false;
-    }
-    let proto = byte(w, 9);
-    let need = match proto {
-        PROTO_TCP => 20,
-        PROTO_UDP | PROTO_ICMP => 8,
-        _ => return false,
-    };
-    let total = usize::from(be16(w, 2));
-    // parse_l3 ends the L4 header at min(cap, total) (total < 20: cap) and leaves ports
-    // zero when it does not fit.
-    let end = if total >= 20 { cap.min(total) } else { cap };
-    if end < 20 + need {
-        return false;
-    }
-    let (sport, dport) = if proto == PROTO_ICMP {
-        let ty = byte(w, 20);
-        if ty == 8 || ty == 0 {
-            let id = be16(w, 24);
-            (id, id)
-        } else {
-            (0, 0)
-        }
-    } else {
-        (be16(w, 20), be16(w, 22))
-    };
-    let mut saddr = [0u8; 16];
-    let mut daddr = [0u8; 16];
-    let s = copy4(w, 12);
-    let d = copy4(w, 16);
-    saddr[0] = s[0];
-    saddr[1] = s[1];
-    saddr[2] = s[2];
-    saddr[3] = s[3];
-    daddr[0] = d[0];
-    daddr[1] = d[1];
-    daddr[2] = d[2];
-    daddr[3] = d[3];
-    *out = Tuple {
-        saddr,
-        daddr,
-        sport,
-        dport,
-        proto,
-        family: FAMILY_IPV4,
-        _pad: [0; 2],
-    };
-    true
-}
-
-/// A packet [`tuple_ipv4_fast`] takes, parsed whole from its first [`FAST_PARSE_BYTES`]
-/// (the netfilter exit, which loads them member by member; no window, no masking). `cap` is
+/// The commonest packet, parsed whole from its first [`FAST_PARSE_BYTES`] (the netfilter
+/// programs, which load them into registers; no window, no masking): an IPv4 header without
+/// options, not a fragment, carrying TCP, UDP or ICMP whose header fits in the packet. `cap` is
 /// how many bytes the packet really has from its IP header on (its linear length, capped at
 /// [`PKT_WINDOW`]): bytes of `head` at or past it may hold anything and are not read.
 ///
-/// Returns `None` exactly when [`tuple_ipv4_fast`] refuses the packet (`out` untouched): the
-/// caller then copies it and calls [`parse_l3`]. Otherwise `out`, written whole, is exactly
+/// Returns `None` when the fast path does not apply (`out` untouched): the caller then copies
+/// the packet and calls [`parse_l3`]. Otherwise `out`, written whole, is exactly
 /// what [`parse_l3`] gives on the packet's first `cap` bytes (host test
 /// `fast_l3_agrees_with_the_parser`, fuzz target `parse_packet`).
 #[inline(always)]

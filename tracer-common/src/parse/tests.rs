@@ -301,9 +301,9 @@ fn every_prefix_of_a_frame_parses_without_panicking() {
     }
 }
 
-/// The netfilter exit loads only [`FAST_PARSE_BYTES`] of a packet [`tuple_ipv4_fast`]
-/// accepted, and of its IPv4 header not the TOS (byte 1), TTL (8) and checksum (10, 11):
-/// `parse_l3` must read none of those (garbage there changes nothing).
+/// The netfilter programs load only [`FAST_PARSE_BYTES`] of a packet [`parse_ipv4_fast`]
+/// takes: `parse_l3` reads nothing past them, nor the TOS (byte 1), TTL (8) and checksum (10,
+/// 11) (garbage there changes nothing).
 #[test]
 fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
     let payload = [0x5a; 40];
@@ -321,14 +321,12 @@ fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
         let mut pkt = ipv4(proto, l4.len(), 0x1234, 0x4000, &[], SRC, DST);
         pkt.extend_from_slice(&l4);
         let (w, cap) = window_of(&pkt);
-        let mut t = Tuple::default();
-        assert!(
-            tuple_ipv4_fast(&w, FAST_BYTES, cap, &mut t),
-            "proto {proto}"
-        );
+        let head: &[u8; FAST_PARSE_BYTES] = w[..FAST_PARSE_BYTES].try_into().unwrap();
+        let mut slot = MaybeUninit::uninit();
+        let fast = *parse_ipv4_fast(head, cap, &mut slot).expect("the fast parse takes it");
         let mut full = Parsed::default();
         assert!(parse_l3(&w, cap, &mut full));
-        assert_eq!(full.tuple, t);
+        assert_eq!(full, fast, "proto {proto}");
         let mut junk = w;
         for b in &mut junk[FAST_PARSE_BYTES..] {
             *b = 0xee;
