@@ -142,12 +142,10 @@ fn check_fast_l3(l3: &[u8], junk: u8) -> bool {
     }
 }
 
-/// Every prefix, every lying total length and every single-byte change of the first
-/// [`FAST_PARSE_BYTES`] of ordinary and odd IPv4 packets go through [`check_fast_l3`], with
-/// zeros and garbage past the packet's end; the fast path does take the ordinary ones.
-#[test]
-fn fast_l3_agrees_with_the_parser() {
-    let packets = [
+/// Ordinary and odd IPv4 packets for the fast parses' checks: TCP, UDP with and without
+/// payload, ICMP echo and error, fragments, options, another protocol.
+fn fast_path_packets() -> Vec<Vec<u8>> {
+    vec![
         ipv4(PROTO_TCP, 0, &[], &tcp(40000, 80, 0x10)),
         ipv4(PROTO_TCP, 0x4000, &[], &tcp(1, 2, 0x02)),
         ipv4(PROTO_UDP, 0, &[], &udp(53, 5353, b"abcdefgh")),
@@ -166,7 +164,15 @@ fn fast_l3_agrees_with_the_parser() {
         ipv4(PROTO_UDP, 0x0001, &[], &udp(1, 2, b"x")),
         ipv4(PROTO_TCP, 0, &[1, 1, 1, 1], &tcp(3, 4, 0x10)),
         ipv4(47, 0, &[], &[0; 40]),
-    ];
+    ]
+}
+
+/// Every prefix, every lying total length and every single-byte change of the first
+/// [`FAST_PARSE_BYTES`] of ordinary and odd IPv4 packets go through [`check_fast_l3`], with
+/// zeros and garbage past the packet's end; the fast path does take the ordinary ones.
+#[test]
+fn fast_l3_agrees_with_the_parser() {
+    let packets = fast_path_packets();
     let mut taken = 0;
     for p in &packets {
         let mut longer = p.clone();
@@ -236,19 +242,7 @@ fn check_fast_ethernet(frame: &[u8], len: usize) -> bool {
 /// GSO packet; the fast path does take the ordinary ones (TCP, UDP with and without payload).
 #[test]
 fn fast_ethernet_agrees_with_the_parser() {
-    let packets = [
-        ipv4(PROTO_TCP, 0, &[], &tcp(40000, 80, 0x10)),
-        ipv4(PROTO_TCP, 0x4000, &[], &tcp(1, 2, 0x02)),
-        ipv4(PROTO_UDP, 0, &[], &udp(53, 5353, b"abcdefgh")),
-        ipv4(PROTO_UDP, 0x4000, &[], &udp(53, 5353, b"abcdefghijklmnopq")),
-        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"")),
-        ipv4(PROTO_UDP, 0, &[], &udp(1, 2, b"xyz")),
-        ipv4(PROTO_ICMP, 0, &[], &[8, 0, 0, 0, 0x12, 0x34, 0, 1, 9, 9]),
-        ipv4(PROTO_UDP, 0x2000, &[], &udp(1, 2, b"x")),
-        ipv4(PROTO_UDP, 0x0001, &[], &udp(1, 2, b"x")),
-        ipv4(PROTO_TCP, 0, &[1, 1, 1, 1], &tcp(3, 4, 0x10)),
-        ipv4(47, 0, &[], &[0; 40]),
-    ];
+    let packets = fast_path_packets();
     let mut taken = 0;
     let mut frames = Vec::new();
     for p in &packets {
