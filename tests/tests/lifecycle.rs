@@ -10,7 +10,7 @@ use std::{
 use tests::{
     leftovers::{kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot},
     LabGuard, pktrace_bin,
-    trace::{Pktrace, assert_path, conntrack, steps},
+    trace::{Pktrace, Trace, assert_path, conntrack, nat_steps, steps},
 };
 use xtask::lab::{self, NODE_NS, PODS, UBUNTU, in_ns};
 
@@ -111,11 +111,41 @@ fn another_program_on_the_same_hook_still_sees_every_packet() {
     ping(10);
     let second = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
     ping(10);
+    // One connection through the ClusterIP: both see its DNAT, when NAT is observed at all (a
+    // BPF netfilter link needs a priority of its own, so the second brackets the first).
+    let client = in_ns(&UBUNTU.netns(), xtask::xtask_exe().expect("xtask"), ["lab", "client", "--tcp", "10.0.159.58:80"])
+        .output()
+        .expect("client");
+    assert!(client.status.success(), "{}", String::from_utf8_lossy(&client.stderr));
     let (second, first) = (second.stop(), first.stop());
-    let requests = |t: &tests::trace::Trace| t.starting("10.13.76.46", "10.13.1.4").len();
-    let replies = |t: &tests::trace::Trace| t.starting("10.13.1.4", "10.13.76.46").len();
+    let requests = |t: &Trace| t.starting("10.13.76.46", "10.13.1.4").len();
+    let replies = |t: &Trace| t.starting("10.13.1.4", "10.13.76.46").len();
     assert_eq!((requests(&first), replies(&first)), (20, 20), "the first program missed packets\n{}", first.dump());
     assert_eq!((requests(&second), replies(&second)), (10, 10), "{}", second.dump());
+    // The NAT hook each chose ("pktrace: NAT hook NAME: …", not a skipped one) and its DNATs.
+    let nat_hook = |t: &Trace| {
+        t.stderr
+            .lines()
+            .filter(|l| l.starts_with("pktrace: NAT hook ") && !l.contains(": skipped"))
+            .filter_map(|l| l.split(':').nth(1).map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(nat_hook(&second), nat_hook(&first), "the second pktrace chose another NAT hook\n{}", second.dump());
+    let dnats = |t: &Trace| {
+        t.journeys()
+            .into_iter()
+            .filter(|j| {
+                let first = &steps(j)[0];
+                first["src"].as_str().is_some_and(|s| s.starts_with("10.13.76.46:"))
+                    && first["dst"] == "10.0.159.58:80"
+                    && nat_steps(j).iter().any(|s| s["point"] == "dnat")
+            })
+            .count()
+    };
+    if !nat_hook(&first).is_empty() {
+        assert!(dnats(&first) > 0, "{}", first.dump());
+        assert!(dnats(&second) > 0, "{}", second.dump());
+    }
 }
 
 #[test]

@@ -242,7 +242,9 @@ fn check(effective: CapSet, root: bool, last_cap: u32) -> Result<(), PrivilegeEr
 /// `bpf_tracing_func_proto`, kernel/bpf/helpers.c `bpf_base_func_proto`), so loading fails
 /// with EINVAL and the log's "unknown func bpf_probe_read#4" (measured on Debian's
 /// 6.1.0-56-cloud-amd64 booted with `lockdown=confidentiality`: fentry and kprobe programs;
-/// tc programs load, as they read packets with `bpf_skb_load_bytes`).
+/// tc programs load, as they read packets with `bpf_skb_load_bytes`). Later kernels word it
+/// "program of this type cannot use helper bpf_probe_read#4" (measured on Debian's
+/// 6.12.74+deb12-cloud-amd64, the same boot: fentry, kprobe and netfilter programs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockdownRefusal {
     /// The active lockdown mode (`confidentiality`).
@@ -288,7 +290,10 @@ pub fn lockdown_refusal(lockdown: Option<&str>, log: &str) -> Option<LockdownRef
         return None;
     }
     let helper = log.lines().find_map(|l| {
-        let func = l.trim().strip_prefix("unknown func ")?;
+        let l = l.trim();
+        let func = l
+            .strip_prefix("unknown func ")
+            .or_else(|| l.strip_prefix("program of this type cannot use helper "))?;
         func.starts_with("bpf_probe_read").then(|| func.to_owned())
     })?;
     Some(LockdownRefusal {
@@ -619,6 +624,14 @@ processed 42 insns (limit 1000000) max_states_per_insn 0 total_states 1 peak_sta
             lockdown_refusal(locked, &kernel).map(|r| r.helper),
             Some("bpf_probe_read_kernel#113".into())
         );
+        // The wording of later kernels (Debian's 6.12, same boot), for every program type.
+        let later = LOCKED_DOWN_LOG.replace(
+            "unknown func bpf_probe_read#4",
+            "program of this type cannot use helper bpf_probe_read#4",
+        );
+        assert_eq!(lockdown_refusal(locked, &later), Some(refusal.clone()));
+        let other_later = "program of this type cannot use helper bpf_get_current_task#35";
+        assert!(lockdown_refusal(locked, other_later).is_none());
         // Integrity mode allows every helper pktrace uses: a rejection there is the verifier's.
         assert!(
             lockdown_refusal(Some("none [integrity] confidentiality"), LOCKED_DOWN_LOG).is_none()

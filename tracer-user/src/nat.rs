@@ -22,6 +22,13 @@ use crate::{
 /// `NF_IP_PRI_NAT_DST` and `NF_IP_PRI_NAT_SRC` (include/uapi/linux/netfilter_ipv4.h, v6.1).
 const PRI_NAT_DST: i32 = -100;
 const PRI_NAT_SRC: i32 = 100;
+/// How many priorities a bracket program tries on each side of the nat table's, nearest first:
+/// the kernel gives each BPF netfilter link a priority of its own (`EBUSY` otherwise,
+/// `nf_hook_entries_grow`, net/netfilter/core.c, v6.4), so a second pktrace in the same
+/// namespace brackets the first one's programs. 32 keeps every bracket between the nat table
+/// and the hooks around it (conntrack at -200, mangle at -150, filter at 0, security at 50,
+/// conntrack confirm last).
+const PRIORITY_SLOTS: i32 = 32;
 
 /// The hooks in order of preference (DESIGN.md "NAT observation").
 const ORDER: [NatHook; 4] = [
@@ -42,8 +49,9 @@ pub enum NatError {
 /// What is attached for NAT observation.
 enum Hooked {
     None,
-    /// The links, and whether the programs can read conntrack entries.
-    Netfilter(Vec<NetfilterLink>, bool),
+    /// The links, whether the programs can read conntrack entries, and how many priorities
+    /// further from the nat table than the nearest the farthest bracket had to go.
+    Netfilter(Vec<NetfilterLink>, bool, i32),
     Probe(ProbeAttachment),
 }
 
@@ -52,10 +60,18 @@ impl Hooked {
     fn describe(&self) -> String {
         match self {
             Self::None => "nothing attached".into(),
-            Self::Netfilter(links, conntrack) => format!(
+            Self::Netfilter(links, conntrack, shift) => format!(
                 "{} BPF netfilter links bracketing the nat table (PREROUTING, OUTPUT, \
-                 POSTROUTING, INPUT); latency = rule traversal + rewrite{}",
+                 POSTROUTING, INPUT); latency = rule traversal + rewrite{}{}",
                 links.len(),
+                if *shift > 0 {
+                    format!(
+                        "; brackets moved out by up to {shift} (other BPF netfilter programs, such as \
+                         another pktrace, hold the nearer priorities)"
+                    )
+                } else {
+                    String::new()
+                },
                 if *conntrack {
                     ""
                 } else {
@@ -254,8 +270,8 @@ fn attach_one(hook: NatHook, ebpf: &mut Ebpf, globals: &Globals) -> Result<Hooke
         NatHook::Fentry => Hooked::Probe(probe::attach_fentry(ebpf, &refs)?),
         NatHook::Kprobe => Hooked::Probe(probe::attach_kprobes(ebpf)?),
         _ => {
-            let (links, conntrack) = attach_netfilter(ebpf, &refs)?;
-            Hooked::Netfilter(links, conntrack)
+            let (links, conntrack, shift) = attach_netfilter(ebpf, &refs)?;
+            Hooked::Netfilter(links, conntrack, shift)
         }
     })
 }
@@ -270,29 +286,55 @@ const fn want_name(h: NatHook) -> &'static str {
     }
 }
 
-/// The links, and whether the programs read conntrack entries.
+/// The links, whether the programs read conntrack entries, and how far the farthest bracket
+/// moved ([`attach_bracket`]).
 fn attach_netfilter(
     ebpf: &Ebpf,
     globals: &[(&str, &[u8])],
-) -> Result<(Vec<NetfilterLink>, bool), Skip> {
+) -> Result<(Vec<NetfilterLink>, bool, i32), Skip> {
     let (programs, conntrack) = netfilter::load_netfilter_programs(object(), globals, ebpf)?;
     let find = |name: &str| programs.iter().find(|p| p.name() == name);
     let mut links = Vec::new();
+    let mut shift = 0;
     for (prefix, hook_num, pri) in [
         ("nf_pre", hook::PRE_ROUTING, PRI_NAT_DST),
         ("nf_out", hook::LOCAL_OUT, PRI_NAT_DST),
         ("nf_post", hook::POST_ROUTING, PRI_NAT_SRC),
         ("nf_in", hook::LOCAL_IN, PRI_NAT_SRC),
     ] {
-        for (suffix, at) in [("_enter", pri - 1), ("_exit", pri + 1)] {
+        for (suffix, step) in [("_enter", -1), ("_exit", 1)] {
             let name = format!("{prefix}{suffix}");
             let prog =
                 find(&name).ok_or_else(|| format!("program {name} missing from the object"))?;
-            let link = prog.attach(netfilter::NFPROTO_IPV4, u32::from(hook_num), at)?;
+            let (link, moved) = attach_bracket(
+                |at| prog.attach(netfilter::NFPROTO_IPV4, u32::from(hook_num), at),
+                pri,
+                step,
+            )?;
+            shift = shift.max(moved);
             links.push(link);
         }
     }
-    Ok((links, conntrack))
+    Ok((links, conntrack, shift))
+}
+
+/// Attaches one bracket program by `attach` at the free priority nearest the nat table's
+/// `nat` on the side `step` (-1: before it, 1: after it), trying [`PRIORITY_SLOTS`] of them:
+/// the link and how many priorities beyond the nearest it went. Any refusal other than a
+/// taken priority, or the last one, is the error.
+fn attach_bracket<L>(
+    mut attach: impl FnMut(i32) -> Result<L, netfilter::AttachError>,
+    nat: i32,
+    step: i32,
+) -> Result<(L, i32), netfilter::AttachError> {
+    let mut moved = 0;
+    loop {
+        match attach(nat + step * (moved + 1)) {
+            Ok(link) => return Ok((link, moved)),
+            Err(e) if e.is_busy() && moved + 1 < PRIORITY_SLOTS => moved += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// An error and its sources on one line, joined with ": ".
@@ -370,6 +412,73 @@ mod tests {
             errno: std::io::Error::from_raw_os_error(libc::EINVAL),
             log: LOCKED_DOWN_LOG.into(),
         })
+    }
+
+    /// A refusal of the link at `priority` with `errno`.
+    fn refused(priority: i32, errno: i32) -> netfilter::AttachError {
+        netfilter::AttachError::Link {
+            program: "nf_pre_enter".into(),
+            pf: netfilter::NFPROTO_IPV4,
+            hook: 0,
+            priority,
+            hint: "",
+            source: std::io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    #[test]
+    fn a_bracket_takes_the_nearest_free_priority_on_its_side() {
+        // Before the nat table: -101 and -102 are taken (two pktraces already run there).
+        let mut tried = Vec::new();
+        let got = attach_bracket(
+            |at| {
+                tried.push(at);
+                if at > -103 {
+                    Err(refused(at, libc::EBUSY))
+                } else {
+                    Ok(at)
+                }
+            },
+            PRI_NAT_DST,
+            -1,
+        );
+        assert_eq!(got.ok(), Some((-103, 2)));
+        assert_eq!(tried, [-101, -102, -103]);
+        // After it, nothing taken: the nearest.
+        let got = attach_bracket(Ok::<i32, netfilter::AttachError>, PRI_NAT_SRC, 1);
+        assert_eq!(got.ok(), Some((101, 0)));
+    }
+
+    #[test]
+    fn a_bracket_stops_at_another_refusal_or_after_its_slots() {
+        let mut tried = 0;
+        let err = attach_bracket(
+            |at| {
+                tried += 1;
+                Err::<(), _>(refused(
+                    at,
+                    if at == -102 { libc::EPERM } else { libc::EBUSY },
+                ))
+            },
+            PRI_NAT_DST,
+            -1,
+        )
+        .unwrap_err();
+        assert!(!err.is_busy() && tried == 2, "{err}");
+        let mut tried = Vec::new();
+        let err = attach_bracket(
+            |at| {
+                tried.push(at);
+                Err::<(), _>(refused(at, libc::EBUSY))
+            },
+            PRI_NAT_SRC,
+            1,
+        )
+        .unwrap_err();
+        assert!(err.is_busy());
+        assert_eq!(tried.len(), PRIORITY_SLOTS as usize);
+        assert_eq!(tried.last(), Some(&(PRI_NAT_SRC + PRIORITY_SLOTS)));
+        assert!(err.to_string().contains("priority 132)"), "{err}");
     }
 
     #[test]

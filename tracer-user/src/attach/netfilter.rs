@@ -281,6 +281,16 @@ impl NetfilterProgram {
     }
 }
 
+impl AttachError {
+    /// True when the kernel refused a link because another BPF netfilter program holds the
+    /// priority: each BPF netfilter link needs a priority of its own on its hook
+    /// (`nf_hook_entries_grow`, net/netfilter/core.c, v6.4: `EBUSY`).
+    #[must_use]
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Link { source, .. } if source.raw_os_error() == Some(libc::EBUSY))
+    }
+}
+
 /// What a load failure without a verifier log usually means.
 fn load_hint(e: &io::Error) -> &'static str {
     match e.raw_os_error() {
@@ -302,6 +312,9 @@ fn link_hint(e: &io::Error) -> &'static str {
         Some(libc::EAFNOSUPPORT) => ": the family must be NFPROTO_IPV4 (2) or NFPROTO_IPV6 (10)",
         Some(libc::EPROTO) => ": the hook number must be below NF_INET_NUMHOOKS (5)",
         Some(libc::ERANGE) => ": priority reserved (NF_IP_PRI_FIRST/LAST)",
+        Some(libc::EBUSY) => {
+            ": another BPF netfilter program holds this priority (each needs one of its own)"
+        }
         Some(libc::EINVAL | libc::EOPNOTSUPP) => {
             ": this kernel has no BPF netfilter links (needs Linux 6.4+ built with \
              CONFIG_NETFILTER_BPF_LINK)"
