@@ -43,8 +43,10 @@ enum Task {
     /// Run the integration tests in a qemu guest on a Debian kernel, once per NAT hook
     /// (TCG; the kernel comes from apt and is cached). Extra arguments go to the harness.
     VmTest {
-        /// Kernel: a version (6.1.0-41-cloud-amd64), a .deb or a vmlinuz [default: the newest
-        /// bookworm linux-image-6.1.0-*-cloud-amd64].
+        /// Kernel: a version (6.1.0-41-cloud-amd64, or from bookworm-backports
+        /// 6.12.74+deb12-cloud-amd64), a .deb, a vmlinuz, or `backports` (the newest
+        /// bookworm-backports cloud kernel) [default: the newest bookworm
+        /// linux-image-6.1.0-*-cloud-amd64].
         #[arg(long, value_name = "FILE|VERSION")]
         kernel: Option<String>,
         /// NAT hooks to run the tests with (pktrace --nat-hook; auto: pktrace chooses).

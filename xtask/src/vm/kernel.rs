@@ -1,7 +1,12 @@
 //! The guest kernel: by default the newest Debian bookworm `linux-image-6.1.0-*-cloud-amd64`,
 //! fetched with `apt-get download` (the only source the VM tier downloads from), unpacked
 //! with `dpkg -x` and given a `modules.dep` with `depmod -b`, all cached under
-//! `~/.cache/pktrace/vm/` and reused. `--kernel` takes a version, a `.deb` or a vmlinuz.
+//! `~/.cache/pktrace/vm/` and reused. `--kernel` takes a version, a `.deb`, a vmlinuz,
+//! a bookworm-backports version (`6.12.74+deb12-cloud-amd64`) or [`BACKPORTS`]: the newest
+//! cloud kernel of Debian's bookworm-backports (6.12 in 2026), the
+//! line where BPF netfilter programs exist (6.4+), fetched through an apt configuration of the
+//! VM tier's own (its sources, lists and cache in the cache directory; the machine's apt
+//! sources stay as they are).
 
 use std::{
     env, fs,
@@ -16,6 +21,14 @@ use crate::cmd::{describe, find_program, is_root, output, run};
 /// The package family the default kernel comes from (Debian bookworm's cloud flavour).
 const DEFAULT_PREFIX: &str = "linux-image-6.1.0-";
 const DEFAULT_SUFFIX: &str = "-cloud-amd64";
+/// `--kernel` value for the newest cloud kernel of bookworm-backports.
+pub const BACKPORTS: &str = "backports";
+/// The package names of bookworm-backports' cloud kernels: `linux-image-<X.Y.Z>+deb12-cloud-amd64`.
+const BACKPORTS_SUFFIX: &str = "+deb12-cloud-amd64";
+/// The private apt configuration's sources (deb822), signed by Debian's archive keyring.
+const BACKPORTS_SOURCES: &str = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: \
+                                 bookworm-backports\nComponents: main\nSigned-By: \
+                                 /usr/share/keyrings/debian-archive-keyring.gpg\n";
 /// Marks a kernel directory whose unpacking and depmod finished.
 const COMPLETE: &str = ".complete";
 
@@ -63,6 +76,12 @@ pub fn resolve(spec: Option<&str>) -> Result<Kernel> {
     let Some(spec) = spec else {
         return from_apt(&newest_cloud_kernel()?);
     };
+    if spec == BACKPORTS {
+        return backports(None);
+    }
+    if spec.ends_with(BACKPORTS_SUFFIX) {
+        return backports(Some(spec));
+    }
     let path = Path::new(spec);
     if spec.ends_with(".deb") {
         let name = path.file_stem().context("--kernel: .deb without a name")?;
@@ -140,6 +159,124 @@ pub fn newest_in(listing: &str) -> Option<String> {
                 &DEFAULT_PREFIX["linux-image-".len()..]
             )
         })
+}
+
+/// A bookworm-backports cloud kernel, `version` (`6.12.74+deb12-cloud-amd64`) or the newest:
+/// its index fetched once a day into the private apt configuration ([`BACKPORTS`]), the
+/// package downloaded once and cached; offline, the newest one already unpacked.
+fn backports(version: Option<&str>) -> Result<Kernel> {
+    if let Some(v) = version {
+        let dir = cache_dir().join("kernels").join(v);
+        if dir.join(COMPLETE).exists() {
+            return from_tree(&dir);
+        }
+    }
+    let apt = cache_dir().join("apt-backports");
+    let lists = apt.join("lists");
+    fs::create_dir_all(lists.join("partial"))
+        .with_context(|| format!("creating {}", lists.display()))?;
+    fs::create_dir_all(apt.join("cache/archives/partial"))?;
+    fs::create_dir_all(apt.join("sources.d"))?;
+    fs::write(apt.join("sources.d/backports.sources"), BACKPORTS_SOURCES)?;
+    fs::write(apt.join("empty.list"), "")?;
+    let mut options = vec![
+        format!("Dir::Etc::SourceList={}", apt.join("empty.list").display()),
+        format!("Dir::Etc::SourceParts={}", apt.join("sources.d").display()),
+        format!("Dir::State::Lists={}", lists.display()),
+        format!("Dir::Cache={}", apt.join("cache").display()),
+    ];
+    if is_root() {
+        // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
+        options.push("APT::Sandbox::User=root".to_owned());
+    }
+    let apt_cmd = |program: &str| {
+        let mut cmd = Command::new(program);
+        for o in &options {
+            cmd.args(["-o", o]);
+        }
+        cmd
+    };
+    let stamp = lists.join(".updated");
+    let fresh = fs::metadata(&stamp)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() < 86_400));
+    if !fresh {
+        eprintln!(
+            "vm-test: apt-get update of bookworm-backports (into {})",
+            apt.display()
+        );
+        match run(apt_cmd("apt-get").args(["update", "-qq"])) {
+            Ok(()) => fs::write(&stamp, "")?,
+            Err(e) => eprintln!("vm-test: {e:#}; using the index and kernels already cached"),
+        }
+    }
+    let pattern = format!("^linux-image-[0-9.]+{}$", regex_escape(BACKPORTS_SUFFIX));
+    let listing =
+        output(apt_cmd("apt-cache").args(["search", "--names-only", &pattern])).unwrap_or_default();
+    let cached = fs::read_dir(cache_dir().join("kernels"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(BACKPORTS_SUFFIX))
+                .map(|n| format!("linux-image-{n}"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let version = match version {
+        Some(v) => v.to_owned(),
+        None => newest_backport(&listing)
+            .or_else(|| newest_backport(&cached.join("\n")))
+            .context("no bookworm-backports cloud kernel known (apt-get update of it failed?)")?,
+    };
+    let dir = cache_dir().join("kernels").join(&version);
+    if dir.join(COMPLETE).exists() {
+        return from_tree(&dir);
+    }
+    let package = format!("linux-image-{version}");
+    let debs = cache_dir().join("debs");
+    let deb = match cached_deb(&debs, &package)? {
+        Some(deb) => deb,
+        None => {
+            fs::create_dir_all(&debs)?;
+            eprintln!("vm-test: apt-get download {package} (bookworm-backports)");
+            let mut cmd = apt_cmd("apt-get");
+            cmd.args(["download", "-q", &package]).current_dir(&debs);
+            run(&mut cmd).with_context(|| format!("`{}` failed", describe(&cmd)))?;
+            cached_deb(&debs, &package)?
+                .with_context(|| format!("apt-get download left no {package}_*.deb"))?
+        }
+    };
+    unpacked(&deb, &dir)
+}
+
+/// `text` with the characters an extended regular expression gives a meaning escaped.
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let special = ".+*?()[]{}|^$\\".contains(c);
+            special.then_some('\\').into_iter().chain([c])
+        })
+        .collect()
+}
+
+/// The highest `X.Y.Z` among `linux-image-X.Y.Z+deb12-cloud-amd64` names starting lines of
+/// `listing`, as a kernel version (`6.12.74+deb12-cloud-amd64`).
+#[must_use]
+pub fn newest_backport(listing: &str) -> Option<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|name| {
+            let release = name
+                .strip_prefix("linux-image-")?
+                .strip_suffix(BACKPORTS_SUFFIX)?;
+            let parts: Option<Vec<u32>> = release.split('.').map(|p| p.parse().ok()).collect();
+            parts
+                .filter(|p| !p.is_empty())
+                .map(|p| (p, release.to_owned()))
+        })
+        .max()
+        .map(|(_, release)| format!("{release}{BACKPORTS_SUFFIX}"))
 }
 
 /// The kernel `version` from package `linux-image-<version>`: cached, else downloaded.
@@ -350,6 +487,22 @@ mod tests {
                        linux-image-6.1.0-50-amd64 - Linux 6.1 for 64-bit PCs\n";
         assert_eq!(newest_in(listing).as_deref(), Some("6.1.0-41-cloud-amd64"));
         assert_eq!(newest_in(""), None);
+    }
+
+    #[test]
+    fn picks_the_highest_release_of_the_backports_cloud_flavour() {
+        let listing = "linux-image-6.12.9+deb12-cloud-amd64 - Linux 6.12 for x86-64 cloud\n\
+                       linux-image-6.12.74+deb12-cloud-amd64 - Linux 6.12 for x86-64 cloud\n\
+                       linux-image-6.12.73+deb12-cloud-amd64 - Linux 6.12 for x86-64 cloud\n\
+                       linux-image-6.12.80+deb12-cloud-amd64-dbg - debug symbols\n\
+                       linux-image-6.12.81+deb12-amd64 - Linux 6.12 for 64-bit PCs\n\
+                       linux-image-6.1.0-41-cloud-amd64 - Linux 6.1 for x86-64 cloud\n";
+        assert_eq!(
+            newest_backport(listing).as_deref(),
+            Some("6.12.74+deb12-cloud-amd64")
+        );
+        assert_eq!(newest_backport("linux-image-6.1.0-41-cloud-amd64"), None);
+        assert_eq!(regex_escape("+deb12-cloud.x"), "\\+deb12-cloud\\.x");
     }
 
     #[test]
