@@ -165,11 +165,10 @@ pub fn newest_in(listing: &str) -> Option<String> {
 /// its index fetched once a day into the private apt configuration ([`BACKPORTS`]), the
 /// package downloaded once and cached; offline, the newest one already unpacked.
 fn backports(version: Option<&str>) -> Result<Kernel> {
-    if let Some(v) = version {
-        let dir = cache_dir().join("kernels").join(v);
-        if dir.join(COMPLETE).exists() {
-            return from_tree(&dir);
-        }
+    if let Some(v) = version
+        && cache_dir().join("kernels").join(v).join(COMPLETE).exists()
+    {
+        return from_apt_with(v, &[]);
     }
     let apt = cache_dir().join("apt-backports");
     let lists = apt.join("lists");
@@ -179,23 +178,12 @@ fn backports(version: Option<&str>) -> Result<Kernel> {
     fs::create_dir_all(apt.join("sources.d"))?;
     fs::write(apt.join("sources.d/backports.sources"), BACKPORTS_SOURCES)?;
     fs::write(apt.join("empty.list"), "")?;
-    let mut options = vec![
+    let options = [
         format!("Dir::Etc::SourceList={}", apt.join("empty.list").display()),
         format!("Dir::Etc::SourceParts={}", apt.join("sources.d").display()),
         format!("Dir::State::Lists={}", lists.display()),
         format!("Dir::Cache={}", apt.join("cache").display()),
     ];
-    if is_root() {
-        // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
-        options.push("APT::Sandbox::User=root".to_owned());
-    }
-    let apt_cmd = |program: &str| {
-        let mut cmd = Command::new(program);
-        for o in &options {
-            cmd.args(["-o", o]);
-        }
-        cmd
-    };
     let stamp = lists.join(".updated");
     let fresh = fs::metadata(&stamp)
         .and_then(|m| m.modified())
@@ -205,14 +193,17 @@ fn backports(version: Option<&str>) -> Result<Kernel> {
             "vm-test: apt-get update of bookworm-backports (into {})",
             apt.display()
         );
-        match run(apt_cmd("apt-get").args(["update", "-qq"])) {
+        match run(apt_get(&options).args(["update", "-qq"])) {
             Ok(()) => fs::write(&stamp, "")?,
             Err(e) => eprintln!("vm-test: {e:#}; using the index and kernels already cached"),
         }
     }
     let pattern = format!("^linux-image-[0-9.]+{}$", regex_escape(BACKPORTS_SUFFIX));
-    let listing =
-        output(apt_cmd("apt-cache").args(["search", "--names-only", &pattern])).unwrap_or_default();
+    let mut search = Command::new("apt-cache");
+    for o in &options {
+        search.args(["-o", o]);
+    }
+    let listing = output(search.args(["search", "--names-only", &pattern])).unwrap_or_default();
     let cached = fs::read_dir(cache_dir().join("kernels"))
         .map(|entries| {
             entries
@@ -228,25 +219,7 @@ fn backports(version: Option<&str>) -> Result<Kernel> {
             .or_else(|| newest_backport(&cached.join("\n")))
             .context("no bookworm-backports cloud kernel known (apt-get update of it failed?)")?,
     };
-    let dir = cache_dir().join("kernels").join(&version);
-    if dir.join(COMPLETE).exists() {
-        return from_tree(&dir);
-    }
-    let package = format!("linux-image-{version}");
-    let debs = cache_dir().join("debs");
-    let deb = match cached_deb(&debs, &package)? {
-        Some(deb) => deb,
-        None => {
-            fs::create_dir_all(&debs)?;
-            eprintln!("vm-test: apt-get download {package} (bookworm-backports)");
-            let mut cmd = apt_cmd("apt-get");
-            cmd.args(["download", "-q", &package]).current_dir(&debs);
-            run(&mut cmd).with_context(|| format!("`{}` failed", describe(&cmd)))?;
-            cached_deb(&debs, &package)?
-                .with_context(|| format!("apt-get download left no {package}_*.deb"))?
-        }
-    };
-    unpacked(&deb, &dir)
+    from_apt_with(&version, &options)
 }
 
 /// `text` with the characters an extended regular expression gives a meaning escaped.
@@ -281,6 +254,11 @@ pub fn newest_backport(listing: &str) -> Option<String> {
 
 /// The kernel `version` from package `linux-image-<version>`: cached, else downloaded.
 fn from_apt(version: &str) -> Result<Kernel> {
+    from_apt_with(version, &[])
+}
+
+/// [`from_apt`] with apt `options` (`-o` values: another apt configuration's sources).
+fn from_apt_with(version: &str, options: &[String]) -> Result<Kernel> {
     let dir = cache_dir().join("kernels").join(version);
     if dir.join(COMPLETE).exists() {
         return from_tree(&dir);
@@ -289,7 +267,7 @@ fn from_apt(version: &str) -> Result<Kernel> {
     let debs = cache_dir().join("debs");
     let deb = match cached_deb(&debs, &package)? {
         Some(deb) => deb,
-        None => download(&debs, &package)?,
+        None => download(&debs, &package, options)?,
     };
     unpacked(&deb, &dir)
 }
@@ -311,17 +289,26 @@ fn cached_deb(debs: &Path, package: &str) -> Result<Option<PathBuf>> {
     Ok(found.pop())
 }
 
-fn download(debs: &Path, package: &str) -> Result<PathBuf> {
-    fs::create_dir_all(debs).with_context(|| format!("creating {}", debs.display()))?;
-    eprintln!(
-        "vm-test: apt-get download {package} (into {})",
-        debs.display()
-    );
+/// `apt-get` with `-o` `options`, run as root in the sandbox root's downloads need.
+fn apt_get(options: &[String]) -> Command {
     let mut cmd = Command::new("apt-get");
     if is_root() {
         // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
         cmd.args(["-o", "APT::Sandbox::User=root"]);
     }
+    for o in options {
+        cmd.args(["-o", o]);
+    }
+    cmd
+}
+
+fn download(debs: &Path, package: &str, options: &[String]) -> Result<PathBuf> {
+    fs::create_dir_all(debs).with_context(|| format!("creating {}", debs.display()))?;
+    eprintln!(
+        "vm-test: apt-get download {package} (into {})",
+        debs.display()
+    );
+    let mut cmd = apt_get(options);
     cmd.args(["download", "-q", package]).current_dir(debs);
     run(&mut cmd).with_context(|| {
         format!(
