@@ -1,7 +1,8 @@
 //! Issue 6, item 6: a kernel locked down in "confidentiality" mode. It refuses every eBPF
 //! program that reads kernel memory: the verifier knows no `bpf_probe_read*` helper there, so
 //! pktrace's NAT programs (fentry, kprobe, netfilter) are rejected with EINVAL ("unknown func
-//! bpf_probe_read#4"), while its tc programs, which read packets with `bpf_skb_load_bytes`,
+//! bpf_probe_read#4" on 6.1, "program of this type cannot use helper bpf_probe_read#4" on
+//! 6.12), while its tc programs, which read packets with `bpf_skb_load_bytes`,
 //! load. So: a NAT hook asked for by name ends pktrace with one line naming lockdown and what
 //! to do, exit 1; the default (`auto`) traces the tc path and says, once per refused hook, that
 //! lockdown refused it. Either way nothing of pktrace's is left in the kernel.
@@ -63,6 +64,21 @@ mod lockdown {
         locked
     }
 
+    /// The NAT hooks lockdown must refuse on this kernel: fentry and kprobe, and from 6.4 the
+    /// BPF netfilter programs (Debian's 6.1 has none: its refusal there is not lockdown's).
+    fn refused_hooks() -> Vec<&'static str> {
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+        let mut numbers = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        let mut hooks = vec!["fentry", "kprobe"];
+        if version >= (6, 4) {
+            hooks.push("netfilter");
+        }
+        hooks
+    }
+
     /// Nothing of pktrace's in the kernel: no program or link, no clsact qdisc on `lo`.
     fn assert_nothing_left(what: &str) {
         let left = ours_loaded_after_settling();
@@ -84,8 +100,7 @@ mod lockdown {
             return;
         }
         let bin = pktrace_bin();
-        // Debian's 6.1 has no BPF netfilter programs (6.4+): that refusal is not lockdown's.
-        for hook in ["fentry", "kprobe"] {
+        for hook in refused_hooks() {
             // tc attaches first (to lo: no lab needed), then the NAT hook is refused.
             let out = Command::new(&bin)
                 .args(["--pod-ip", "192.0.2.10", "--interfaces", "lo", "-d", "2s"])
@@ -142,7 +157,7 @@ mod lockdown {
             .lines()
             .filter(|l| l.starts_with("pktrace: NAT hook "))
             .collect();
-        for hook in ["fentry", "kprobe"] {
+        for hook in refused_hooks() {
             let want = format!("pktrace: NAT hook {hook}: skipped ({REFUSED}");
             assert_eq!(
                 nat_lines.iter().filter(|l| l.starts_with(&want)).count(),
