@@ -23,11 +23,17 @@ const OUR_PROGRAMS: [&str; 7] = [
 /// tcx links exist from Linux 6.6 (pktrace uses them there unless told otherwise).
 #[must_use]
 pub fn kernel_has_tcx() -> bool {
+    kernel_at_least(6, 6)
+}
+
+/// Whether the running kernel's release (`/proc/sys/kernel/osrelease`) is `major.minor` or later.
+#[must_use]
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor) >= (6, 6)
+    let have_major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let have_minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (have_major, have_minor) >= (major, minor)
 }
 
 /// Our programs and links as `bpftool prog/link show` lists them.

@@ -24,7 +24,7 @@ mod lockdown {
 
     use tests::{
         LabGuard,
-        leftovers::{ours_loaded_after_settling, tc_snapshot},
+        leftovers::{kernel_at_least, ours_loaded_after_settling, tc_snapshot},
         pktrace_bin,
         trace::Pktrace,
     };
@@ -67,13 +67,8 @@ mod lockdown {
     /// The NAT hooks lockdown must refuse on this kernel: fentry and kprobe, and from 6.4 the
     /// BPF netfilter programs (Debian's 6.1 has none: its refusal there is not lockdown's).
     fn refused_hooks() -> Vec<&'static str> {
-        let release = fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
-        let mut numbers = release
-            .split(|c: char| !c.is_ascii_digit())
-            .map(|n| n.parse::<u32>().unwrap_or(0));
-        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
         let mut hooks = vec!["fentry", "kprobe"];
-        if version >= (6, 4) {
+        if kernel_at_least(6, 4) {
             hooks.push("netfilter");
         }
         hooks

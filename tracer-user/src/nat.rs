@@ -49,9 +49,14 @@ pub enum NatError {
 /// What is attached for NAT observation.
 enum Hooked {
     None,
-    /// The links, whether the programs can read conntrack entries, and how many priorities
-    /// further from the nat table than the nearest the farthest bracket had to go.
-    Netfilter(Vec<NetfilterLink>, bool, i32),
+    Netfilter {
+        links: Vec<NetfilterLink>,
+        /// Whether the programs can read conntrack entries.
+        conntrack: bool,
+        /// How many priorities further from the nat table than the nearest the farthest
+        /// bracket had to go ([`attach_bracket`]).
+        shift: i32,
+    },
     Probe(ProbeAttachment),
 }
 
@@ -60,7 +65,11 @@ impl Hooked {
     fn describe(&self) -> String {
         match self {
             Self::None => "nothing attached".into(),
-            Self::Netfilter(links, conntrack, shift) => format!(
+            Self::Netfilter {
+                links,
+                conntrack,
+                shift,
+            } => format!(
                 "{} BPF netfilter links bracketing the nat table (PREROUTING, OUTPUT, \
                  POSTROUTING, INPUT); latency = rule traversal + rewrite{}{}",
                 links.len(),
@@ -271,7 +280,11 @@ fn attach_one(hook: NatHook, ebpf: &mut Ebpf, globals: &Globals) -> Result<Hooke
         NatHook::Kprobe => Hooked::Probe(probe::attach_kprobes(ebpf)?),
         _ => {
             let (links, conntrack, shift) = attach_netfilter(ebpf, &refs)?;
-            Hooked::Netfilter(links, conntrack, shift)
+            Hooked::Netfilter {
+                links,
+                conntrack,
+                shift,
+            }
         }
     })
 }

@@ -112,15 +112,7 @@ fn newest_cloud_kernel() -> Result<String> {
             return Ok(version);
         }
     }
-    let cached = fs::read_dir(cache_dir().join("kernels"))
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .map(|name| format!("linux-image-{name}"))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    newest_in(&cached.join("\n")).with_context(|| {
+    newest_in(&cached_listing()).with_context(|| {
         format!(
             "no {DEFAULT_PREFIX}N{DEFAULT_SUFFIX} known to apt (Debian bookworm main) nor cached \
              in {}: run `apt-get update` as root, or pass --kernel",
@@ -129,12 +121,28 @@ fn newest_cloud_kernel() -> Result<String> {
     })
 }
 
+/// The kernels unpacked in the cache, as the package names `linux-image-<version>`, a line
+/// each (the form [`newest_in`] and [`newest_backport`] read).
+fn cached_listing() -> String {
+    fs::read_dir(cache_dir().join("kernels"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .map(|name| format!("linux-image-{name}\n"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The package names that start the lines of `apt-cache search` output.
+fn package_names(listing: &str) -> impl Iterator<Item = &str> {
+    listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+}
+
 fn apt_search() -> Result<String> {
-    let pattern = format!(
-        "^{}[0-9]+{}$",
-        DEFAULT_PREFIX.replace('.', "\\."),
-        DEFAULT_SUFFIX
-    );
+    let pattern = format!("^{}[0-9]+{}$", regex_escape(DEFAULT_PREFIX), DEFAULT_SUFFIX);
     output(Command::new("apt-cache").args(["search", "--names-only", &pattern]))
         .context("apt-cache search (the VM tier needs Debian's apt)")
 }
@@ -143,9 +151,7 @@ fn apt_search() -> Result<String> {
 /// `listing` (`apt-cache search` output), as a kernel version.
 #[must_use]
 pub fn newest_in(listing: &str) -> Option<String> {
-    listing
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
+    package_names(listing)
         .filter_map(|name| {
             let abi = name
                 .strip_prefix(DEFAULT_PREFIX)?
@@ -199,24 +205,12 @@ fn backports(version: Option<&str>) -> Result<Kernel> {
         }
     }
     let pattern = format!("^linux-image-[0-9.]+{}$", regex_escape(BACKPORTS_SUFFIX));
-    let mut search = Command::new("apt-cache");
-    for o in &options {
-        search.args(["-o", o]);
-    }
+    let mut search = with_options(Command::new("apt-cache"), &options);
     let listing = output(search.args(["search", "--names-only", &pattern])).unwrap_or_default();
-    let cached = fs::read_dir(cache_dir().join("kernels"))
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.ends_with(BACKPORTS_SUFFIX))
-                .map(|n| format!("linux-image-{n}"))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
     let version = match version {
         Some(v) => v.to_owned(),
         None => newest_backport(&listing)
-            .or_else(|| newest_backport(&cached.join("\n")))
+            .or_else(|| newest_backport(&cached_listing()))
             .context("no bookworm-backports cloud kernel known (apt-get update of it failed?)")?,
     };
     from_apt_with(&version, &options)
@@ -236,9 +230,7 @@ fn regex_escape(text: &str) -> String {
 /// `listing`, as a kernel version (`6.12.74+deb12-cloud-amd64`).
 #[must_use]
 pub fn newest_backport(listing: &str) -> Option<String> {
-    listing
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
+    package_names(listing)
         .filter_map(|name| {
             let release = name
                 .strip_prefix("linux-image-")?
@@ -296,6 +288,11 @@ fn apt_get(options: &[String]) -> Command {
         // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
         cmd.args(["-o", "APT::Sandbox::User=root"]);
     }
+    with_options(cmd, options)
+}
+
+/// `cmd` (apt-get, apt-cache) with each of `options` as `-o`.
+fn with_options(mut cmd: Command, options: &[String]) -> Command {
     for o in options {
         cmd.args(["-o", o]);
     }
