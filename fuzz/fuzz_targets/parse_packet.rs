@@ -19,7 +19,9 @@
 //!   packet's end;
 //! - the tc programs' in-place parse (`parse_ethernet_fast`), when it applies, is exactly
 //!   `parse_ethernet`'s result, for the frame as it is and as the linear head of a longer
-//!   (GSO) packet whose further bytes it never reads.
+//!   (GSO) packet whose further bytes it never reads;
+//! - the ports the tc programs read in place (`ethernet_ports_fast`) are the in-place parse's,
+//!   for exactly its TCP and UDP packets.
 #![no_main]
 
 use std::mem::MaybeUninit;
@@ -104,6 +106,8 @@ fn check_fast_ethernet(data: &[u8], l2: Option<&Parsed>) {
         ..Parsed::default()
     };
     let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    check_fast_ports(head, len);
+    check_fast_ports(head, 65_000);
     let mut slot = MaybeUninit::new(dirty);
     if let Some(fast) = parse::parse_ethernet_fast(head, len, &mut slot) {
         let full = l2.expect("the fast ethernet parse took a frame parse_ethernet rejects");
@@ -139,6 +143,20 @@ fn check_fast_ethernet(data: &[u8], l2: Option<&Parsed>) {
             "a refused fast ethernet parse wrote its output"
         );
     }
+}
+
+/// The tc programs' ports read in place (`ethernet_ports_fast`, hashed against the followed
+/// flows) are exactly the in-place parse's, for exactly its TCP and UDP packets.
+fn check_fast_ports(head: &[u8; parse::FAST_ETH_BYTES], len: u32) {
+    let mut slot = MaybeUninit::uninit();
+    let want = parse::parse_ethernet_fast(head, len, &mut slot)
+        .filter(|p| p.tuple.proto == PROTO_TCP || p.tuple.proto == PROTO_UDP)
+        .map(|p| (p.tuple.sport, p.tuple.dport));
+    assert_eq!(
+        parse::ethernet_ports_fast(head, len),
+        want,
+        "ports read in place differ from the in-place parse's"
+    );
 }
 
 /// Parses the window three ways (clean, with stale bytes past `cap`, into a dirty output) and

@@ -65,6 +65,36 @@ impl Tuple {
     pub const fn is_set(&self) -> bool {
         self.family != 0
     }
+
+    /// The tuple's slot among `1 << bits` of the kernel's followed-flow hash (`FLOW_TUPLES`),
+    /// [`flow_slot_of`] its first four bytes of each address (an IPv4 address, an IPv6
+    /// address's prefix) and its ports.
+    #[inline(always)]
+    #[must_use]
+    pub fn flow_slot(&self, bits: u32) -> u32 {
+        let w = |a: &[u8; 16]| u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
+        flow_slot_of(w(&self.saddr), w(&self.daddr), self.sport, self.dport, bits)
+    }
+}
+
+/// A flow's slot among `1 << bits` (`bits` in 1..=32) of the kernel's followed-flow hash
+/// (`FLOW_TUPLES`): from the first four bytes of each address as a native `u32` (an IPv4
+/// address as it lies in memory) and the two ports (host order, as in a [`Tuple`]), the fields
+/// that tell flows apart; leaving the family and protocol out only adds collisions. The words
+/// are combined (the rotation makes the two directions of a flow differ) and mixed by
+/// MurmurHash3's 32-bit finaliser, whose high bits are kept: sequential ports spread as well
+/// as random ones.
+#[inline(always)]
+#[must_use]
+pub fn flow_slot_of(saddr: u32, daddr: u32, sport: u16, dport: u16, bits: u32) -> u32 {
+    let ports = (u32::from(sport) << 16) | u32::from(dport);
+    let mut h = (saddr ^ daddr.rotate_left(16)).wrapping_mul(0x9e37_79b1) ^ ports;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h >> (32 - bits)
 }
 
 /// Fields of a packet that NAT does not change, used to recognise the same packet at every
@@ -156,13 +186,20 @@ pub mod nf_patch {
     /// kernel whose vmlinux BTF lacks the struct (conntrack built as a module). `status`
     /// (8 bytes); `tuplehash[IP_CT_DIR_ORIGINAL].tuple.src.l3num` (2);
     /// `tuplehash[dir].tuple.src.u3.ip` and `.dst.u3.ip` of the original and reply directions
-    /// (4 each).
+    /// (4 each); `tuplehash[dir].tuple.src.u.all` and `.dst.u.all` of both directions (2 each,
+    /// network order: the ports of TCP and UDP); the original direction's
+    /// `tuple.dst.protonum` (1).
     pub const CT_STATUS: i16 = 0x7f40;
     pub const CT_ORIG_L3NUM: i16 = 0x7f48;
     pub const CT_ORIG_SRC: i16 = 0x7f50;
     pub const CT_ORIG_DST: i16 = 0x7f58;
     pub const CT_REPLY_SRC: i16 = 0x7f60;
     pub const CT_REPLY_DST: i16 = 0x7f68;
+    pub const CT_ORIG_SPORT: i16 = 0x7f70;
+    pub const CT_ORIG_DPORT: i16 = 0x7f78;
+    pub const CT_REPLY_SPORT: i16 = 0x7f80;
+    pub const CT_REPLY_DPORT: i16 = 0x7f88;
+    pub const CT_PROTO: i16 = 0x7f90;
     /// Helper id standing for the kfunc `bpf_rdonly_cast(const void *, u32 btf_id)`.
     pub const RDONLY_CAST: i32 = 0x7ff0;
     /// First and last immediate reserved for type-id placeholders.
@@ -416,8 +453,10 @@ impl Record {
 
 /// Indexes into the per-CPU `COUNTERS` array.
 pub mod counter {
-    /// Packets the tc programs parsed: every packet but those the IPv4 fast filter found
-    /// outside the filter from their addresses alone (`bpf_stats` counts every run).
+    /// Packets the tc programs looked at past their fast filters: every packet but those the
+    /// IPv4 fast filter found outside the filter from their addresses alone, and those of no
+    /// tracked address whose tuple the followed-flow hash rules out (`bpf_stats` counts every
+    /// run).
     pub const SEEN: u32 = 0;
     /// Packets that matched the filter (tracked address or flow).
     pub const MATCHED: u32 = 1;
@@ -590,6 +629,82 @@ impl Event {
     #[must_use]
     pub const fn is_reply(&self) -> bool {
         self.ct_info != ct::NONE && self.ct_info >= ct::IS_REPLY
+    }
+}
+
+#[cfg(test)]
+mod flow_slot_tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    const BITS: u32 = 17;
+
+    fn v4(s: [u8; 4], sport: u16, d: [u8; 4], dport: u16) -> Tuple {
+        let mut t = Tuple {
+            sport,
+            dport,
+            proto: PROTO_TCP,
+            family: FAMILY_IPV4,
+            ..Tuple::default()
+        };
+        t.saddr[..4].copy_from_slice(&s);
+        t.daddr[..4].copy_from_slice(&d);
+        t
+    }
+
+    /// Distinct slots among `n` tuples against what `n` uniformly random slots would fill.
+    fn fill(tuples: &[Tuple]) -> f64 {
+        let used: HashSet<u32> = tuples.iter().map(|t| t.flow_slot(BITS)).collect();
+        let slots = f64::from(1u32 << BITS);
+        let n = tuples.len() as f64;
+        let expected = slots * (1.0 - (-n / slots).exp());
+        used.len() as f64 / expected
+    }
+
+    #[test]
+    fn slots_are_in_range() {
+        let t = v4([10, 0, 0, 1], 1, [203, 0, 113, 80], 2);
+        for bits in [1, 8, 17, 32] {
+            assert!(u64::from(t.flow_slot(bits)) < 1u64 << bits, "{bits}");
+        }
+    }
+
+    #[test]
+    fn masqueraded_flows_between_two_addresses_spread_by_port() {
+        // The node's address to one outside host, sequential source ports: the case the
+        // address hash (FLOW_ADDRS) cannot tell apart.
+        let tuples: Vec<Tuple> = (0..8192u16)
+            .map(|i| v4([10, 13, 77, 4], 32768 + i, [203, 0, 113, 80], 443))
+            .collect();
+        let f = fill(&tuples);
+        assert!(f > 0.97, "{f}");
+        // Their replies too, and both directions together.
+        let replies: Vec<Tuple> = tuples.iter().map(Tuple::reversed).collect();
+        assert!(fill(&replies) > 0.97, "{}", fill(&replies));
+        let both: Vec<Tuple> = tuples.iter().chain(&replies).copied().collect();
+        assert!(fill(&both) > 0.97, "{}", fill(&both));
+    }
+
+    #[test]
+    fn many_clients_of_one_service_spread() {
+        // Pods of a /16 to one ClusterIP port, and the backend's replies.
+        let tuples: Vec<Tuple> = (0..16384u32)
+            .map(|i| {
+                let [_, _, c, d] = i.to_be_bytes();
+                v4([10, 244, c, d], 40000, [10, 0, 160, 10], 53)
+            })
+            .collect();
+        assert!(fill(&tuples) > 0.97, "{}", fill(&tuples));
+    }
+
+    #[test]
+    fn a_flow_and_its_reverse_take_different_slots() {
+        let differ = (0..1000u16)
+            .map(|i| v4([10, 13, 77, 46], 40000 + i, [10, 0, 160, 10], 5201))
+            .filter(|t| t.flow_slot(BITS) != t.reversed().flow_slot(BITS))
+            .count();
+        assert!(differ > 990, "{differ}");
     }
 }
 

@@ -179,6 +179,20 @@ pub const FAST_BYTES: usize = 28;
 /// parses such a packet exactly as from all its bytes.
 pub const FAST_PARSE_BYTES: usize = 36;
 
+/// Where the L4 header of a packet [`parse_ipv4_fast`] may take ends, `None` for a packet it
+/// leaves to the full parser whatever its protocol: shorter than [`FAST_BYTES`], IP options,
+/// or any fragment bit but DF.
+#[inline(always)]
+fn fast_l4_end(h: &[u8; FAST_PARSE_BYTES], cap: usize) -> Option<usize> {
+    let b16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    if cap < FAST_BYTES || h[0] != 0x45 || b16(6) & 0x3fff != 0 {
+        return None;
+    }
+    let total = usize::from(b16(2));
+    // As parse_ipv4: the L4 header ends at min(cap, total) (total < 20: cap).
+    Some(if total >= 20 { cap.min(total) } else { cap })
+}
+
 /// The commonest packet, parsed whole from its first [`FAST_PARSE_BYTES`] (the netfilter
 /// programs, which load them into registers; no window, no masking): an IPv4 header without
 /// options, not a fragment, carrying TCP, UDP or ICMP whose header fits in the packet. `cap` is
@@ -198,13 +212,7 @@ pub fn parse_ipv4_fast<'a>(
     let h = head;
     let b16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
     let b32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-    // Any fragment bit but DF: let the full parser decide.
-    if cap < FAST_BYTES || h[0] != 0x45 || b16(6) & 0x3fff != 0 {
-        return None;
-    }
-    let total = usize::from(b16(2));
-    // As parse_ipv4: the L4 header ends at min(cap, total) (total < 20: cap).
-    let end = if total >= 20 { cap.min(total) } else { cap };
+    let end = fast_l4_end(h, cap)?;
     // be32_partial of bytes 28..36: those at or past `end` read as zero.
     let partial = |from: usize| {
         let mut v = 0u32;
@@ -292,6 +300,36 @@ pub fn parse_ethernet_fast<'a>(
     let (_, ip) = head.split_first_chunk::<ETH_HLEN>()?;
     let ip: &[u8; FAST_PARSE_BYTES] = ip.try_into().ok()?;
     parse_ipv4_fast(ip, cap.saturating_sub(ETH_HLEN), out)
+}
+
+/// The ports of a TCP or UDP frame that [`parse_ethernet_fast`] takes, read without parsing
+/// the rest (host order, as its tuple holds them): `Some` exactly when it would return a TCP or
+/// UDP packet, with that packet's `sport` and `dport` (host test
+/// `fast_ports_agree_with_the_fast_parse`, fuzz target `parse_packet`). The tc programs hash
+/// them with the addresses to rule out followed flows before any parse.
+#[inline(always)]
+#[must_use]
+pub fn ethernet_ports_fast(head: &[u8; FAST_ETH_BYTES], len: u32) -> Option<(u16, u16)> {
+    if u16::from_be_bytes([head[12], head[13]]) != ETH_P_IP {
+        return None;
+    }
+    let cap = if len as usize > PKT_WINDOW {
+        PKT_WINDOW
+    } else {
+        len as usize
+    };
+    let (_, ip) = head.split_first_chunk::<ETH_HLEN>()?;
+    let ip: &[u8; FAST_PARSE_BYTES] = ip.try_into().ok()?;
+    let end = fast_l4_end(ip, cap.saturating_sub(ETH_HLEN))?;
+    match ip[9] {
+        PROTO_TCP if end >= 40 => {}
+        PROTO_UDP if end >= 28 => {}
+        _ => return None,
+    }
+    Some((
+        u16::from_be_bytes([ip[20], ip[21]]),
+        u16::from_be_bytes([ip[22], ip[23]]),
+    ))
 }
 
 /// The first [`FAST_ETH_BYTES`] of a frame, `None` when it is shorter (host tests, fuzzing).

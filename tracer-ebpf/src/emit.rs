@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, NatEventV4, TcEventV4, Tuple, counter,
-    filter,
+    filter, flow_slot_of,
     parse::{Parsed, Window},
 };
 
@@ -120,8 +120,9 @@ const FLOW_ADDR_SLOTS: usize = 1024;
 /// never back, before the flow's insert, as `FLOWS_PRESENT`) for each address of each IPv4
 /// flow [`track_flow`] follows. An address whose slot is 0 is in no followed flow; a set slot
 /// may be another address's. Bytes, not bits: a plain byte store needs no atomic
-/// read-modify-write against other CPUs. The netfilter enter programs ask it before they skip a
-/// packet by its conntrack entry.
+/// read-modify-write against other CPUs. The tc programs ask it before a packet of no tracked
+/// address goes on to the followed-flow checks, and the netfilter enter programs before they
+/// time a packet by its conntrack entry; for TCP and UDP both then ask [`FLOW_TUPLES`].
 #[unsafe(no_mangle)]
 static mut FLOW_ADDRS: [u8; FLOW_ADDR_SLOTS] = [0; FLOW_ADDR_SLOTS];
 
@@ -151,6 +152,66 @@ fn note_flow_addr(addr: u32) {
     unsafe {
         core::ptr::write_volatile(
             (&raw mut FLOW_ADDRS).cast::<u8>().add(flow_addr_slot(addr)),
+            1,
+        );
+    }
+}
+
+/// Bytes of [`FLOW_TUPLES`] (a power of two): twice the followed-flow table's default
+/// directions (65,536), so that it stays mostly zero while that table holds a few thousand.
+const FLOW_TUPLE_SLOTS: usize = 1 << FLOW_TUPLE_BITS;
+const FLOW_TUPLE_BITS: u32 = 17;
+
+/// The followed flows' tuples, hashed ([`flow_tuple_slot`]): a slot is set (to 1, never back,
+/// before the flow's insert, as `FLOWS_PRESENT`) for each direction of each flow [`track_flow`]
+/// follows. A tuple whose slot is 0 is not in `TRACKED_FLOWS`, so [`flow_followed`] needs no
+/// lookup in it (a hash of the 40-byte key and a bucket walk, the costliest part of a packet
+/// outside the filter once any flow is followed); a set slot may be another tuple's (false
+/// positives only, more of them the longer pktrace runs, since slots are never cleared). Unlike
+/// [`FLOW_ADDRS`] it tells apart the flows between two busy addresses (the node's address and
+/// an outside host, a ClusterIP and its backend) by their ports.
+#[unsafe(no_mangle)]
+static mut FLOW_TUPLES: [u8; FLOW_TUPLE_SLOTS] = [0; FLOW_TUPLE_SLOTS];
+
+/// Reads the [`FLOW_TUPLES`] slot of a flow ([`flow_slot_of`]).
+#[inline(always)]
+fn flow_slot_set(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
+    let slot = flow_slot_of(saddr, daddr, sport, dport, FLOW_TUPLE_BITS) as usize;
+    // SAFETY: a plain read of a global byte, the index masked to the array; programs on other
+    // CPUs only ever write 1.
+    unsafe {
+        core::ptr::read_volatile(
+            (&raw const FLOW_TUPLES)
+                .cast::<u8>()
+                .add(slot & (FLOW_TUPLE_SLOTS - 1)),
+        ) != 0
+    }
+}
+
+/// False when the tuple is certainly not a followed flow (its [`FLOW_TUPLES`] slot is 0).
+#[inline(always)]
+pub fn flow_tuple_maybe(t: &Tuple) -> bool {
+    flow_slot_set(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport)
+}
+
+/// [`flow_tuple_maybe`] for the IPv4 tuple of these addresses ([`word4`]) and ports (host
+/// order), without building it.
+#[inline(always)]
+pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
+    flow_slot_set(saddr, daddr, sport, dport)
+}
+
+/// Sets the [`FLOW_TUPLES`] slot of a tuple.
+#[inline(always)]
+fn note_flow_tuple(t: &Tuple) {
+    let slot = t.flow_slot(FLOW_TUPLE_BITS) as usize;
+    // SAFETY: a plain write of a global byte, the index masked to the array; every writer
+    // writes the same value.
+    unsafe {
+        core::ptr::write_volatile(
+            (&raw mut FLOW_TUPLES)
+                .cast::<u8>()
+                .add(slot & (FLOW_TUPLE_SLOTS - 1)),
             1,
         );
     }
@@ -212,11 +273,12 @@ pub fn is_tracked(t: &Tuple) -> bool {
     flow_followed(t)
 }
 
-/// True when the flow is followed (`TRACKED_FLOWS`; the lookup only once a flow was added).
+/// True when the flow is followed (`TRACKED_FLOWS`; the lookup only once a flow was added, and
+/// only for a tuple whose [`FLOW_TUPLES`] slot is set).
 #[inline(always)]
 pub fn flow_followed(t: &Tuple) -> bool {
     // SAFETY: the value is only tested for presence.
-    flows_present() && unsafe { TRACKED_FLOWS.get(t).is_some() }
+    flows_present() && flow_tuple_maybe(t) && unsafe { TRACKED_FLOWS.get(t).is_some() }
 }
 
 /// True when one of the tuple's addresses belongs to a traced pod.
@@ -256,6 +318,8 @@ pub fn track_flow(t: &Tuple) {
         note_flow_addr(word4(&t.saddr));
         note_flow_addr(word4(&t.daddr));
     }
+    note_flow_tuple(t);
+    note_flow_tuple(&rev);
     // SAFETY: a plain write of a global; every writer writes the same value.
     unsafe { core::ptr::write_volatile(&raw mut FLOWS_PRESENT, 1) };
     if TRACKED_FLOWS.insert(t, &1, u64::from(BPF_NOEXIST)).is_ok() {

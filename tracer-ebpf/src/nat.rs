@@ -29,13 +29,13 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    Event, FAMILY_IPV4, KernelOffsets, NatEventV4, PKT_WINDOW, PendingNat, Tuple, counter, ct,
-    flag, hook, kind, nf_patch, parse,
+    Event, FAMILY_IPV4, KernelOffsets, NatEventV4, PKT_WINDOW, PROTO_TCP, PROTO_UDP, PendingNat,
+    Tuple, counter, ct, flag, hook, kind, nf_patch, parse,
 };
 
 use crate::emit::{
-    count, emit, flow_addr_maybe, flow_followed, flows_present, has_tracked_addr, is_tracked,
-    scratch, trace_all, track_flow, v4_set, v4_tracked, word4,
+    count, emit, flow_addr_maybe, flow_followed, flow_v4_maybe, flows_present, has_tracked_addr,
+    is_tracked, scratch, trace_all, track_flow, v4_set, v4_tracked, word4,
 };
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
@@ -341,11 +341,15 @@ const CT_RELATED_REPLY: u64 = (ct::RELATED + ct::IS_REPLY) as u64;
 ///   a later NAT step in another namespace has an entry of that flow only), but a flow that
 ///   matches the packet before or after NAT holds only the entry's addresses; looking the
 ///   entry's tuples up in the flow table would cost more than reading the packet, so the
-///   check is on addresses: every address of a followed IPv4 flow is noted in `FLOW_ADDRS`
-///   before the flow is inserted (`track_flow`), and when no flow is followed
-///   (`FLOWS_PRESENT` unset) or none of the four addresses is noted (no false negatives, some
-///   false positives), skip. With a tracked address, or `--trace-all`, it is read and timed: this also times an
-///   established connection that NAT rewrites into a traced pod's packet (DNAT to the pod).
+///   check is on hashes noted before each flow is inserted (`track_flow`): when no flow is
+///   followed (`FLOWS_PRESENT` unset), or none of the four addresses is noted in
+///   `FLOW_ADDRS`, skip; then for TCP and UDP, when neither of the entry's two tuples
+///   (addresses and ports) has its `FLOW_TUPLES` slot set, skip (the packet before NAT is one
+///   of them, after NAT the reverse of the other, and a flow's two directions are noted
+///   together). Other protocols' entries hold no ports a `Tuple` has (ICMP's type and code):
+///   timed. No false negatives, some false positives. With a tracked address, or
+///   `--trace-all`, it is read and timed: this also times an established connection that NAT
+///   rewrites into a traced pod's packet (DNAT to the pod).
 /// - Anything else (the first packet of a connection, RELATED, IPv6, a kernel whose vmlinux
 ///   BTF has no `struct nf_conn`, where the loader makes every `CT_*` load 0, an address set
 ///   the IPv4 set cannot answer): the packet decides.
@@ -399,12 +403,35 @@ fn conntrack(nfct: u64, hook_num: u8) -> Conntrack {
     if v4_tracked(set, a, b) || v4_tracked(set, x, y) {
         return Conntrack::Time;
     }
-    if flows_present()
-        && (flow_addr_maybe(a) || flow_addr_maybe(b) || flow_addr_maybe(x) || flow_addr_maybe(y))
+    if !flows_present()
+        || !(flow_addr_maybe(a) || flow_addr_maybe(b) || flow_addr_maybe(x) || flow_addr_maybe(y))
     {
-        return Conntrack::Time;
+        return Conntrack::Skip;
     }
-    Conntrack::Skip
+    // An address is in a followed flow (the node's address, for instance, in every followed
+    // masqueraded flow): for TCP and UDP, the ports tell.
+    let proto: u8 = load(c, nf_patch::CT_PROTO);
+    if proto == PROTO_TCP || proto == PROTO_UDP {
+        // The ports as a `Tuple` holds them (host order).
+        let port = |ph| u16::from_be(load::<u16>(c, ph));
+        let followed = flow_v4_maybe(
+            a,
+            b,
+            port(nf_patch::CT_ORIG_SPORT),
+            port(nf_patch::CT_ORIG_DPORT),
+        ) || flow_v4_maybe(
+            x,
+            y,
+            port(nf_patch::CT_REPLY_SPORT),
+            port(nf_patch::CT_REPLY_DPORT),
+        );
+        return if followed {
+            Conntrack::Time
+        } else {
+            Conntrack::Skip
+        };
+    }
+    Conntrack::Time
 }
 
 /// `IP_CT_ESTABLISHED` and `IP_CT_ESTABLISHED_REPLY` (`enum ip_conntrack_info`).

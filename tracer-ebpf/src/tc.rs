@@ -14,7 +14,8 @@ use tracer_common::{
 };
 
 use crate::emit::{
-    count, emit, flow_followed, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked,
+    count, emit, flow_addr_maybe, flow_followed, flow_tuple_maybe, flow_v4_maybe, flows_present,
+    is_tracked, scratch, trace_all, v4_set, v4_tracked,
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
@@ -57,9 +58,11 @@ enum Verdict {
 /// The fast filter's verdict on a frame from its linear bytes in place (no copy, no parse):
 /// for an IPv4 frame without VLAN tags whose header the parser would accept (version 4, IHL ≥
 /// 5, all 20 bytes present), whether either address is in the IPv4 fast filter, and when
-/// neither is, whether a followed flow could still match. The full path reads the same two
-/// addresses from the same bytes, so it would reach the same verdict; [`Verdict::Unknown`]
-/// sends a packet through it with every check.
+/// neither is, whether a followed flow could still match (outside when none is followed, when
+/// neither address is noted in the followed flows' address hash, or, for TCP and UDP, when the
+/// followed-flow hash's slot of the addresses and ports is clear). The full path reads the
+/// same two addresses from the same bytes, so it would reach the same verdict;
+/// [`Verdict::Unknown`] sends a packet through it with every check.
 #[inline(always)]
 fn fast_verdict(ctx: &TcContext) -> Verdict {
     if trace_all() {
@@ -87,12 +90,27 @@ fn fast_verdict(ctx: &TcContext) -> Verdict {
         return Verdict::Unknown;
     }
     if v4_tracked(set, saddr, daddr) {
-        Verdict::Tracked
-    } else if flows_present() {
-        Verdict::NoAddr
-    } else {
-        Verdict::Outside
+        return Verdict::Tracked;
     }
+    if !flows_present() || !(flow_addr_maybe(saddr) || flow_addr_maybe(daddr)) {
+        return Verdict::Outside;
+    }
+    // A followed flow could hold the packet: for TCP and UDP its ports, read in place, and its
+    // addresses give the followed-flow hash's slot, which rules most such packets out without
+    // a parse (the same tuple the parse would give, so the same answer as the slot check
+    // after it).
+    if data + FAST_ETH_BYTES <= end {
+        // SAFETY: the FAST_ETH_BYTES bytes at `data` are within the packet's linear data
+        // (checked above; the verifier checks it again); a byte array has no alignment
+        // requirement.
+        let head = unsafe { &*(data as *const [u8; FAST_ETH_BYTES]) };
+        if let Some((sport, dport)) = parse::ethernet_ports_fast(head, ctx.len())
+            && !flow_v4_maybe(saddr, daddr, sport, dport)
+        {
+            return Verdict::Outside;
+        }
+    }
+    Verdict::NoAddr
 }
 
 /// The frame parsed in place from its linear bytes when [`parse::parse_ethernet_fast`] applies
@@ -120,13 +138,18 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     if verdict == Verdict::Outside {
         return Ok(());
     }
-    // Not counted before the fast verdict: the per-CPU counter's cache line would be one more
-    // for every packet outside the filter.
-    count(counter::SEEN);
     let len = ctx.len();
     // On the stack: no per-CPU scratch (two more cache lines) for the commonest frames.
     let mut fast = MaybeUninit::uninit();
     if let Some(parsed) = parse_in_place(ctx, len, &mut fast) {
+        // A packet of no tracked address whose tuple's followed-flow slot is clear is outside
+        // the filter: returned before it is counted, as the fast verdict's.
+        if verdict == Verdict::NoAddr && !flow_tuple_maybe(&parsed.tuple) {
+            return Ok(());
+        }
+        // Not counted before the filters: the per-CPU counter's cache line would be one more
+        // for every packet outside the filter.
+        count(counter::SEEN);
         // The tuple's addresses are the bytes the verdict read: it stands for the address
         // half of the filter.
         let tracked = match verdict {
@@ -139,6 +162,7 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         }
         return Ok(());
     }
+    count(counter::SEEN);
     if len < MIN_FRAME {
         return Err(());
     }

@@ -339,3 +339,50 @@ fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
         assert_eq!(part, full, "proto {proto}, {} bytes", pkt.len());
     }
 }
+
+/// [`ethernet_ports_fast`] answers exactly for the frames [`parse_ethernet_fast`] parses as TCP
+/// or UDP, with their ports, at every length and as the head of a GSO packet.
+#[test]
+fn fast_ports_agree_with_the_fast_parse() {
+    let mut fragment = eth(0x0800);
+    let l4 = udp(7, 8, &[0; 32]);
+    fragment.extend(ipv4(PROTO_UDP, l4.len(), 5, 0x2000, &[], SRC, DST));
+    fragment.extend(&l4);
+    let mut options = eth(0x0800);
+    let l4 = udp(7, 8, &[0; 32]);
+    options.extend(ipv4(PROTO_UDP, l4.len(), 1, 0, &[1, 1, 1, 0], SRC, DST));
+    options.extend(&l4);
+    let mut tagged = eth(0x8100);
+    vlan(&mut tagged, 0x0800);
+    tagged.extend(ipv4(PROTO_UDP, 12, 1, 0, &[], SRC, DST));
+    tagged.extend(udp(7, 8, b"abcd"));
+    let frames = [
+        v4_frame(&tcp(40000, 443, 1, 2, 0x10, 512), PROTO_TCP),
+        v4_frame(&udp(5353, 53, &[0x5a; 40]), PROTO_UDP),
+        v4_frame(&udp(5353, 53, &[]), PROTO_UDP),
+        v4_frame(&icmp_echo(8, 77, 1, &[1; 20]), PROTO_ICMP),
+        fragment,
+        options,
+        tagged,
+    ];
+    let mut answered = 0;
+    for frame in &frames {
+        let mut padded = frame.clone();
+        padded.resize(padded.len().max(FAST_ETH_BYTES), 0xee);
+        let head: &[u8; FAST_ETH_BYTES] = padded[..FAST_ETH_BYTES].try_into().unwrap();
+        for len in (0..=frame.len() as u32).chain([1500, 65_000]) {
+            let mut slot = MaybeUninit::uninit();
+            let want = parse_ethernet_fast(head, len, &mut slot)
+                .filter(|p| p.tuple.proto == PROTO_TCP || p.tuple.proto == PROTO_UDP)
+                .map(|p| (p.tuple.sport, p.tuple.dport));
+            assert_eq!(
+                ethernet_ports_fast(head, len),
+                want,
+                "{frame:02x?}, len {len}"
+            );
+            answered += usize::from(want.is_some());
+        }
+    }
+    // Not vacuous: the TCP and UDP frames are answered at their full length and beyond.
+    assert!(answered >= 6, "{answered}");
+}

@@ -625,6 +625,11 @@ pub struct ConnOffsets {
     pub orig_dst: u32,
     pub reply_src: u32,
     pub reply_dst: u32,
+    pub orig_sport: u32,
+    pub orig_dport: u32,
+    pub reply_sport: u32,
+    pub reply_dport: u32,
+    pub proto: u32,
 }
 
 impl ConnOffsets {
@@ -638,6 +643,7 @@ impl ConnOffsets {
             let stride = btf.struct_size("nf_conntrack_tuple_hash")?;
             let in_hash = |path| btf.struct_member_offset("nf_conntrack_tuple_hash", path);
             let (src, dst) = (in_hash("tuple.src.u3")?, in_hash("tuple.dst.u3")?);
+            let (sport, dport) = (in_hash("tuple.src.u")?, in_hash("tuple.dst.u")?);
             Ok(Self {
                 status: btf.struct_member_offset("nf_conn", "status")?,
                 orig_l3num: hash + in_hash("tuple.src.l3num")?,
@@ -645,6 +651,11 @@ impl ConnOffsets {
                 orig_dst: hash + dst,
                 reply_src: hash + stride + src,
                 reply_dst: hash + stride + dst,
+                orig_sport: hash + sport,
+                orig_dport: hash + dport,
+                reply_sport: hash + stride + sport,
+                reply_dport: hash + stride + dport,
+                proto: hash + in_hash("tuple.dst.protonum")?,
             })
         })();
         match found {
@@ -658,7 +669,7 @@ impl ConnOffsets {
     }
 
     /// The `CT_*` load patches: the offsets, or `dst = 0` for every load without them.
-    fn loads(this: Option<Self>) -> [LoadPatch; 6] {
+    fn loads(this: Option<Self>) -> [LoadPatch; 11] {
         let at = |f: fn(&Self) -> u32| this.map(|o| i16::try_from(f(&o)).unwrap_or(i16::MAX));
         let load = |placeholder, what, bytes, offset| LoadPatch {
             placeholder,
@@ -698,6 +709,31 @@ impl ConnOffsets {
                 4,
                 at(|o| o.reply_dst),
             ),
+            load(
+                nf_patch::CT_ORIG_SPORT,
+                "nf_conn original source port",
+                2,
+                at(|o| o.orig_sport),
+            ),
+            load(
+                nf_patch::CT_ORIG_DPORT,
+                "nf_conn original destination port",
+                2,
+                at(|o| o.orig_dport),
+            ),
+            load(
+                nf_patch::CT_REPLY_SPORT,
+                "nf_conn reply source port",
+                2,
+                at(|o| o.reply_sport),
+            ),
+            load(
+                nf_patch::CT_REPLY_DPORT,
+                "nf_conn reply destination port",
+                2,
+                at(|o| o.reply_dport),
+            ),
+            load(nf_patch::CT_PROTO, "nf_conn protocol", 1, at(|o| o.proto)),
         ]
     }
 }
@@ -807,6 +843,11 @@ impl Used {
             (nf_patch::CT_ORIG_DST, "nf_conn original destination"),
             (nf_patch::CT_REPLY_SRC, "nf_conn reply source"),
             (nf_patch::CT_REPLY_DST, "nf_conn reply destination"),
+            (nf_patch::CT_ORIG_SPORT, "nf_conn original source port"),
+            (nf_patch::CT_ORIG_DPORT, "nf_conn original destination port"),
+            (nf_patch::CT_REPLY_SPORT, "nf_conn reply source port"),
+            (nf_patch::CT_REPLY_DPORT, "nf_conn reply destination port"),
+            (nf_patch::CT_PROTO, "nf_conn protocol"),
         ];
         for (ph, what) in loads {
             if !self.loads.contains(&ph) {
@@ -1226,6 +1267,11 @@ mod tests {
         orig_dst: 64,
         reply_src: 96,
         reply_dst: 120,
+        orig_sport: 56,
+        orig_dport: 80,
+        reply_sport: 112,
+        reply_dport: 136,
+        proto: 82,
     };
 
     /// Patches as a kernel with these offsets and ids would give them; `_nfct` as `nfct`,
@@ -1271,6 +1317,7 @@ mod tests {
     const LDX_W: u8 = 0x61;
     const STX_W: u8 = 0x63;
     const LDX_H: u8 = 0x69;
+    const LDX_B: u8 = 0x71;
 
     /// A program shaped like the compiled `nf_*` programs: every placeholder once, among
     /// instructions the patcher must leave alone.
@@ -1303,8 +1350,13 @@ mod tests {
             insn(LDX_W, 4, 0, nf_patch::CT_ORIG_DST, 0), // 24
             insn(LDX_W, 5, 0, nf_patch::CT_REPLY_SRC, 0), // 25
             insn(LDX_W, 6, 0, nf_patch::CT_REPLY_DST, 0), // 26
-            insn(MOV64_IMM, 0, 0, 0, 1),              // 27
-            insn(0x95, 0, 0, 0, 0),                   // 28
+            insn(LDX_H, 7, 0, nf_patch::CT_ORIG_SPORT, 0), // 27
+            insn(LDX_H, 8, 0, nf_patch::CT_ORIG_DPORT, 0), // 28
+            insn(LDX_H, 9, 0, nf_patch::CT_REPLY_SPORT, 0), // 29
+            insn(LDX_H, 1, 0, nf_patch::CT_REPLY_DPORT, 0), // 30
+            insn(LDX_B, 2, 0, nf_patch::CT_PROTO, 0), // 31
+            insn(MOV64_IMM, 0, 0, 0, 1),              // 32
+            insn(0x95, 0, 0, 0, 0),                   // 33
         ]
     }
 
@@ -1345,11 +1397,16 @@ mod tests {
             (LDX_W, 4, 0, 64, 0),
             (LDX_W, 5, 0, 96, 0),
             (LDX_W, 6, 0, 120, 0),
+            (LDX_H, 7, 0, 56, 0),
+            (LDX_H, 8, 0, 80, 0),
+            (LDX_H, 9, 0, 112, 0),
+            (LDX_H, 1, 0, 136, 0),
+            (LDX_B, 2, 0, 82, 0),
         ];
         for (i, w) in want.iter().enumerate() {
             assert_eq!(fields(&insns[21 + i]), *w, "instruction {}", 21 + i);
         }
-        for i in [4, 5, 6, 9, 16, 17, 18, 27, 28] {
+        for i in [4, 5, 6, 9, 16, 17, 18, 32, 33] {
             assert_eq!(
                 fields(&insns[i]),
                 fields(&original[i]),
@@ -1380,7 +1437,7 @@ mod tests {
         used.check().unwrap();
         assert_eq!(fields(&insns[19]), (MOV64_IMM, 2, 0, 0, 5_001));
         assert_eq!(fields(&insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
-        for (i, dst) in (21..27).zip(1..) {
+        for (i, dst) in (21..32).zip([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]) {
             assert_eq!(
                 fields(&insns[i]),
                 (MOV64_IMM, dst, 0, 0, 0),
@@ -1411,6 +1468,15 @@ mod tests {
             "{o:?}"
         );
         assert!(o.reply_dst < o.status, "{o:?}");
+        // Each address's ports right after it (`union nf_inet_addr` is 16 bytes), the
+        // protocol after the destination port.
+        assert_eq!(
+            (o.orig_sport, o.orig_dport),
+            (o.orig_src + 16, o.orig_dst + 16)
+        );
+        assert_eq!(o.reply_sport - o.orig_sport, stride);
+        assert_eq!(o.reply_dport - o.orig_dport, stride);
+        assert_eq!(o.proto, o.orig_dport + 2, "{o:?}");
     }
 
     #[test]
