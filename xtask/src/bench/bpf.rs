@@ -151,6 +151,8 @@ pub struct KernelCounters {
     pub matched: u64,
     pub emitted: u64,
     pub ringbuf_full: u64,
+    /// Flows the NAT programs began to follow (`FLOWS_ADDED`).
+    pub flows_added: u64,
 }
 
 impl KernelCounters {
@@ -162,6 +164,7 @@ impl KernelCounters {
             matched: self.matched.saturating_sub(earlier.matched),
             emitted: self.emitted.saturating_sub(earlier.emitted),
             ringbuf_full: self.ringbuf_full.saturating_sub(earlier.ringbuf_full),
+            flows_added: self.flows_added.saturating_sub(earlier.flows_added),
         }
     }
 }
@@ -188,7 +191,7 @@ pub fn counters(id: u32) -> Result<KernelCounters> {
         ["-j", "map", "dump", "id", &id.to_string()],
     ))?;
     let json: Value = serde_json::from_str(&text).context("parsing `bpftool -j map dump`")?;
-    let mut sums = [0u64; 4];
+    let mut sums = [0u64; 7];
     for entry in json.as_array().into_iter().flatten() {
         let Some(index) = entry
             .get("key")
@@ -208,12 +211,14 @@ pub fn counters(id: u32) -> Result<KernelCounters> {
                 .fold(0, u64::wrapping_add);
         }
     }
-    let [seen, matched, emitted, ringbuf_full] = sums;
+    // Indexes 4 (UNPARSED) and 5 (NAT_SEEN) are not reported.
+    let [seen, matched, emitted, ringbuf_full, _, _, flows_added] = sums;
     Ok(KernelCounters {
         seen,
         matched,
         emitted,
         ringbuf_full,
+        flows_added,
     })
 }
 

@@ -49,10 +49,20 @@ pub enum Frame {
     EmittedUdp,
     /// A TCP ACK with timestamps (66 bytes) from the client pod to the outside host: emitted.
     EmittedTcp,
+    /// [`Frame::Outside`] once pktrace follows a flow (the client's datagram through
+    /// MASQUERADE): the frame goes past the address check to the followed-flow check.
+    OutsideFollowing,
 }
 
 impl Frame {
-    pub const ALL: [Self; 3] = [Self::Outside, Self::EmittedUdp, Self::EmittedTcp];
+    /// In the order each round runs them: [`Frame::OutsideFollowing`] last, since a followed
+    /// flow stays followed until pktrace stops.
+    pub const ALL: [Self; 4] = [
+        Self::Outside,
+        Self::EmittedUdp,
+        Self::EmittedTcp,
+        Self::OutsideFollowing,
+    ];
 
     #[must_use]
     pub const fn key(self) -> &'static str {
@@ -60,6 +70,7 @@ impl Frame {
             Self::Outside => "outside_udp",
             Self::EmittedUdp => "emitted_udp",
             Self::EmittedTcp => "emitted_tcp",
+            Self::OutsideFollowing => "outside_udp_following",
         }
     }
 
@@ -69,12 +80,13 @@ impl Frame {
             Self::Outside => "outside the filter (UDP 64 B, another pod)",
             Self::EmittedUdp => "emitted (UDP 64 B, the traced pod)",
             Self::EmittedTcp => "emitted (TCP ACK 66 B, the traced pod)",
+            Self::OutsideFollowing => "outside the filter, a flow followed (UDP 64 B, another pod)",
         }
     }
 
     pub(super) fn bytes(self) -> Vec<u8> {
         match self {
-            Self::Outside => frame(OTHER.ip, Proto::Udp),
+            Self::Outside | Self::OutsideFollowing => frame(OTHER.ip, Proto::Udp),
             Self::EmittedUdp => frame(CLIENT.ip, Proto::Udp),
             Self::EmittedTcp => frame(CLIENT.ip, Proto::Tcp),
         }
@@ -158,6 +170,9 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
             up.push((binary, prog, tracer));
         }
         for (frame, path) in &frames {
+            if *frame == Frame::OutsideFollowing {
+                follow_a_flow(&up)?;
+            }
             let mut calls = vec![Vec::with_capacity(CALLS); up.len()];
             for _ in 0..CALLS {
                 for (i, (_, prog, _)) in up.iter().enumerate() {
@@ -185,6 +200,23 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
         }
     }
     Ok(out)
+}
+
+/// Makes every loaded pktrace follow a flow: the client pod (which they trace) sends one
+/// datagram through MASQUERADE, which each binary's NAT programs must count.
+fn follow_a_flow(up: &[(Binary, u32, Tracer)]) -> Result<()> {
+    let Some((_, _, first)) = up.first() else {
+        return Ok(());
+    };
+    first.follow_a_flow(CLIENT)?;
+    for (binary, _, tracer) in up {
+        anyhow::ensure!(
+            tracer.counters()?.flows_added > 0,
+            "the {} pktrace followed no flow after the client's datagram",
+            binary.key()
+        );
+    }
+    Ok(())
 }
 
 /// Writes the `struct __sk_buff` a test run is given as context: a frame leaving by the node's

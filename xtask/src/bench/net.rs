@@ -47,6 +47,8 @@ pub const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 160, 10);
 pub const OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 80);
 /// iperf3's port, on the backend pod and on the outside host.
 pub const IPERF_PORT: u16 = 5201;
+/// A port nothing listens on at the outside host: [`send_masqueraded`]'s datagram.
+const CLOSED_PORT: u16 = 9;
 /// Interfaces pktrace attaches to in the bench (its default list).
 pub const INTERFACES: &str = "eth0,azure0,azv*";
 /// kube-proxy + ip-masq-agent nat rules of the node.
@@ -87,6 +89,17 @@ pub const OTHER: BenchPod = BenchPod {
     host_if: "azvbe000000007",
 };
 const PODS: [BenchPod; 3] = [CLIENT, BACKEND, OTHER];
+
+/// Sends one UDP datagram from `pod` to a closed port of the outside host, through the node's
+/// MASQUERADE: when pktrace traces `pod`, its NAT programs then follow the masqueraded flow
+/// (the node's address and the outside host), as they do on a node whose traced pod talks to
+/// the outside. The outside host answers with an ICMP port unreachable.
+pub fn send_masqueraded(pod: BenchPod) -> Result<()> {
+    let script = format!("echo pktrace-bench > /dev/udp/{OUTSIDE_IP}/{CLOSED_PORT}");
+    output(&mut in_ns(pod.netns, "bash", ["-c", script.as_str()]))
+        .with_context(|| format!("sending a datagram from {} to {OUTSIDE_IP}", pod.netns))?;
+    Ok(())
+}
 
 /// The bench's namespaces; dropping this kills their processes and deletes them.
 #[must_use = "the namespaces are deleted when the guard is dropped"]

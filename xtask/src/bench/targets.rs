@@ -97,7 +97,7 @@ pub fn targets(r: &Results) -> Table {
             Condition::OtherPod,
             50.0,
             "outside the filter",
-            &[Frame::Outside][..],
+            &[Frame::OutsideFollowing][..],
         ),
         (
             Condition::ClientPod,

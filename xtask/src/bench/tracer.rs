@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     bpf::{self, KernelCounters},
-    net::{CLIENT, INTERFACES, NODE_NS, OTHER},
+    net::{BenchPod, CLIENT, INTERFACES, NODE_NS, OTHER, send_masqueraded},
     proc::{Bg, Memory, TRACER_CPU, cpu_seconds, memory_kib, pinned, tail},
 };
 
@@ -30,7 +30,11 @@ pub enum Condition {
     Untraced,
     /// `pktrace --pod-ip <client>`: every packet of the stream is emitted.
     ClientPod,
-    /// `pktrace --pod-ip <another pod>`: the stream's packets are outside the filter.
+    /// `pktrace --pod-ip <another pod>`: the stream's packets are outside the filter. That pod
+    /// sends one datagram through the node's MASQUERADE once pktrace is ready, so that a flow
+    /// is followed, as on a node whose traced pod talks to the outside: the stream's packets
+    /// then go past the filter's address check (the node's address and the outside host are
+    /// in a followed flow) to the followed-flow check.
     OtherPod,
     /// `pktrace --trace-all`: every packet on the hooks is emitted.
     TraceAll,
@@ -244,8 +248,29 @@ impl Tracer {
             tracer.counters_map = Some(bpf::counters_map(&maps)?);
             tracer.prog_ids = progs;
         }
+        if condition == Condition::OtherPod {
+            tracer.follow_a_flow(OTHER)?;
+        }
         tracer.bg.check_alive()?;
         Ok(Some(tracer))
+    }
+
+    /// Makes pktrace follow a flow: `pod` (which it traces) sends a datagram through the node's
+    /// MASQUERADE; fails unless its NAT programs count a new followed flow within a second.
+    pub fn follow_a_flow(&self, pod: BenchPod) -> Result<()> {
+        let before = self.counters()?.flows_added;
+        send_masqueraded(pod)?;
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.counters()?.flows_added == before {
+            if Instant::now() > deadline {
+                bail!(
+                    "pktrace followed no flow after {}'s datagram through MASQUERADE",
+                    pod.netns
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     #[must_use]
