@@ -288,10 +288,21 @@ pub fn parse_ethernet_fast<'a>(
     len: u32,
     out: &'a mut MaybeUninit<Parsed>,
 ) -> Option<&'a mut Parsed> {
+    let (ip, cap) = ipv4_of_frame(head, len)?;
+    parse_ipv4_fast(ip, cap, out)
+}
+
+/// The IPv4 packet of a plain Ethernet frame's first [`FAST_ETH_BYTES`], and how many of its
+/// bytes [`parse_ethernet`] would read (the frame's first min(`len`, [`PKT_WINDOW`]) bytes,
+/// less the Ethernet header); `None` when the ethertype is not IPv4.
+#[inline(always)]
+fn ipv4_of_frame(
+    head: &[u8; FAST_ETH_BYTES],
+    len: u32,
+) -> Option<(&[u8; FAST_PARSE_BYTES], usize)> {
     if u16::from_be_bytes([head[12], head[13]]) != ETH_P_IP {
         return None;
     }
-    // parse_ethernet reads the IP packet from the frame's first min(len, PKT_WINDOW) bytes.
     let cap = if len as usize > PKT_WINDOW {
         PKT_WINDOW
     } else {
@@ -299,7 +310,7 @@ pub fn parse_ethernet_fast<'a>(
     };
     let (_, ip) = head.split_first_chunk::<ETH_HLEN>()?;
     let ip: &[u8; FAST_PARSE_BYTES] = ip.try_into().ok()?;
-    parse_ipv4_fast(ip, cap.saturating_sub(ETH_HLEN), out)
+    Some((ip, cap.saturating_sub(ETH_HLEN)))
 }
 
 /// The ports of a TCP or UDP frame that [`parse_ethernet_fast`] takes, read without parsing
@@ -310,17 +321,8 @@ pub fn parse_ethernet_fast<'a>(
 #[inline(always)]
 #[must_use]
 pub fn ethernet_ports_fast(head: &[u8; FAST_ETH_BYTES], len: u32) -> Option<(u16, u16)> {
-    if u16::from_be_bytes([head[12], head[13]]) != ETH_P_IP {
-        return None;
-    }
-    let cap = if len as usize > PKT_WINDOW {
-        PKT_WINDOW
-    } else {
-        len as usize
-    };
-    let (_, ip) = head.split_first_chunk::<ETH_HLEN>()?;
-    let ip: &[u8; FAST_PARSE_BYTES] = ip.try_into().ok()?;
-    let end = fast_l4_end(ip, cap.saturating_sub(ETH_HLEN))?;
+    let (ip, cap) = ipv4_of_frame(head, len)?;
+    let end = fast_l4_end(ip, cap)?;
     match ip[9] {
         PROTO_TCP if end >= 40 => {}
         PROTO_UDP if end >= 28 => {}

@@ -632,6 +632,59 @@ pub struct ConnOffsets {
     pub proto: u32,
 }
 
+/// The `struct nf_conn` placeholder loads ([`nf_patch`]'s `CT_*`): what each reads, its size in
+/// bytes, and its offset in [`ConnOffsets`].
+type CtLoad = (i16, &'static str, u8, fn(&ConnOffsets) -> u32);
+const CT_LOADS: [CtLoad; 11] = [
+    (nf_patch::CT_STATUS, "nf_conn.status", 8, |o| o.status),
+    (nf_patch::CT_ORIG_L3NUM, "nf_conn original l3num", 2, |o| {
+        o.orig_l3num
+    }),
+    (nf_patch::CT_ORIG_SRC, "nf_conn original source", 4, |o| {
+        o.orig_src
+    }),
+    (
+        nf_patch::CT_ORIG_DST,
+        "nf_conn original destination",
+        4,
+        |o| o.orig_dst,
+    ),
+    (nf_patch::CT_REPLY_SRC, "nf_conn reply source", 4, |o| {
+        o.reply_src
+    }),
+    (
+        nf_patch::CT_REPLY_DST,
+        "nf_conn reply destination",
+        4,
+        |o| o.reply_dst,
+    ),
+    (
+        nf_patch::CT_ORIG_SPORT,
+        "nf_conn original source port",
+        2,
+        |o| o.orig_sport,
+    ),
+    (
+        nf_patch::CT_ORIG_DPORT,
+        "nf_conn original destination port",
+        2,
+        |o| o.orig_dport,
+    ),
+    (
+        nf_patch::CT_REPLY_SPORT,
+        "nf_conn reply source port",
+        2,
+        |o| o.reply_sport,
+    ),
+    (
+        nf_patch::CT_REPLY_DPORT,
+        "nf_conn reply destination port",
+        2,
+        |o| o.reply_dport,
+    ),
+    (nf_patch::CT_PROTO, "nf_conn protocol", 1, |o| o.proto),
+];
+
 impl ConnOffsets {
     /// The offsets from `btf`; `Ok(None)` when it has no `struct nf_conn` or lacks one of the
     /// members (conntrack built as a module keeps its types in the module's BTF, which
@@ -669,72 +722,13 @@ impl ConnOffsets {
     }
 
     /// The `CT_*` load patches: the offsets, or `dst = 0` for every load without them.
-    fn loads(this: Option<Self>) -> [LoadPatch; 11] {
-        let at = |f: fn(&Self) -> u32| this.map(|o| i16::try_from(f(&o)).unwrap_or(i16::MAX));
-        let load = |placeholder, what, bytes, offset| LoadPatch {
+    fn loads(this: Option<Self>) -> [LoadPatch; CT_LOADS.len()] {
+        CT_LOADS.map(|(placeholder, what, bytes, member)| LoadPatch {
             placeholder,
             what,
             bytes,
-            offset,
-        };
-        [
-            load(nf_patch::CT_STATUS, "nf_conn.status", 8, at(|o| o.status)),
-            load(
-                nf_patch::CT_ORIG_L3NUM,
-                "nf_conn original l3num",
-                2,
-                at(|o| o.orig_l3num),
-            ),
-            load(
-                nf_patch::CT_ORIG_SRC,
-                "nf_conn original source",
-                4,
-                at(|o| o.orig_src),
-            ),
-            load(
-                nf_patch::CT_ORIG_DST,
-                "nf_conn original destination",
-                4,
-                at(|o| o.orig_dst),
-            ),
-            load(
-                nf_patch::CT_REPLY_SRC,
-                "nf_conn reply source",
-                4,
-                at(|o| o.reply_src),
-            ),
-            load(
-                nf_patch::CT_REPLY_DST,
-                "nf_conn reply destination",
-                4,
-                at(|o| o.reply_dst),
-            ),
-            load(
-                nf_patch::CT_ORIG_SPORT,
-                "nf_conn original source port",
-                2,
-                at(|o| o.orig_sport),
-            ),
-            load(
-                nf_patch::CT_ORIG_DPORT,
-                "nf_conn original destination port",
-                2,
-                at(|o| o.orig_dport),
-            ),
-            load(
-                nf_patch::CT_REPLY_SPORT,
-                "nf_conn reply source port",
-                2,
-                at(|o| o.reply_sport),
-            ),
-            load(
-                nf_patch::CT_REPLY_DPORT,
-                "nf_conn reply destination port",
-                2,
-                at(|o| o.reply_dport),
-            ),
-            load(nf_patch::CT_PROTO, "nf_conn protocol", 1, at(|o| o.proto)),
-        ]
+            offset: this.map(|o| i16::try_from(member(&o)).unwrap_or(i16::MAX)),
+        })
     }
 }
 
@@ -837,19 +831,9 @@ impl Used {
             (nf_patch::SKB_MARK, "sk_buff.mark"),
             (nf_patch::SKB_NFCT, "sk_buff._nfct"),
             (nf_patch::DEV_IFINDEX, "net_device.ifindex"),
-            (nf_patch::CT_STATUS, "nf_conn.status"),
-            (nf_patch::CT_ORIG_L3NUM, "nf_conn original l3num"),
-            (nf_patch::CT_ORIG_SRC, "nf_conn original source"),
-            (nf_patch::CT_ORIG_DST, "nf_conn original destination"),
-            (nf_patch::CT_REPLY_SRC, "nf_conn reply source"),
-            (nf_patch::CT_REPLY_DST, "nf_conn reply destination"),
-            (nf_patch::CT_ORIG_SPORT, "nf_conn original source port"),
-            (nf_patch::CT_ORIG_DPORT, "nf_conn original destination port"),
-            (nf_patch::CT_REPLY_SPORT, "nf_conn reply source port"),
-            (nf_patch::CT_REPLY_DPORT, "nf_conn reply destination port"),
-            (nf_patch::CT_PROTO, "nf_conn protocol"),
         ];
-        for (ph, what) in loads {
+        let ct = CT_LOADS.iter().map(|&(ph, what, _, _)| (ph, what));
+        for (ph, what) in loads.into_iter().chain(ct) {
             if !self.loads.contains(&ph) {
                 return Err(AttachError::PatchUnused { what });
             }
