@@ -453,10 +453,9 @@ impl Record {
 
 /// Indexes into the per-CPU `COUNTERS` array.
 pub mod counter {
-    /// Packets the tc programs looked at past their fast filters: every packet but those the
-    /// IPv4 fast filter found outside the filter from their addresses alone, and those of no
-    /// tracked address whose tuple the followed-flow hash rules out (`bpf_stats` counts every
-    /// run).
+    /// Packets the tc programs parsed: every packet but those the IPv4 fast filter found
+    /// outside the filter in place, from their addresses (and for TCP and UDP their ports,
+    /// against the followed flows' hashes) (`bpf_stats` counts every run).
     pub const SEEN: u32 = 0;
     /// Packets that matched the filter (tracked address or flow).
     pub const MATCHED: u32 = 1;

@@ -162,7 +162,7 @@ fn note_flow_addr(addr: u32) {
 const FLOW_TUPLE_SLOTS: usize = 1 << FLOW_TUPLE_BITS;
 const FLOW_TUPLE_BITS: u32 = 17;
 
-/// The followed flows' tuples, hashed ([`flow_tuple_slot`]): a slot is set (to 1, never back,
+/// The followed flows' tuples, hashed ([`Tuple::flow_slot`]): a slot is set (to 1, never back,
 /// before the flow's insert, as `FLOWS_PRESENT`) for each direction of each flow [`track_flow`]
 /// follows. A tuple whose slot is 0 is not in `TRACKED_FLOWS`, so [`flow_followed`] needs no
 /// lookup in it (a hash of the 40-byte key and a bucket walk, the costliest part of a packet
@@ -173,9 +173,11 @@ const FLOW_TUPLE_BITS: u32 = 17;
 #[unsafe(no_mangle)]
 static mut FLOW_TUPLES: [u8; FLOW_TUPLE_SLOTS] = [0; FLOW_TUPLE_SLOTS];
 
-/// Reads the [`FLOW_TUPLES`] slot of a flow ([`flow_slot_of`]).
+/// False when the IPv4 tuple of these addresses ([`word4`]) and ports (host order) is certainly
+/// not a followed flow (its [`FLOW_TUPLES`] slot, [`flow_slot_of`], is 0); the tuple need not
+/// be built.
 #[inline(always)]
-fn flow_slot_set(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
+pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
     let slot = flow_slot_of(saddr, daddr, sport, dport, FLOW_TUPLE_BITS) as usize;
     // SAFETY: a plain read of a global byte, the index masked to the array; programs on other
     // CPUs only ever write 1.
@@ -188,17 +190,11 @@ fn flow_slot_set(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
     }
 }
 
-/// False when the tuple is certainly not a followed flow (its [`FLOW_TUPLES`] slot is 0).
+/// False when the tuple is certainly not a followed flow ([`flow_v4_maybe`] of its first four
+/// bytes of each address, [`Tuple::flow_slot`], whatever its family).
 #[inline(always)]
-pub fn flow_tuple_maybe(t: &Tuple) -> bool {
-    flow_slot_set(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport)
-}
-
-/// [`flow_tuple_maybe`] for the IPv4 tuple of these addresses ([`word4`]) and ports (host
-/// order), without building it.
-#[inline(always)]
-pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
-    flow_slot_set(saddr, daddr, sport, dport)
+fn flow_tuple_maybe(t: &Tuple) -> bool {
+    flow_v4_maybe(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport)
 }
 
 /// Sets the [`FLOW_TUPLES`] slot of a tuple.

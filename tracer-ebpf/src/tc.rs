@@ -14,8 +14,8 @@ use tracer_common::{
 };
 
 use crate::emit::{
-    count, emit, flow_addr_maybe, flow_followed, flow_tuple_maybe, flow_v4_maybe, flows_present,
-    is_tracked, scratch, trace_all, v4_set, v4_tracked,
+    count, emit, flow_addr_maybe, flow_followed, flow_v4_maybe, flows_present, is_tracked, scratch,
+    trace_all, v4_set, v4_tracked,
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
@@ -138,18 +138,13 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     if verdict == Verdict::Outside {
         return Ok(());
     }
+    // Not counted before the fast verdict: the per-CPU counter's cache line would be one more
+    // for every packet outside the filter.
+    count(counter::SEEN);
     let len = ctx.len();
     // On the stack: no per-CPU scratch (two more cache lines) for the commonest frames.
     let mut fast = MaybeUninit::uninit();
     if let Some(parsed) = parse_in_place(ctx, len, &mut fast) {
-        // A packet of no tracked address whose tuple's followed-flow slot is clear is outside
-        // the filter: returned before it is counted, as the fast verdict's.
-        if verdict == Verdict::NoAddr && !flow_tuple_maybe(&parsed.tuple) {
-            return Ok(());
-        }
-        // Not counted before the filters: the per-CPU counter's cache line would be one more
-        // for every packet outside the filter.
-        count(counter::SEEN);
         // The tuple's addresses are the bytes the verdict read: it stands for the address
         // half of the filter.
         let tracked = match verdict {
@@ -162,7 +157,6 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         }
         return Ok(());
     }
-    count(counter::SEEN);
     if len < MIN_FRAME {
         return Err(());
     }
