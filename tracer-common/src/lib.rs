@@ -82,8 +82,10 @@ impl Tuple {
 /// address as it lies in memory) and the two ports (host order, as in a [`Tuple`]), the fields
 /// that tell flows apart; leaving the family and protocol out only adds collisions. The words
 /// are combined (the rotation makes the two directions of a flow differ) and mixed by
-/// MurmurHash3's 32-bit finaliser, whose high bits are kept: sequential ports spread as well
-/// as random ones.
+/// MurmurHash3's 32-bit finaliser without its last xor-shift, which would change only the
+/// lowest of the high bits kept: sequential ports spread as well as random ones. Ending on a
+/// multiplication and a shift also keeps the slot's bound visible to older verifiers (Debian's
+/// 6.1 loses it through an xor: LLVM turns `(h ^ h >> 16) >> 15` into `h >> 15 ^ h >> 31`).
 #[inline(always)]
 #[must_use]
 pub fn flow_slot_of(saddr: u32, daddr: u32, sport: u16, dport: u16, bits: u32) -> u32 {
@@ -93,7 +95,6 @@ pub fn flow_slot_of(saddr: u32, daddr: u32, sport: u16, dport: u16, bits: u32) -
     h = h.wrapping_mul(0x85eb_ca6b);
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
     h >> (32 - bits)
 }
 

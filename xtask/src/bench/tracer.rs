@@ -32,9 +32,9 @@ pub enum Condition {
     ClientPod,
     /// `pktrace --pod-ip <another pod>`: the stream's packets are outside the filter. That pod
     /// sends one datagram through the node's MASQUERADE once pktrace is ready, so that a flow
-    /// is followed, as on a node whose traced pod talks to the outside: the stream's packets
-    /// then go past the filter's address check (the node's address and the outside host are
-    /// in a followed flow) to the followed-flow check.
+    /// is followed, as on a node whose traced pod talks to the outside: the packets of the
+    /// stream to the outside host then go past the filter's address check (the node's address
+    /// and the outside host are in the followed flow) to the followed-flow check.
     OtherPod,
     /// `pktrace --trace-all`: every packet on the hooks is emitted.
     TraceAll,
