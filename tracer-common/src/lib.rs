@@ -65,16 +65,6 @@ impl Tuple {
     pub const fn is_set(&self) -> bool {
         self.family != 0
     }
-
-    /// The tuple's slot among `1 << bits` of the kernel's followed-flow hash (`FLOW_TUPLES`),
-    /// [`flow_slot_of`] its first four bytes of each address (an IPv4 address, an IPv6
-    /// address's prefix) and its ports.
-    #[inline(always)]
-    #[must_use]
-    pub fn flow_slot(&self, bits: u32) -> u32 {
-        let w = |a: &[u8; 16]| u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
-        flow_slot_of(w(&self.saddr), w(&self.daddr), self.sport, self.dport, bits)
-    }
 }
 
 /// A flow's slot among `1 << bits` (`bits` in 1..=32) of the kernel's followed-flow hash
@@ -640,6 +630,12 @@ mod flow_slot_tests {
 
     const BITS: u32 = 17;
 
+    /// A tuple's slot as the kernel programs find it: the first four bytes of each address.
+    fn slot(t: &Tuple, bits: u32) -> u32 {
+        let w = |a: &[u8; 16]| u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
+        flow_slot_of(w(&t.saddr), w(&t.daddr), t.sport, t.dport, bits)
+    }
+
     fn v4(s: [u8; 4], sport: u16, d: [u8; 4], dport: u16) -> Tuple {
         let mut t = Tuple {
             sport,
@@ -655,7 +651,7 @@ mod flow_slot_tests {
 
     /// Distinct slots among `n` tuples against what `n` uniformly random slots would fill.
     fn fill(tuples: &[Tuple]) -> f64 {
-        let used: HashSet<u32> = tuples.iter().map(|t| t.flow_slot(BITS)).collect();
+        let used: HashSet<u32> = tuples.iter().map(|t| slot(t, BITS)).collect();
         let slots = f64::from(1u32 << BITS);
         let n = tuples.len() as f64;
         let expected = slots * (1.0 - (-n / slots).exp());
@@ -666,7 +662,7 @@ mod flow_slot_tests {
     fn slots_are_in_range() {
         let t = v4([10, 0, 0, 1], 1, [203, 0, 113, 80], 2);
         for bits in [1, 8, 17, 32] {
-            assert!(u64::from(t.flow_slot(bits)) < 1u64 << bits, "{bits}");
+            assert!(u64::from(slot(&t, bits)) < 1u64 << bits, "{bits}");
         }
     }
 
@@ -702,7 +698,7 @@ mod flow_slot_tests {
     fn a_flow_and_its_reverse_take_different_slots() {
         let differ = (0..1000u16)
             .map(|i| v4([10, 13, 77, 46], 40000 + i, [10, 0, 160, 10], 5201))
-            .filter(|t| t.flow_slot(BITS) != t.reversed().flow_slot(BITS))
+            .filter(|t| slot(t, BITS) != slot(&t.reversed(), BITS))
             .count();
         assert!(differ > 990, "{differ}");
     }

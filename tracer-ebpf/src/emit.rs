@@ -162,7 +162,7 @@ fn note_flow_addr(addr: u32) {
 const FLOW_TUPLE_SLOTS: usize = 1 << FLOW_TUPLE_BITS;
 const FLOW_TUPLE_BITS: u32 = 17;
 
-/// The followed flows' tuples, hashed ([`Tuple::flow_slot`]): a slot is set (to 1, never back,
+/// The followed flows' tuples, hashed ([`flow_slot_of`]): a slot is set (to 1, never back,
 /// before the flow's insert, as `FLOWS_PRESENT`) for each direction of each flow [`track_flow`]
 /// follows. A tuple whose slot is 0 is not in `TRACKED_FLOWS`, so [`flow_followed`] needs no
 /// lookup in it (a hash of the 40-byte key and a bucket walk, the costliest part of a packet
@@ -173,44 +173,38 @@ const FLOW_TUPLE_BITS: u32 = 17;
 #[unsafe(no_mangle)]
 static mut FLOW_TUPLES: [u8; FLOW_TUPLE_SLOTS] = [0; FLOW_TUPLE_SLOTS];
 
-/// False when the IPv4 tuple of these addresses ([`word4`]) and ports (host order) is certainly
-/// not a followed flow (its [`FLOW_TUPLES`] slot, [`flow_slot_of`], is 0); the tuple need not
-/// be built.
+/// The [`FLOW_TUPLES`] byte of the flow of these addresses ([`word4`]) and ports (host order):
+/// its slot, [`flow_slot_of`], masked to the array.
 #[inline(always)]
-pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
+fn flow_tuple_byte(saddr: u32, daddr: u32, sport: u16, dport: u16) -> *mut u8 {
     let slot = flow_slot_of(saddr, daddr, sport, dport, FLOW_TUPLE_BITS) as usize;
-    // SAFETY: a plain read of a global byte, the index masked to the array; programs on other
-    // CPUs only ever write 1.
-    unsafe {
-        core::ptr::read_volatile(
-            (&raw const FLOW_TUPLES)
-                .cast::<u8>()
-                .add(slot & (FLOW_TUPLE_SLOTS - 1)),
-        ) != 0
-    }
+    (&raw mut FLOW_TUPLES)
+        .cast::<u8>()
+        .wrapping_add(slot & (FLOW_TUPLE_SLOTS - 1))
 }
 
-/// False when the tuple is certainly not a followed flow ([`flow_v4_maybe`] of its first four
-/// bytes of each address, [`Tuple::flow_slot`], whatever its family).
+/// False when the IPv4 tuple of these addresses ([`word4`]) and ports (host order) is certainly
+/// not a followed flow (its [`FLOW_TUPLES`] byte is 0); the tuple need not be built.
+#[inline(always)]
+pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
+    // SAFETY: a plain read of a byte of the global array; programs on other CPUs only ever
+    // write 1.
+    unsafe { core::ptr::read_volatile(flow_tuple_byte(saddr, daddr, sport, dport)) != 0 }
+}
+
+/// False when the tuple is certainly not a followed flow ([`flow_v4_maybe`] of the first four
+/// bytes of each address, whatever its family).
 #[inline(always)]
 fn flow_tuple_maybe(t: &Tuple) -> bool {
     flow_v4_maybe(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport)
 }
 
-/// Sets the [`FLOW_TUPLES`] slot of a tuple.
+/// Sets the [`FLOW_TUPLES`] byte of a tuple (as [`flow_tuple_maybe`] finds it).
 #[inline(always)]
 fn note_flow_tuple(t: &Tuple) {
-    let slot = t.flow_slot(FLOW_TUPLE_BITS) as usize;
-    // SAFETY: a plain write of a global byte, the index masked to the array; every writer
-    // writes the same value.
-    unsafe {
-        core::ptr::write_volatile(
-            (&raw mut FLOW_TUPLES)
-                .cast::<u8>()
-                .add(slot & (FLOW_TUPLE_SLOTS - 1)),
-            1,
-        );
-    }
+    let byte = flow_tuple_byte(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport);
+    // SAFETY: a plain write of a byte of the global array; every writer writes the same value.
+    unsafe { core::ptr::write_volatile(byte, 1) };
 }
 
 /// True in [`filter::ALL`] mode (every packet traced).
