@@ -10,15 +10,7 @@ use std::{
 use xtask::lab::{NODE_NS, in_ns};
 
 /// Names of pktrace's kernel programs (prefixes), as bpftool lists them.
-const OUR_PROGRAMS: [&str; 7] = [
-    "tc_ingress",
-    "tc_egress",
-    "nf_pre_",
-    "nf_post_",
-    "nf_out_",
-    "nf_in_",
-    "nat_",
-];
+const OUR_PROGRAMS: [&str; 5] = ["tc_ingress", "tc_egress", "nf_enter", "nf_exit", "nat_"];
 
 /// tcx links exist from Linux 6.6 (pktrace uses them there unless told otherwise).
 #[must_use]

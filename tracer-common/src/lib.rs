@@ -163,6 +163,10 @@ pub mod nf_patch {
     pub const LOAD_LAST: i16 = 0x7fff;
     /// `struct bpf_nf_ctx`, `skb` (8 bytes).
     pub const CTX_SKB: i16 = 0x7f00;
+    /// `struct bpf_nf_ctx`, `state` (8 bytes), and `struct nf_hook_state`, `hook` (1 byte):
+    /// the hook a netfilter program runs in.
+    pub const CTX_STATE: i16 = 0x7f98;
+    pub const STATE_HOOK: i16 = 0x7fa0;
     /// `struct sk_buff`: `len`, `data_len` (4 bytes), `data` (8), `dev` (8), `mark` (4),
     /// `_nfct` (8, optional: kernels without conntrack).
     pub const SKB_LEN: i16 = 0x7f08;

@@ -2,8 +2,9 @@
 //!
 //! The nat table runs at `NF_IP_PRI_NAT_DST` (-100) in PRE_ROUTING and LOCAL_OUT and at
 //! `NF_IP_PRI_NAT_SRC` (100) in POST_ROUTING and LOCAL_IN (include/uapi/linux/netfilter_ipv4.h,
-//! v6.1). User space attaches each `*_enter` program one priority before and each `*_exit` one
-//! after, so the pair sees the packet before and after NAT and times the whole step.
+//! v6.1). User space attaches [`nf_enter`] one priority before and [`nf_exit`] one after the nat
+//! table in each of those four hooks (four links each, one program each: one verification
+//! instead of four), so the pair sees the packet before and after NAT and times the whole step.
 //!
 //! aya-obj only parses the section names it knows, so these programs sit in the `classifier`
 //! section; user space loads them itself as `BPF_PROG_TYPE_NETFILTER`.
@@ -47,34 +48,34 @@ const NFCT_INFOMASK: u64 = 7;
 #[map]
 static NAT_PENDING: PerCpuArray<PendingNat> = PerCpuArray::with_max_entries(5, 0);
 
-macro_rules! bracket {
-    ($enter:ident, $exit:ident, $hook:expr) => {
-        #[doc = concat!("Before the nat table in hook ", stringify!($hook), ".")]
-        #[unsafe(no_mangle)]
-        #[unsafe(link_section = "classifier")]
-        pub extern "C" fn $enter(ctx: *mut c_void) -> i32 {
-            if enter(ctx, $hook).is_err() {
-                count(counter::UNPARSED);
-            }
-            NF_ACCEPT
-        }
-
-        #[doc = concat!("After the nat table in hook ", stringify!($hook), ".")]
-        #[unsafe(no_mangle)]
-        #[unsafe(link_section = "classifier")]
-        pub extern "C" fn $exit(ctx: *mut c_void) -> i32 {
-            if exit(ctx, $hook).is_err() {
-                count(counter::UNPARSED);
-            }
-            NF_ACCEPT
-        }
-    };
+/// Before the nat table, in each hook it brackets (one program attached four times: one
+/// verification instead of four).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "classifier")]
+pub extern "C" fn nf_enter(ctx: *mut c_void) -> i32 {
+    if enter(ctx, hook_of(ctx)).is_err() {
+        count(counter::UNPARSED);
+    }
+    NF_ACCEPT
 }
 
-bracket!(nf_pre_enter, nf_pre_exit, hook::PRE_ROUTING);
-bracket!(nf_out_enter, nf_out_exit, hook::LOCAL_OUT);
-bracket!(nf_post_enter, nf_post_exit, hook::POST_ROUTING);
-bracket!(nf_in_enter, nf_in_exit, hook::LOCAL_IN);
+/// After the nat table, in each hook it brackets.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "classifier")]
+pub extern "C" fn nf_exit(ctx: *mut c_void) -> i32 {
+    if exit(ctx, hook_of(ctx)).is_err() {
+        count(counter::UNPARSED);
+    }
+    NF_ACCEPT
+}
+
+/// The netfilter hook the program runs in (`ctx->state->hook`, [`hook`]'s numbering): the
+/// same two programs are attached to every hook they bracket.
+#[inline(always)]
+fn hook_of(ctx: *mut c_void) -> u8 {
+    let state: u64 = load(ctx as u64, nf_patch::CTX_STATE);
+    load(state, nf_patch::STATE_HOOK)
+}
 
 /// Reads a kernel value at `base + off`.
 #[inline(always)]
@@ -313,6 +314,17 @@ const IPS_DST_NAT: u64 = 1 << 5;
 /// manipulation is set up.
 const IPS_SRC_NAT_DONE: u64 = 1 << 7;
 const IPS_DST_NAT_DONE: u64 = 1 << 8;
+/// The hooks whose NAT manipulation is the destination's, one bit per [`hook`] number.
+const DST_HOOKS: u64 = (1 << hook::PRE_ROUTING) | (1 << hook::LOCAL_OUT);
+const _: () = assert!(
+    IPS_DST_NAT == IPS_SRC_NAT << 1
+        && IPS_DST_NAT_DONE == IPS_SRC_NAT_DONE << 1
+        && CT_ESTABLISHED == 0
+        && CT_ESTABLISHED_REPLY == 3
+        && ct::NEW == 2
+        && CT_RELATED == 1
+        && CT_RELATED_REPLY == 4
+);
 /// `AF_INET`, as `nf_conntrack_man.l3num` holds it.
 const AF_INET: u16 = 2;
 /// `IP_CT_RELATED` and `IP_CT_RELATED_REPLY`.
@@ -363,18 +375,16 @@ fn conntrack(nfct: u64, hook_num: u8) -> Conntrack {
     if ctinfo == CT_RELATED || ctinfo == CT_RELATED_REPLY {
         return Conntrack::Packet;
     }
-    let dst = hook_num == hook::PRE_ROUTING || hook_num == hook::LOCAL_OUT;
-    let (done, changes) = if dst {
-        (IPS_DST_NAT_DONE, IPS_DST_NAT)
-    } else {
-        (IPS_SRC_NAT_DONE, IPS_SRC_NAT)
-    };
+    // Without branches (the hook is read at run time, and every branch on it would be one
+    // more path for the verifier): `dst` is 1 in a destination-manipulating hook, `reply` 1
+    // for a packet of the reply direction (`ctinfo` ESTABLISHED_REPLY or NEW_REPLY, 3 or 5;
+    // ESTABLISHED and NEW are 0 and 2, RELATED ones returned above), and each `IPS_DST_*` bit
+    // is the `IPS_SRC_*` bit shifted by one.
+    let dst = (DST_HOOKS >> (hook_num & 7)) & 1;
+    let reply = ((ctinfo + 5) >> 3) & 1;
+    let done = IPS_SRC_NAT_DONE << dst;
     // The reply direction is rewritten by the other half of the binding.
-    let changes = if ctinfo >= CT_ESTABLISHED_REPLY {
-        changes ^ (IPS_SRC_NAT | IPS_DST_NAT)
-    } else {
-        changes
-    };
+    let changes = IPS_SRC_NAT << (dst ^ reply);
     let c = rdonly_cast(ct, nf_patch::TYPE_NF_CONN);
     let status: u64 = load(c, nf_patch::CT_STATUS);
     if status & done == 0 {

@@ -214,6 +214,24 @@ fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
     })
 }
 
+/// The running kernel's BTF, read and parsed on first use and then shared by everything
+/// start-up asks of it (the NAT programs' kernel offsets, the fentry target, the netfilter
+/// programs' patches): one parse instead of one each. A failed read is not kept (the next
+/// `get` tries again and gets its own error). Drop it once attached.
+#[derive(Debug, Default)]
+pub struct KernelBtf(std::cell::OnceCell<Btf>);
+
+impl KernelBtf {
+    /// The parsed BTF ([`Btf::from_sys_fs`]).
+    pub fn get(&self) -> Result<&Btf, BtfError> {
+        if let Some(btf) = self.0.get() {
+            return Ok(btf);
+        }
+        let btf = Btf::from_sys_fs()?;
+        Ok(self.0.get_or_init(|| btf))
+    }
+}
+
 impl Btf {
     /// Reads the running kernel's BTF from [`VMLINUX_BTF`] (or the hidden override
     /// `PKTRACE_BTF_PATH`, see `caps::btf_path`).

@@ -111,8 +111,8 @@ impl NatAttachment {
 /// Kernel offsets for the NAT programs from the running kernel's BTF; zeros (NAT programs
 /// unusable, tc unaffected) when there is no BTF.
 #[must_use]
-pub fn kernel_offsets_or_default(verbose: u8) -> KernelOffsets {
-    match btf::Btf::from_sys_fs().and_then(|b| btf::kernel_offsets(&b)) {
+pub fn kernel_offsets_or_default(kernel_btf: &btf::KernelBtf, verbose: u8) -> KernelOffsets {
+    match kernel_btf.get().and_then(btf::kernel_offsets) {
         Ok(o) => o,
         Err(e) => {
             if verbose > 0 {
@@ -228,6 +228,7 @@ pub fn attach(
     want: NatHook,
     ebpf: &mut Ebpf,
     globals: &Globals,
+    kernel_btf: &btf::KernelBtf,
     verbose: u8,
 ) -> Result<NatAttachment, NatError> {
     let mut report = Vec::new();
@@ -238,7 +239,7 @@ pub fn attach(
             continue;
         }
         let name = want_name(hook);
-        let skip = match attach_one(hook, ebpf, globals) {
+        let skip = match attach_one(hook, ebpf, globals, kernel_btf) {
             Ok(hooked) => {
                 report.push(format!("NAT hook {name}: {}", hooked.describe()));
                 return Ok(NatAttachment { hooked, report });
@@ -262,7 +263,12 @@ pub fn attach(
 }
 
 /// Attaches one hook, or says why it cannot be used.
-fn attach_one(hook: NatHook, ebpf: &mut Ebpf, globals: &Globals) -> Result<Hooked, Skip> {
+fn attach_one(
+    hook: NatHook,
+    ebpf: &mut Ebpf,
+    globals: &Globals,
+    kernel_btf: &btf::KernelBtf,
+) -> Result<Hooked, Skip> {
     if hook == NatHook::Conntrack || hook == NatHook::Auto {
         return Err(
             String::from("conntrack over netlink is not built into this pktrace yet").into(),
@@ -276,10 +282,10 @@ fn attach_one(hook: NatHook, ebpf: &mut Ebpf, globals: &Globals) -> Result<Hooke
     let bytes = globals.as_bytes();
     let refs: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();
     Ok(match hook {
-        NatHook::Fentry => Hooked::Probe(probe::attach_fentry(ebpf, &refs)?),
+        NatHook::Fentry => Hooked::Probe(probe::attach_fentry(ebpf, &refs, kernel_btf)?),
         NatHook::Kprobe => Hooked::Probe(probe::attach_kprobes(ebpf)?),
         _ => {
-            let (links, conntrack, shift) = attach_netfilter(ebpf, &refs)?;
+            let (links, conntrack, shift) = attach_netfilter(ebpf, &refs, kernel_btf)?;
             Hooked::Netfilter {
                 links,
                 conntrack,
@@ -304,21 +310,23 @@ const fn want_name(h: NatHook) -> &'static str {
 fn attach_netfilter(
     ebpf: &Ebpf,
     globals: &[(&str, &[u8])],
+    kernel_btf: &btf::KernelBtf,
 ) -> Result<(Vec<NetfilterLink>, bool, i32), Skip> {
-    let (programs, conntrack) = netfilter::load_netfilter_programs(object(), globals, ebpf)?;
+    let (programs, conntrack) =
+        netfilter::load_netfilter_programs(object(), globals, ebpf, kernel_btf)?;
     let find = |name: &str| programs.iter().find(|p| p.name() == name);
     let mut links = Vec::new();
     let mut shift = 0;
-    for (prefix, hook_num, pri) in [
-        ("nf_pre", hook::PRE_ROUTING, PRI_NAT_DST),
-        ("nf_out", hook::LOCAL_OUT, PRI_NAT_DST),
-        ("nf_post", hook::POST_ROUTING, PRI_NAT_SRC),
-        ("nf_in", hook::LOCAL_IN, PRI_NAT_SRC),
+    // The same two programs in every hook: each reads which hook it runs in.
+    for (hook_num, pri) in [
+        (hook::PRE_ROUTING, PRI_NAT_DST),
+        (hook::LOCAL_OUT, PRI_NAT_DST),
+        (hook::POST_ROUTING, PRI_NAT_SRC),
+        (hook::LOCAL_IN, PRI_NAT_SRC),
     ] {
-        for (suffix, step) in [("_enter", -1), ("_exit", 1)] {
-            let name = format!("{prefix}{suffix}");
+        for (name, step) in [("nf_enter", -1), ("nf_exit", 1)] {
             let prog =
-                find(&name).ok_or_else(|| format!("program {name} missing from the object"))?;
+                find(name).ok_or_else(|| format!("program {name} missing from the object"))?;
             let (link, moved) = attach_bracket(
                 |at| prog.attach(netfilter::NFPROTO_IPV4, u32::from(hook_num), at),
                 pri,
@@ -430,7 +438,7 @@ mod tests {
     /// A refusal of the link at `priority` with `errno`.
     fn refused(priority: i32, errno: i32) -> netfilter::AttachError {
         netfilter::AttachError::Link {
-            program: "nf_pre_enter".into(),
+            program: "nf_enter".into(),
             pf: netfilter::NFPROTO_IPV4,
             hook: 0,
             priority,

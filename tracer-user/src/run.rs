@@ -146,7 +146,9 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
 
 async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     caps::preflight()?;
-    let offsets = nat::kernel_offsets_or_default(cfg.verbose);
+    // Parsed once for the offsets and the NAT hooks, dropped once they are attached.
+    let kernel_btf = crate::btf::KernelBtf::default();
+    let offsets = nat::kernel_offsets_or_default(&kernel_btf, cfg.verbose);
     let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
     // Declared before `ebpf` so that it drops after it, once our filters are gone.
     let mut created_qdiscs = CreatedQdiscs::default();
@@ -197,7 +199,8 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         );
     }
     let nat_attachment: NatAttachment =
-        nat::attach(cfg.nat_hook, &mut ebpf, &globals, cfg.verbose)?;
+        nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
+    drop(kernel_btf);
     let mut collector = Collector::new(&mut ebpf)?;
     // Everything is loaded and attached: keep only what the rest of the session uses.
     let dropped = caps::drop_unneeded()?;

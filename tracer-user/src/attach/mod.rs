@@ -103,6 +103,11 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
         return Err(LoadError::NoObject);
     }
     let mut loader = EbpfLoader::new();
+    // aya reads and parses the kernel's BTF (tens of milliseconds) only for CO-RE relocations;
+    // an object without any is loaded without it.
+    if !has_btf_relocations(OBJECT) {
+        loader.btf(None);
+    }
     loader
         .override_global("FILTER_MODE", &globals.filter_mode, true)
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
@@ -126,6 +131,12 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
             LoadError::Ebpf(e)
         }
     })
+}
+
+/// Whether the object holds CO-RE relocations (then aya needs the kernel's BTF); true when it
+/// cannot be parsed (aya then says why).
+fn has_btf_relocations(object: &[u8]) -> bool {
+    aya_obj::Object::parse(object).map_or(true, |o| o.has_btf_relocations())
 }
 
 fn is_permission(e: &aya::EbpfError) -> bool {
@@ -235,5 +246,17 @@ mod tests {
         // Nothing but statistics: those, rather than nothing.
         assert_eq!(verifier_reason("processed 1 insns\n"), "processed 1 insns");
         assert_eq!(verifier_reason(""), "");
+    }
+
+    /// Start-up skips aya's parse of the kernel's BTF only for an object without CO-RE
+    /// relocations: this one (a relocation added later is still applied, at that cost).
+    #[test]
+    fn the_object_needs_no_kernel_btf_to_load() {
+        if OBJECT.is_empty() {
+            println!("skipped: built with AYA_BUILD_SKIP=1");
+            return;
+        }
+        assert!(!has_btf_relocations(OBJECT));
+        assert!(has_btf_relocations(b"not an ELF object"));
     }
 }

@@ -42,7 +42,7 @@ use thiserror::Error;
 use tracer_common::nf_patch;
 
 use crate::{
-    btf::{Btf, kernel_offsets},
+    btf::{Btf, KernelBtf, kernel_offsets},
     sys::{self, ProgBtf, ProgLoad},
 };
 
@@ -533,9 +533,9 @@ pub fn load_netfilter_programs(
     bytes: &[u8],
     globals: &[(&str, &[u8])],
     ebpf: &aya::Ebpf,
+    kernel_btf: &KernelBtf,
 ) -> Result<(Vec<NetfilterProgram>, bool), AttachError> {
-    let btf = Btf::from_sys_fs().map_err(AttachError::Btf)?;
-    let patches = NfPatches::from_btf(&btf)?;
+    let patches = NfPatches::from_btf(kernel_btf.get().map_err(AttachError::Btf)?)?;
     let mut prepared = PreparedObject::new(bytes, globals, ebpf)?;
     let names: Vec<String> = prepared
         .program_names(PROGRAM_PREFIX)
@@ -556,18 +556,36 @@ pub fn load_netfilter_programs(
         attach_btf_id: 0,
         attach_btf_obj_fd: None,
     };
-    names
-        .iter()
-        .map(|name| match prepared.load(name, how) {
-            Ok(Some(fd)) => Ok(NetfilterProgram {
-                fd,
-                name: name.to_owned(),
-            }),
-            Ok(None) => Err(AttachError::MissingFunction {
-                program: name.to_owned(),
-            }),
-            Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
-        })
+    let load = |name: &String| match prepared.load(name, how) {
+        Ok(Some(fd)) => Ok(NetfilterProgram {
+            fd,
+            name: name.to_owned(),
+        }),
+        Ok(None) => Err(AttachError::MissingFunction {
+            program: name.to_owned(),
+        }),
+        Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
+    };
+    // Verified side by side, one thread each: the verifier is most of pktrace's start-up, and
+    // privileged loads do not wait for one another.
+    let loaded: Vec<Result<NetfilterProgram, AttachError>> = std::thread::scope(|s| {
+        let threads: Vec<_> = names
+            .iter()
+            .skip(1)
+            .map(|name| s.spawn(move || load(name)))
+            .collect();
+        let first = names.first().map(load);
+        first
+            .into_iter()
+            .chain(
+                threads
+                    .into_iter()
+                    .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+            )
+            .collect()
+    });
+    loaded
+        .into_iter()
         .collect::<Result<_, _>>()
         .map(|programs| (programs, patches.conntrack))
 }
@@ -762,8 +780,29 @@ impl NfPatches {
             offset: (offset != 0).then(|| i16::try_from(offset).unwrap_or(i16::MAX)),
         };
         let conn = ConnOffsets::from_btf(btf)?;
+        // Both at offset 0 (v6.4–v6.18): `member`'s 0 for "missing" does not apply.
+        let at = |placeholder, what, bytes, found: Result<u32, crate::btf::BtfError>| {
+            Ok::<_, AttachError>(LoadPatch {
+                placeholder,
+                what,
+                bytes,
+                offset: Some(i16::try_from(found.map_err(AttachError::Btf)?).unwrap_or(i16::MAX)),
+            })
+        };
         let mut loads = vec![
             member(nf_patch::CTX_SKB, "bpf_nf_ctx.skb", 8, ctx_skb),
+            at(
+                nf_patch::CTX_STATE,
+                "bpf_nf_ctx.state",
+                8,
+                btf.struct_member_offset("bpf_nf_ctx", "state"),
+            )?,
+            at(
+                nf_patch::STATE_HOOK,
+                "nf_hook_state.hook",
+                1,
+                btf.struct_member_offset("nf_hook_state", "hook"),
+            )?,
             member(nf_patch::SKB_LEN, "sk_buff.len", 4, o.skb_len),
             member(
                 nf_patch::SKB_DATA_LEN,
@@ -824,6 +863,8 @@ impl Used {
     fn check(&self) -> Result<(), AttachError> {
         let loads = [
             (nf_patch::CTX_SKB, "bpf_nf_ctx.skb"),
+            (nf_patch::CTX_STATE, "bpf_nf_ctx.state"),
+            (nf_patch::STATE_HOOK, "nf_hook_state.hook"),
             (nf_patch::SKB_LEN, "sk_buff.len"),
             (nf_patch::SKB_DATA_LEN, "sk_buff.data_len"),
             (nf_patch::SKB_DATA, "sk_buff.data"),
@@ -1271,6 +1312,8 @@ mod tests {
             conntrack: conn.is_some(),
             loads: vec![
                 load(nf_patch::CTX_SKB, "bpf_nf_ctx.skb", 8, Some(8)),
+                load(nf_patch::CTX_STATE, "bpf_nf_ctx.state", 8, Some(0)),
+                load(nf_patch::STATE_HOOK, "nf_hook_state.hook", 1, Some(0)),
                 load(nf_patch::SKB_LEN, "sk_buff.len", 4, Some(112)),
                 load(nf_patch::SKB_DATA_LEN, "sk_buff.data_len", 4, Some(116)),
                 load(nf_patch::SKB_DATA, "sk_buff.data", 8, Some(200)),
@@ -1339,8 +1382,10 @@ mod tests {
             insn(LDX_H, 9, 0, nf_patch::CT_REPLY_SPORT, 0), // 29
             insn(LDX_H, 1, 0, nf_patch::CT_REPLY_DPORT, 0), // 30
             insn(LDX_B, 2, 0, nf_patch::CT_PROTO, 0), // 31
-            insn(MOV64_IMM, 0, 0, 0, 1),              // 32
-            insn(0x95, 0, 0, 0, 0),                   // 33
+            insn(LDX_DW, 3, 1, nf_patch::CTX_STATE, 0), // 32: r3 = ctx->state
+            insn(LDX_B, 3, 3, nf_patch::STATE_HOOK, 0), // 33: r3 = state->hook
+            insn(MOV64_IMM, 0, 0, 0, 1),              // 34
+            insn(0x95, 0, 0, 0, 0),                   // 35
         ]
     }
 
@@ -1390,7 +1435,10 @@ mod tests {
         for (i, w) in want.iter().enumerate() {
             assert_eq!(fields(&insns[21 + i]), *w, "instruction {}", 21 + i);
         }
-        for i in [4, 5, 6, 9, 16, 17, 18, 32, 33] {
+        // Members at offset 0 (both of these) are offsets, not missing members.
+        assert_eq!(fields(&insns[32]), (LDX_DW, 3, 1, 0, 0));
+        assert_eq!(fields(&insns[33]), (LDX_B, 3, 3, 0, 0));
+        for i in [4, 5, 6, 9, 16, 17, 18, 34, 35] {
             assert_eq!(
                 fields(&insns[i]),
                 fields(&original[i]),
@@ -1521,8 +1569,8 @@ mod tests {
     }
 
     /// The real kernel object, loaded the way pktrace does: maps by aya, `nf_*` programs here,
-    /// attached around the nat priorities in a new namespace; every packet must pass each
-    /// `*_enter` once and find its pending entry in each `*_exit`.
+    /// attached around the nat priorities in a new namespace; every packet must pass `nf_enter`
+    /// once per hook and find its pending entry in `nf_exit` there.
     #[test]
     fn the_kernel_object_loads_and_its_brackets_pair_up() {
         let object = crate::attach::object();
@@ -1551,48 +1599,39 @@ mod tests {
             loader.override_global(name, bytes, true);
         }
         let ebpf = loader.load(object).unwrap();
-        let programs = match load_netfilter_programs(object, &globals, &ebpf) {
+        let programs = match load_netfilter_programs(object, &globals, &ebpf, &KernelBtf::default())
+        {
             Ok((p, _)) => p,
             Err(e) => panic!("{e}"),
         };
         let names: Vec<&str> = programs.iter().map(NetfilterProgram::name).collect();
-        assert!(
-            names.len() >= 8 && names.iter().all(|n| n.starts_with(PROGRAM_PREFIX)),
-            "{names:?}"
-        );
+        assert_eq!(names, ["nf_enter", "nf_exit"]);
         let find = |name: &str| programs.iter().find(|p| p.name() == name).unwrap();
         in_new_netns(|| {
             let mut links = Vec::new();
-            for (prefix, hook, nat) in [
-                ("pre", 0, -100),
-                ("out", 3, -100),
-                ("post", 4, 100),
-                ("in", 1, 100),
-            ] {
+            for (hook, nat) in [(0, -100), (3, -100), (4, 100), (1, 100)] {
                 links.push(
-                    find(&format!("nf_{prefix}_enter"))
+                    find("nf_enter")
                         .attach(NFPROTO_IPV4, hook, nat - 1)
                         .unwrap(),
                 );
-                links.push(
-                    find(&format!("nf_{prefix}_exit"))
-                        .attach(NFPROTO_IPV4, hook, nat + 1)
-                        .unwrap(),
-                );
+                links.push(find("nf_exit").attach(NFPROTO_IPV4, hook, nat + 1).unwrap());
             }
             send_udp(7, 64, 0);
         });
         let counters: aya::maps::PerCpuArray<_, u64> =
             aya::maps::PerCpuArray::try_from(ebpf.map("COUNTERS").unwrap()).unwrap();
         let total = |i: u32| counters.get(&i, 0).unwrap().iter().sum::<u64>();
-        let (seen, unpaired) = (
+        let (seen, unpaired, unparsed) = (
             total(tracer_common::counter::NAT_SEEN),
             total(tracer_common::counter::NAT_UNPAIRED),
+            total(tracer_common::counter::UNPARSED),
         );
+        // A hook read wrong (no pending slot of that number) would count as unparsed.
         assert_eq!(
-            (seen, unpaired),
-            (7 * 4, 0),
-            "NAT_SEEN, NAT_UNPAIRED after 7 packets through 4 hooks"
+            (seen, unpaired, unparsed),
+            (7 * 4, 0, 0),
+            "NAT_SEEN, NAT_UNPAIRED, UNPARSED after 7 packets through 4 hooks"
         );
     }
 }

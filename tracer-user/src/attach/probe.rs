@@ -35,7 +35,7 @@ use thiserror::Error;
 
 use super::netfilter::{self, LoadAs, LoadFailure, PreparedObject};
 use crate::{
-    btf::{Btf, BtfError},
+    btf::{Btf, BtfError, KernelBtf},
     sys,
 };
 
@@ -354,12 +354,12 @@ struct FunctionBtf {
 }
 
 /// Finds [`FUNCTION`] in the vmlinux BTF (nf_nat built in) or else in the nf_nat module's.
-fn function_btf() -> Result<FunctionBtf, ProbeError> {
-    let base = Btf::from_sys_fs().map_err(ProbeError::Btf)?;
+fn function_btf(kernel_btf: &KernelBtf) -> Result<FunctionBtf, ProbeError> {
+    let base = kernel_btf.get().map_err(ProbeError::Btf)?;
     if let Some(id) = base.func_id(FUNCTION).map_err(ProbeError::Btf)? {
         return Ok(FunctionBtf { id, module: None });
     }
-    let split = match Btf::from_sys_fs_module(&base, MODULE) {
+    let split = match Btf::from_sys_fs_module(base, MODULE) {
         Ok(b) => b,
         Err(BtfError::NoModuleBtf { .. }) => return Err(ProbeError::NotInBtf),
         Err(e) => return Err(ProbeError::Btf(e)),
@@ -405,8 +405,9 @@ fn module_btf_object(name: &str) -> Result<OwnedFd, ProbeError> {
 pub fn attach_fentry(
     ebpf: &Ebpf,
     globals: &[(&str, &[u8])],
+    kernel_btf: &KernelBtf,
 ) -> Result<ProbeAttachment, ProbeError> {
-    let func = function_btf()?;
+    let func = function_btf(kernel_btf)?;
     let prepared =
         PreparedObject::new(super::object(), globals, ebpf).map_err(ProbeError::Object)?;
     let mut links = Vec::new();
@@ -605,7 +606,7 @@ mod tests {
         };
         let bytes = globals.as_bytes();
         let refs: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        let result = attach_fentry(&ebpf, &refs);
+        let result = attach_fentry(&ebpf, &refs, &KernelBtf::default());
         match (tracing_refused(), result) {
             (None, Ok(attached)) => assert_eq!(attached.links(), 2),
             (None, Err(e @ (ProbeError::NotInBtf | ProbeError::NoModuleBtfObject))) => {

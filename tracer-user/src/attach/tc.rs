@@ -265,6 +265,39 @@ fn classifier<'a>(
         .ok_or(TcAttachError::MissingProgram(program))
 }
 
+/// Loads both classifiers, side by side (a thread each: the verifier is much of pktrace's
+/// start-up, and privileged loads do not wait for one another).
+fn load_classifiers(ebpf: &mut Ebpf) -> Result<(), TcAttachError> {
+    let mut found: Vec<(&'static str, &mut SchedClassifier)> = Vec::new();
+    for (name, program) in ebpf.programs_mut() {
+        if let Some(&(wanted, _)) = PROGRAMS.iter().find(|(p, _)| *p == name)
+            && let Ok(c) = <&mut SchedClassifier>::try_from(program)
+        {
+            found.push((wanted, c));
+        }
+    }
+    if let Some(&(missing, _)) = PROGRAMS
+        .iter()
+        .find(|(p, _)| !found.iter().any(|(f, _)| f == p))
+    {
+        return Err(TcAttachError::MissingProgram(missing));
+    }
+    std::thread::scope(|s| {
+        let threads: Vec<_> = found
+            .into_iter()
+            .map(|(program, c)| {
+                s.spawn(move || {
+                    c.load()
+                        .map_err(|source| TcAttachError::Load { program, source })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .try_for_each(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    })
+}
+
 /// Loads both classifiers and attaches them at ingress and egress of every interface with the
 /// mechanism `policy` plans for it ([`Policy::plan`]; `patterns` are `--interfaces`), one
 /// interface at a time ([`TcAttachments::attach`], the path interfaces that appear later take
@@ -278,11 +311,7 @@ pub fn attach(
     policy: Policy,
     created: &mut clsact::CreatedQdiscs,
 ) -> Result<(TcAttachments, Vec<TcMode>), TcAttachError> {
-    for (program, _) in PROGRAMS {
-        classifier(ebpf, program)?
-            .load()
-            .map_err(|source| TcAttachError::Load { program, source })?;
-    }
+    load_classifiers(ebpf)?;
     let modes = policy.plan(ifaces, patterns);
     let mut out = TcAttachments {
         policy,

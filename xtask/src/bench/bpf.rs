@@ -105,7 +105,20 @@ pub struct ProgRun {
     pub run_cnt: u64,
 }
 
-/// Run statistics of the programs `ids`, by program name (programs sharing a name add up).
+/// The name a program's statistics are filed under: its own, except that builds before one
+/// netfilter program served every hook had one per hook (`nf_pre_enter`, …, `nf_in_exit`),
+/// which add up under today's `nf_enter` and `nf_exit`, so a baseline of such a build still
+/// compares.
+fn stats_name(name: &str) -> String {
+    match name.strip_prefix("nf_") {
+        Some(rest) if rest.ends_with("_enter") => "nf_enter".to_owned(),
+        Some(rest) if rest.ends_with("_exit") => "nf_exit".to_owned(),
+        _ => name.to_owned(),
+    }
+}
+
+/// Run statistics of the programs `ids`, by program name ([`stats_name`]; programs sharing a
+/// name add up).
 pub fn prog_runs(ids: &BTreeSet<u32>) -> Result<BTreeMap<String, ProgRun>> {
     let json: Value =
         serde_json::from_str(&output(&mut command("bpftool", ["-j", "prog", "show"]))?)
@@ -116,11 +129,7 @@ pub fn prog_runs(ids: &BTreeSet<u32>) -> Result<BTreeMap<String, ProgRun>> {
         if !u32::try_from(id).is_ok_and(|id| ids.contains(&id)) {
             continue;
         }
-        let name = prog
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_owned();
+        let name = stats_name(prog.get("name").and_then(Value::as_str).unwrap_or("?"));
         let entry = runs.entry(name).or_default();
         entry.run_time_ns += prog.get("run_time_ns").and_then(Value::as_u64).unwrap_or(0);
         entry.run_cnt += prog.get("run_cnt").and_then(Value::as_u64).unwrap_or(0);
@@ -250,5 +259,19 @@ mod tests {
         assert_eq!(le_bytes(&json!(["0x0c", "0x01", "0x00", "0x00"])), 0x010c);
         assert_eq!(le_bytes(&json!(7)), 7);
         assert_eq!(le_bytes(&json!("x")), 0);
+    }
+
+    #[test]
+    fn per_hook_netfilter_programs_of_older_builds_file_under_todays_names() {
+        for (name, filed) in [
+            ("nf_pre_enter", "nf_enter"),
+            ("nf_in_exit", "nf_exit"),
+            ("nf_enter", "nf_enter"),
+            ("nf_exit", "nf_exit"),
+            ("tc_egress", "tc_egress"),
+            ("nat_kprobe_ent", "nat_kprobe_ent"),
+        ] {
+            assert_eq!(stats_name(name), filed);
+        }
     }
 }
