@@ -3,8 +3,9 @@
 //! - `tc_ingress` / `tc_egress`: tc classifiers (tcx or clsact) on every chosen interface. They
 //!   copy the packet's first bytes, parse them with the shared parser, and emit one event per
 //!   packet of a tracked pod address or flow. They never change a packet's fate.
-//! - `nf_*`: BPF netfilter programs bracketing the NAT hooks (`*_enter` just before the nat
-//!   table's priority, `*_exit` just after). The pair sees the packet before and after NAT and
+//! - `nf_enter` / `nf_exit`: BPF netfilter programs bracketing the nat table in each of the
+//!   four hooks it runs in (`nf_enter` just before its priority, `nf_exit` just after; one
+//!   program per side, attached four times). The pair sees the packet before and after NAT and
 //!   times the whole step (rule traversal and rewrite). They keep following a flow after NAT
 //!   rewrote it by adding the translated tuples to `TRACKED_FLOWS`.
 //! - `nat_*`: fentry/fexit and kprobe/kretprobe pairs on `nf_nat_manip_pkt`, the function that
