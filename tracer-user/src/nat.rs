@@ -111,8 +111,8 @@ impl NatAttachment {
 /// Kernel offsets for the NAT programs from the running kernel's BTF; zeros (NAT programs
 /// unusable, tc unaffected) when there is no BTF.
 #[must_use]
-pub fn kernel_offsets_or_default(kernel_btf: &btf::KernelBtf, verbose: u8) -> KernelOffsets {
-    match kernel_btf.get().and_then(btf::kernel_offsets) {
+pub fn kernel_offsets_or_default(verbose: u8) -> KernelOffsets {
+    match btf::Btf::from_sys_fs().and_then(|b| btf::kernel_offsets(&b)) {
         Ok(o) => o,
         Err(e) => {
             if verbose > 0 {

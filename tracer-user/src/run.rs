@@ -146,9 +146,7 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
 
 async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     caps::preflight()?;
-    // Parsed once for the offsets and the NAT hooks, dropped once they are attached.
-    let kernel_btf = crate::btf::KernelBtf::default();
-    let offsets = nat::kernel_offsets_or_default(&kernel_btf, cfg.verbose);
+    let offsets = nat::kernel_offsets_or_default(cfg.verbose);
     let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
     // Declared before `ebpf` so that it drops after it, once our filters are gone.
     let mut created_qdiscs = CreatedQdiscs::default();
@@ -198,6 +196,10 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
             "pktrace: removed {swept} tc filters left by a pktrace that did not exit cleanly"
         );
     }
+    // Parsed once for every NAT hook nat::attach tries, and dropped once one is attached. Not
+    // the parse the offsets came from: kept from there, the BTF (about 6 MiB) would sit in
+    // memory through the object's load and the tc attach and raise the peak by as much.
+    let kernel_btf = crate::btf::KernelBtf::default();
     let nat_attachment: NatAttachment =
         nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
     drop(kernel_btf);
