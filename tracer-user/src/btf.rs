@@ -216,8 +216,8 @@ fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
 
 /// The running kernel's BTF, read and parsed on first use and then shared by the NAT hooks
 /// start-up tries (the fentry target, the netfilter programs' patches): one parse instead of
-/// one each. A failed read is not kept (the next
-/// `get` tries again and gets its own error). Drop it once attached.
+/// one each. A failed read is not kept (the next `get` tries again and gets its own error).
+/// Drop it once attached.
 #[derive(Debug, Default)]
 pub struct KernelBtf(std::cell::OnceCell<Btf>);
 

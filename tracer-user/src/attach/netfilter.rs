@@ -780,7 +780,8 @@ impl NfPatches {
             offset: (offset != 0).then(|| i16::try_from(offset).unwrap_or(i16::MAX)),
         };
         let conn = ConnOffsets::from_btf(btf)?;
-        // Both at offset 0 (v6.4–v6.18): `member`'s 0 for "missing" does not apply.
+        // Both members come first in their structs (6.4 to 6.18): `member`'s 0 for "missing"
+        // would turn their loads into `dst = 0`.
         let at = |placeholder, what, bytes, found: Result<u32, crate::btf::BtfError>| {
             Ok::<_, AttachError>(LoadPatch {
                 placeholder,
