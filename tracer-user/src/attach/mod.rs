@@ -133,6 +133,26 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
     })
 }
 
+/// `load` of every item, each on a thread of its own, in the items' order (a panic in one is
+/// raised again here): program loads side by side, since the verifier is most of pktrace's
+/// start-up and privileged loads do not wait for one another.
+pub(crate) fn side_by_side<T: Send, R: Send>(
+    items: impl IntoIterator<Item = T>,
+    load: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let load = &load;
+    std::thread::scope(|s| {
+        let threads: Vec<_> = items
+            .into_iter()
+            .map(|item| s.spawn(move || load(item)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Whether the object holds CO-RE relocations (then aya needs the kernel's BTF); true when it
 /// cannot be parsed (aya then says why).
 fn has_btf_relocations(object: &[u8]) -> bool {

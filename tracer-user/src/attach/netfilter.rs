@@ -566,25 +566,7 @@ pub fn load_netfilter_programs(
         }),
         Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
     };
-    // Verified side by side, one thread each: the verifier is most of pktrace's start-up, and
-    // privileged loads do not wait for one another.
-    let loaded: Vec<Result<NetfilterProgram, AttachError>> = std::thread::scope(|s| {
-        let threads: Vec<_> = names
-            .iter()
-            .skip(1)
-            .map(|name| s.spawn(move || load(name)))
-            .collect();
-        let first = names.first().map(load);
-        first
-            .into_iter()
-            .chain(
-                threads
-                    .into_iter()
-                    .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
-            )
-            .collect()
-    });
-    loaded
+    super::side_by_side(&names, load)
         .into_iter()
         .collect::<Result<_, _>>()
         .map(|programs| (programs, patches.conntrack))

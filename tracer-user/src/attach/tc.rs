@@ -265,8 +265,7 @@ fn classifier<'a>(
         .ok_or(TcAttachError::MissingProgram(program))
 }
 
-/// Loads both classifiers, side by side (a thread each: the verifier is much of pktrace's
-/// start-up, and privileged loads do not wait for one another).
+/// Loads both classifiers, side by side ([`super::side_by_side`]).
 fn load_classifiers(ebpf: &mut Ebpf) -> Result<(), TcAttachError> {
     let mut found: Vec<(&'static str, &mut SchedClassifier)> = Vec::new();
     for (name, program) in ebpf.programs_mut() {
@@ -282,20 +281,12 @@ fn load_classifiers(ebpf: &mut Ebpf) -> Result<(), TcAttachError> {
     {
         return Err(TcAttachError::MissingProgram(missing));
     }
-    std::thread::scope(|s| {
-        let threads: Vec<_> = found
-            .into_iter()
-            .map(|(program, c)| {
-                s.spawn(move || {
-                    c.load()
-                        .map_err(|source| TcAttachError::Load { program, source })
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .try_for_each(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    super::side_by_side(found, |(program, c)| {
+        c.load()
+            .map_err(|source| TcAttachError::Load { program, source })
     })
+    .into_iter()
+    .collect()
 }
 
 /// Loads both classifiers and attaches them at ingress and egress of every interface with the
