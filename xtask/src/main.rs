@@ -109,8 +109,8 @@ enum Task {
         /// Print the tables without updating BENCHMARKS.md.
         #[arg(long)]
         no_write: bool,
-        /// Measure only these phases, comma-separated: throughput, hooks, micro, collector,
-        /// startup (implies --no-write).
+        /// Measure only these phases, comma-separated: throughput, paired, hooks, micro,
+        /// collector, startup (implies --no-write).
         #[arg(long, value_name = "PHASES")]
         only: Option<String>,
         /// Another pktrace binary to measure side by side with this one, in the same rounds:

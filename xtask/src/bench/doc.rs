@@ -184,6 +184,10 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "ready_s": r.ready_s,
             "hwm_kib": r.memory.hwm, "end_anon_kib": r.memory.anon, "tcpdump_dropped": r.dropped,
         })).collect::<Vec<_>>(),
+        "paired": results.paired.iter().map(|s| json!({
+            "round": s.round, "condition": s.condition.key(), "binary": s.binary.key(),
+            "stream": s.stream.key(), "recv_bps": s.bps, "twin_recv_bps": s.twin_bps,
+        })).collect::<Vec<_>>(),
         "hooks": hook_samples(&results.hooks.samples),
         "hook_floor": hook_samples(&results.hooks.floor),
         "hook_paths": hook_paths(&results.hooks.paths),

@@ -31,7 +31,9 @@ pub const CONDITIONS: [Condition; 3] = [
     Condition::ClientPod,
     Condition::TraceAll,
 ];
-pub const STREAMS: [Stream; 2] = [Stream::TcpClusterIp, Stream::UdpClusterIp];
+/// Every stream: the DNAT path (a ClusterIP) and the MASQUERADE path, whose followed flows
+/// (the node's address and the outside host) the DNAT path never has.
+pub const STREAMS: [Stream; 4] = Stream::ALL;
 
 /// One program during one stream.
 #[derive(Clone, Debug)]

@@ -15,7 +15,10 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use super::{
-    net::{BACKEND, CLIENT, CLUSTER_IP, IPERF_PORT, OUT_NS, OUTSIDE_IP},
+    net::{
+        BACKEND, CLIENT, CLUSTER_IP, IPERF_PORT, OUT_NS, OUTSIDE_IP, TWIN_CLIENT_NS,
+        TWIN_SERVER_IP, TWIN_SERVER_NS,
+    },
     proc::{Bg, POLL, TRAFFIC_CPU, pinned, tail},
 };
 
@@ -57,6 +60,17 @@ impl Stream {
         match self {
             Self::TcpClusterIp | Self::UdpClusterIp => CLUSTER_IP,
             Self::TcpMasq | Self::UdpMasq => OUTSIDE_IP,
+        }
+    }
+
+    /// A short label for table headings.
+    #[must_use]
+    pub const fn short(self) -> &'static str {
+        match self {
+            Self::TcpClusterIp => "TCP DNAT",
+            Self::TcpMasq => "TCP MASQ",
+            Self::UdpClusterIp => "UDP DNAT",
+            Self::UdpMasq => "UDP MASQ",
         }
     }
 
@@ -109,7 +123,11 @@ impl Servers {
         let mut servers = Vec::new();
         // Bound to its address: a UDP reply must come from the address the client sent to
         // (the outside host has a second address, the VNet gateway's, on the way back).
-        for (ns, addr) in [(BACKEND.netns, BACKEND.ip), (OUT_NS, OUTSIDE_IP)] {
+        for (ns, addr) in [
+            (BACKEND.netns, BACKEND.ip),
+            (OUT_NS, OUTSIDE_IP),
+            (TWIN_SERVER_NS, TWIN_SERVER_IP),
+        ] {
             let log = dir.join(format!("iperf3-server-{ns}.log"));
             let (port, addr) = (IPERF_PORT.to_string(), addr.to_string());
             let args = ["-s", "-p", &port, "-B", &addr, "--forceflush"];
@@ -150,6 +168,62 @@ pub fn run(
         }
     }
     bail!("the iperf3 server stayed busy after {BUSY_RETRIES} attempts")
+}
+
+/// Runs a TCP stream of `seconds` from the client pod and, beside it on the same CPU, one of
+/// the twin's ([`TWIN_CLIENT_NS`], outside the node); returns both goodputs at the receivers,
+/// bits per second: the measured stream's, then the twin's.
+pub fn run_with_twin(stream: Stream, seconds: u64, dir: &Path) -> Result<(f64, f64)> {
+    anyhow::ensure!(!stream.is_udp(), "the twin runs beside TCP streams only");
+    let json_path = dir.join("iperf3-twin.json");
+    let (target, port, secs) = (
+        TWIN_SERVER_IP.to_string(),
+        IPERF_PORT.to_string(),
+        seconds.to_string(),
+    );
+    let args = [
+        "-c",
+        &target,
+        "-p",
+        &port,
+        "-t",
+        &secs,
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ];
+    let cmd = pinned(TWIN_CLIENT_NS, TRAFFIC_CPU, "iperf3", args);
+    let mut twin = Bg::spawn(
+        "iperf3 twin client",
+        cmd,
+        Stdio::from(fs::File::create(&json_path)?),
+        &dir.join("iperf3-twin.err"),
+    )?;
+    let measured = run(stream, None, seconds, dir, || {})?;
+    let deadline = Instant::now() + CLIENT_SLACK;
+    let status = loop {
+        if let Some(status) = twin.child_mut().try_wait()? {
+            break status;
+        }
+        super::check_interrupted()?;
+        if Instant::now() > deadline {
+            bail!("the twin's iperf3 client still running after the measured stream");
+        }
+        thread::sleep(POLL);
+    };
+    let text = fs::read_to_string(&json_path).unwrap_or_default();
+    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if let Some(error) = json.get("error").and_then(Value::as_str) {
+        bail!("the twin's iperf3 failed: {error}");
+    }
+    if !status.success() {
+        bail!(
+            "the twin's iperf3 failed ({status}): {}",
+            tail(&twin.stderr())
+        );
+    }
+    let twin_result = parse(&json, false).context("reading the twin's iperf3 JSON")?;
+    Ok((measured.recv_bps, twin_result.recv_bps))
 }
 
 enum Outcome {

@@ -21,14 +21,16 @@ use anyhow::{Context as _, Result};
 
 use super::{
     Ctx, bpf,
-    net::{CLIENT, IPERF_PORT, NODE_NS, OTHER, OUTSIDE_IP},
+    net::{CLIENT, CLOSED_PORT, IPERF_PORT, NODE_IP, NODE_NS, OTHER, OUTSIDE_IP, masq_sport},
     proc::{TRAFFIC_CPU, pinned},
     tracer::{Condition, Launch, Tracer},
 };
 use crate::{cmd::output, lab::netns::in_ns};
 
-/// Program runs per `bpftool prog run` (a few tens of milliseconds).
-const REPEAT: u32 = 200_000;
+/// Program runs per `bpftool prog run` (a few milliseconds). Few enough that pktrace drains
+/// the events of an emitted frame's calls as they come: with 200,000, 10–23 % of the runs
+/// found the ring buffer full (measured 2026-11-22), which a written event costs more than.
+const REPEAT: u32 = 20_000;
 /// `bpftool prog run` calls per frame and binary in a round, alternating between the binaries:
 /// the median is kept.
 const CALLS: usize = 5;
@@ -52,16 +54,22 @@ pub enum Frame {
     /// [`Frame::Outside`] once pktrace follows a flow (the client's datagram through
     /// MASQUERADE): the frame goes past the address check to the followed-flow check.
     OutsideFollowing,
+    /// UDP, 64 bytes, of that followed flow (the node's address to the outside host, the
+    /// client's datagram after MASQUERADE): emitted by the followed-flow check, as every
+    /// masqueraded packet of a traced pod is on the uplink.
+    EmittedFollowed,
 }
 
 impl Frame {
-    /// In the order each round runs them: [`Frame::OutsideFollowing`] last, since a followed
-    /// flow stays followed until pktrace stops.
-    pub const ALL: [Self; 4] = [
+    /// In the order each round runs them: [`Frame::OutsideFollowing`] and
+    /// [`Frame::EmittedFollowed`] last, since a followed flow stays followed until pktrace
+    /// stops.
+    pub const ALL: [Self; 5] = [
         Self::Outside,
         Self::EmittedUdp,
         Self::EmittedTcp,
         Self::OutsideFollowing,
+        Self::EmittedFollowed,
     ];
 
     #[must_use]
@@ -71,6 +79,7 @@ impl Frame {
             Self::EmittedUdp => "emitted_udp",
             Self::EmittedTcp => "emitted_tcp",
             Self::OutsideFollowing => "outside_udp_following",
+            Self::EmittedFollowed => "emitted_udp_followed",
         }
     }
 
@@ -81,14 +90,27 @@ impl Frame {
             Self::EmittedUdp => "emitted (UDP 64 B, the traced pod)",
             Self::EmittedTcp => "emitted (TCP ACK 66 B, the traced pod)",
             Self::OutsideFollowing => "outside the filter, a flow followed (UDP 64 B, another pod)",
+            Self::EmittedFollowed => {
+                "emitted, of the followed flow (UDP 64 B, the client's, masqueraded)"
+            }
         }
+    }
+
+    /// Whether pktrace (tracing the client pod) emits an event for the frame.
+    #[must_use]
+    pub const fn is_emitted(self) -> bool {
+        matches!(
+            self,
+            Self::EmittedUdp | Self::EmittedTcp | Self::EmittedFollowed
+        )
     }
 
     pub(super) fn bytes(self) -> Vec<u8> {
         match self {
-            Self::Outside | Self::OutsideFollowing => frame(OTHER.ip, Proto::Udp),
-            Self::EmittedUdp => frame(CLIENT.ip, Proto::Udp),
-            Self::EmittedTcp => frame(CLIENT.ip, Proto::Tcp),
+            Self::Outside | Self::OutsideFollowing => frame(OTHER.ip, STREAM_PORTS, Proto::Udp),
+            Self::EmittedUdp => frame(CLIENT.ip, STREAM_PORTS, Proto::Udp),
+            Self::EmittedTcp => frame(CLIENT.ip, STREAM_PORTS, Proto::Tcp),
+            Self::EmittedFollowed => frame(NODE_IP, (masq_sport(CLIENT), CLOSED_PORT), Proto::Udp),
         }
     }
 }
@@ -173,11 +195,18 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
             if *frame == Frame::OutsideFollowing {
                 follow_a_flow(&up)?;
             }
+            let before: Vec<_> = up
+                .iter()
+                .map(|(_, _, t)| t.counters())
+                .collect::<Result<_>>()?;
             let mut calls = vec![Vec::with_capacity(CALLS); up.len()];
             for _ in 0..CALLS {
                 for (i, (_, prog, _)) in up.iter().enumerate() {
                     calls[i].push(prog_run(*prog, path, &ctx_file)?);
                 }
+            }
+            for ((binary, _, t), b) in up.iter().zip(&before) {
+                check_traced(*frame, *binary, &t.counters()?.since(b))?;
             }
             for ((binary, _, _), mut calls) in up.iter().zip(calls) {
                 calls.sort_by(f64::total_cmp);
@@ -200,6 +229,36 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
         }
     }
     Ok(out)
+}
+
+/// Checks that a binary traced every run of an emitted frame (a frame the filter let pass
+/// would measure the outside path: the followed flow's, if MASQUERADE had not kept its
+/// port), and none of the others; warns when the ring buffer was full for some runs (a lost
+/// event costs less than a written one).
+fn check_traced(frame: Frame, binary: Binary, c: &bpf::KernelCounters) -> Result<()> {
+    let runs = u64::from(REPEAT) * CALLS as u64;
+    // A packet of the flow the bench made (its ICMP error, say) may be counted too.
+    anyhow::ensure!(
+        (c.matched >= runs) == frame.is_emitted(),
+        "the {} pktrace traced {} packets over {runs} runs of the frame {}, which it should {}",
+        binary.key(),
+        c.matched,
+        frame.key(),
+        if frame.is_emitted() {
+            "trace every time"
+        } else {
+            "not trace"
+        }
+    );
+    if c.ringbuf_full > 0 {
+        eprintln!(
+            "bench:   warning: the {} pktrace's ring buffer was full for {} of {runs} runs of {}",
+            binary.key(),
+            c.ringbuf_full,
+            frame.key()
+        );
+    }
+    Ok(())
 }
 
 /// Makes every loaded pktrace follow a flow: the client pod (which they trace) sends one
@@ -271,9 +330,13 @@ enum Proto {
     Tcp,
 }
 
-/// An Ethernet frame from `src` to the outside host, as it leaves the node's uplink: UDP with
-/// 22 bytes of payload (64 bytes), or a TCP ACK with the timestamp option (66 bytes).
-fn frame(src: Ipv4Addr, proto: Proto) -> Vec<u8> {
+/// Source and destination ports of the frames of a stream-like flow.
+const STREAM_PORTS: (u16, u16) = (40_000, IPERF_PORT);
+
+/// An Ethernet frame from `src` to the outside host, as it leaves the node's uplink, with
+/// these ports: UDP with 22 bytes of payload (64 bytes), or a TCP ACK with the timestamp
+/// option (66 bytes).
+fn frame(src: Ipv4Addr, (sport, dport): (u16, u16), proto: Proto) -> Vec<u8> {
     let mut f = Vec::with_capacity(66);
     f.extend_from_slice(&[0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc]); // router
     f.extend_from_slice(&[0x02, 0x42, 0x0a, 0x0d, 0x4d, 0x04]); // node
@@ -287,8 +350,8 @@ fn frame(src: Ipv4Addr, proto: Proto) -> Vec<u8> {
     f.extend_from_slice(&[0x12, 0x34, 0x40, 0, 64, number, 0, 0]);
     f.extend_from_slice(&src.octets());
     f.extend_from_slice(&OUTSIDE_IP.octets());
-    f.extend_from_slice(&40_000u16.to_be_bytes());
-    f.extend_from_slice(&IPERF_PORT.to_be_bytes());
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
     match proto {
         Proto::Udp => {
             f.extend_from_slice(&l4_len.to_be_bytes());
@@ -327,6 +390,11 @@ mod tests {
         assert_eq!(&Frame::Outside.bytes()[26..30], &OTHER.ip.octets());
         assert_eq!(&Frame::EmittedTcp.bytes()[26..30], &CLIENT.ip.octets());
         assert_eq!(Frame::EmittedTcp.bytes()[46] >> 4, 8, "TCP data offset");
+        let followed = Frame::EmittedFollowed.bytes();
+        assert_eq!(followed.len(), 64);
+        assert_eq!(&followed[26..30], &NODE_IP.octets());
+        assert_eq!(&followed[30..34], &OUTSIDE_IP.octets());
+        assert_eq!(&followed[34..38], &[0x9c, 0x6e, 0, 9], "ports 40046 → 9");
     }
 
     #[test]

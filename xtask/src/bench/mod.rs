@@ -1,7 +1,8 @@
 //! `cargo xtask bench [--short] [--runs N]`: what tracing costs the packets and the node.
 //!
 //! Builds pktrace, then on a simulated node of its own ([`net`], namespaces `pkt-b*`) measures
-//! [`throughput`] retention under five conditions, the [`hooks`]' cost per packet from BPF
+//! [`throughput`] retention under five conditions (and, with less of the machine's noise, TCP
+//! retention against an untraced stream beside it: [`paired`]), the [`hooks`]' cost per packet from BPF
 //! run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` ([`micro`]; these two
 //! side by side with a `--baseline` binary when given), the [`collector`]'s capacity on one CPU, and pktrace's memory and
 //! [`startup`] time. Traffic runs on CPU 0, the tracer's user space on CPU 1. Prints the tables
@@ -16,6 +17,7 @@ mod hooks;
 mod iperf;
 mod micro;
 mod net;
+mod paired;
 mod proc;
 mod report;
 mod startup;
@@ -53,7 +55,8 @@ pub struct BenchOptions {
     pub no_write: bool,
     /// Measure only these phases (none: all); implies `no_write`.
     pub only: Option<Phases>,
-    /// Another pktrace that the `hooks` and `micro` phases measure alongside, round by round.
+    /// Another pktrace that the `paired`, `hooks` and `micro` phases measure alongside, round by
+    /// round.
     pub baseline: Option<PathBuf>,
 }
 
@@ -63,6 +66,7 @@ pub struct BenchOptions {
 #[expect(clippy::struct_excessive_bools, reason = "one switch per phase")]
 pub struct Phases {
     pub throughput: bool,
+    pub paired: bool,
     pub hooks: bool,
     pub micro: bool,
     pub collector: bool,
@@ -73,6 +77,7 @@ impl Phases {
     /// Every phase.
     pub const ALL: Self = Self {
         throughput: true,
+        paired: true,
         hooks: true,
         micro: true,
         collector: true,
@@ -85,12 +90,14 @@ impl Phases {
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name {
                 "throughput" => p.throughput = true,
+                "paired" => p.paired = true,
                 "hooks" => p.hooks = true,
                 "micro" => p.micro = true,
                 "collector" => p.collector = true,
                 "startup" => p.startup = true,
                 other => bail!(
-                    "unknown bench phase {other:?}: use throughput, hooks, micro, collector or startup"
+                    "unknown bench phase {other:?}: use throughput, paired, hooks, micro, collector or \
+                     startup"
                 ),
             }
         }
@@ -113,6 +120,7 @@ pub struct Results {
     pub runs: usize,
     pub seconds: u64,
     pub throughput: throughput::Throughput,
+    pub paired: Vec<paired::PairSample>,
     pub hooks: hooks::Hooks,
     pub micro: micro::Micro,
     pub collector: Vec<collector::CollectorSample>,
@@ -200,6 +208,11 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
     } else {
         Default::default()
     };
+    let paired = if phases.paired {
+        paired::run(ctx, baseline)?
+    } else {
+        Vec::new()
+    };
     let hooks = if phases.hooks {
         hooks::run(ctx, baseline)?
     } else {
@@ -224,6 +237,7 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
         runs: ctx.runs,
         seconds: ctx.seconds,
         throughput,
+        paired,
         hooks,
         micro,
         collector,
@@ -356,9 +370,9 @@ mod tests {
     #[test]
     fn phases_parse() {
         let p = Phases::parse("hooks, collector").unwrap();
-        assert!(p.hooks && p.collector && !p.throughput && !p.startup && !p.micro);
+        assert!(p.hooks && p.collector && !p.throughput && !p.paired && !p.startup && !p.micro);
         assert_eq!(
-            Phases::parse("throughput,hooks,micro,collector,startup").unwrap(),
+            Phases::parse("throughput,paired,hooks,micro,collector,startup").unwrap(),
             Phases::ALL
         );
         assert!(Phases::parse("hook").is_err());

@@ -48,7 +48,23 @@ pub const OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 80);
 /// iperf3's port, on the backend pod and on the outside host.
 pub const IPERF_PORT: u16 = 5201;
 /// A port nothing listens on at the outside host: [`send_masqueraded`]'s datagram.
-const CLOSED_PORT: u16 = 9;
+pub const CLOSED_PORT: u16 = 9;
+/// [`send_masqueraded`]'s source port from `pod`: one per pod (40,000 + the address's last
+/// byte), since MASQUERADE gives every pod the node's address and keeps a source port only
+/// while no other flow to the same place holds it (UDP entries live 30 s). Without
+/// `--random-fully`, as in [`NAT_RULES`], the masqueraded flow is then the node's address and
+/// this port to [`CLOSED_PORT`] of the outside host.
+#[must_use]
+pub fn masq_sport(pod: BenchPod) -> u16 {
+    40_000 + u16::from(pod.ip.octets()[3])
+}
+/// The twin: a client and a server namespace joined by a veth pair, outside the node, which
+/// no tracer sees. Its TCP stream runs beside a measured one on the same CPU
+/// ([`super::paired`]): what the machine does to both cancels in their ratio.
+pub const TWIN_CLIENT_NS: &str = "pkt-btwc";
+pub const TWIN_SERVER_NS: &str = "pkt-btws";
+pub const TWIN_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+pub const TWIN_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 /// Interfaces pktrace attaches to in the bench (its default list).
 pub const INTERFACES: &str = "eth0,azure0,azv*";
 /// kube-proxy + ip-masq-agent nat rules of the node.
@@ -94,10 +110,28 @@ const PODS: [BenchPod; 3] = [CLIENT, BACKEND, OTHER];
 /// MASQUERADE: when pktrace traces `pod`, its NAT programs then follow the masqueraded flow
 /// (the node's address and the outside host), as they do on a node whose traced pod talks to
 /// the outside. The outside host answers with an ICMP port unreachable.
+/// The datagram leaves from [`masq_sport`].
 pub fn send_masqueraded(pod: BenchPod) -> Result<()> {
-    let script = format!("echo pktrace-bench > /dev/udp/{OUTSIDE_IP}/{CLOSED_PORT}");
-    output(&mut in_ns(pod.netns, "bash", ["-c", script.as_str()]))
-        .with_context(|| format!("sending a datagram from {} to {OUTSIDE_IP}", pod.netns))?;
+    std::thread::scope(|s| s.spawn(move || send_from(pod)).join())
+        .map_err(|_| anyhow::anyhow!("the datagram's thread panicked"))?
+        .with_context(|| format!("sending a datagram from {} to {OUTSIDE_IP}", pod.netns))
+}
+
+/// Runs in a thread of its own, which moves into the pod's network namespace.
+fn send_from(pod: BenchPod) -> Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let ns = std::fs::File::open(format!("/run/netns/{}", pod.netns))
+        .with_context(|| format!("opening namespace {}", pod.netns))?;
+    // SAFETY: setns on a valid namespace fd; it affects the calling thread only.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        anyhow::bail!(
+            "setns into {}: {}",
+            pod.netns,
+            std::io::Error::last_os_error()
+        );
+    }
+    let socket = std::net::UdpSocket::bind((pod.ip, masq_sport(pod)))?;
+    socket.send_to(b"pktrace-bench\n", (OUTSIDE_IP, CLOSED_PORT))?;
     Ok(())
 }
 
@@ -113,7 +147,7 @@ impl BenchNet {
         let mut net = Self {
             namespaces: Vec::new(),
         };
-        for ns in [NODE_NS, OUT_NS]
+        for ns in [NODE_NS, OUT_NS, TWIN_CLIENT_NS, TWIN_SERVER_NS]
             .into_iter()
             .chain(PODS.iter().map(|p| p.netns))
         {
@@ -140,6 +174,7 @@ impl BenchNet {
         for pod in &PODS {
             pod_link(pod).with_context(|| format!("wiring pod {}", pod.netns))?;
         }
+        twin().context("wiring the twin")?;
         output_with_input(&mut in_ns(NODE_NS, "iptables-restore", ["-w"]), NAT_RULES)
             .context("loading the nat rules into the bench node")?;
         Ok(())
@@ -253,6 +288,22 @@ fn outside() -> Result<()> {
     )
 }
 
+fn twin() -> Result<()> {
+    ip(
+        TWIN_CLIENT_NS,
+        &format!("link add eth0 type veth peer name eth0 netns {TWIN_SERVER_NS}"),
+    )?;
+    for (ns, addr) in [
+        (TWIN_CLIENT_NS, TWIN_CLIENT_IP),
+        (TWIN_SERVER_NS, TWIN_SERVER_IP),
+    ] {
+        ip(ns, &format!("addr add {addr}/30 dev eth0"))?;
+        ip(ns, "link set eth0 up")?;
+        ip(ns, "link set lo up")?;
+    }
+    Ok(())
+}
+
 fn pod_link(pod: &BenchPod) -> Result<()> {
     let (ns, host_if, pod_ip, mac) = (pod.netns, pod.host_if, pod.ip, pod.mac());
     ip(
@@ -291,10 +342,12 @@ mod tests {
             assert_eq!(pod.host_if.len(), 14);
             assert!(pod.host_if[3..].chars().all(|c| c.is_ascii_hexdigit()));
         }
-        for ns in [NODE_NS, OUT_NS, VETHS_NS] {
+        for ns in [NODE_NS, OUT_NS, VETHS_NS, TWIN_CLIENT_NS, TWIN_SERVER_NS] {
             assert!(ns.starts_with(NS_PREFIX));
         }
         assert_eq!(extra_veth(249), "azvbf0000000f9");
         assert_eq!(CLIENT.mac(), "02:42:0a:0d:4d:2e");
+        assert_eq!(masq_sport(CLIENT), 40_046);
+        assert_ne!(masq_sport(CLIENT), masq_sport(OTHER));
     }
 }

@@ -8,6 +8,7 @@ use super::{
     hooks::{self, HookSample, Hooks},
     iperf::Stream,
     micro::{Binary, Frame, Micro},
+    paired::{self, PairSample},
     proc::Memory,
     stats::{Dist, Table, show},
     throughput::{Sample, Throughput},
@@ -88,6 +89,66 @@ fn retention(t: &Throughput) -> Table {
             );
             table.row(row);
         }
+    }
+    table
+}
+
+/// TCP retention against the untraced twin ([`paired`]): per stream, the untraced run's
+/// goodput over the twin's, then each traced condition's retention.
+fn paired_retention(samples: &[PairSample]) -> Table {
+    let traced = &Condition::ALL[1..];
+    let mut table = Table::new(
+        [
+            "stream",
+            "untraced: Gbit/s, beside the twin's",
+            "untraced / twin",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(traced.iter().map(|c| c.label().to_owned())),
+    );
+    for stream in paired::STREAMS {
+        let untraced = || {
+            samples
+                .iter()
+                .filter(move |s| s.condition == Condition::Untraced && s.stream == stream)
+        };
+        let mut row = vec![
+            stream.to_string(),
+            format!(
+                "{} beside {}",
+                show(Dist::of(untraced().map(|s| s.bps / 1e9)), 1),
+                show(Dist::of(untraced().map(|s| s.twin_bps / 1e9)), 1)
+            ),
+            Dist::of(untraced().map(PairSample::ratio))
+                .map_or_else(|| "–".into(), |d| d.show_ratio()),
+        ];
+        row.extend(traced.iter().map(|&c| {
+            Dist::of(paired::retention(samples, c, stream, Binary::Measured))
+                .map_or_else(|| "–".into(), |d| d.show_ratio())
+        }));
+        table.row(row);
+    }
+    table
+}
+
+/// Per pktrace condition and stream, the measured binary's ratio to the twin over the
+/// baseline's in the same round.
+fn paired_vs_baseline(samples: &[PairSample]) -> Table {
+    let conditions: Vec<Condition> = Condition::ALL
+        .into_iter()
+        .filter(|c| c.is_pktrace())
+        .collect();
+    let mut table = Table::new(
+        std::iter::once("stream".to_owned()).chain(conditions.iter().map(|c| c.label().to_owned())),
+    );
+    for stream in paired::STREAMS {
+        let mut row = vec![stream.to_string()];
+        row.extend(conditions.iter().map(|&c| {
+            Dist::of(paired::versus_baseline(samples, c, stream))
+                .map_or_else(|| "–".into(), |d| d.show_ratio())
+        }));
+        table.row(row);
     }
     table
 }
@@ -426,7 +487,7 @@ fn hook_column(c: Condition, s: Stream) -> String {
         Condition::ClientPod => "emitted (--pod-ip)",
         _ => "--trace-all",
     };
-    format!("{what}, {}", if s.is_udp() { "UDP" } else { "TCP" })
+    format!("{what}, {}", s.short())
 }
 
 /// The tc program alone, per frame: the measured binary, and the baseline beside it.
@@ -487,6 +548,30 @@ pub fn tables(r: &Results) -> String {
         ),
         retention(&r.throughput),
     );
+    if !r.paired.is_empty() {
+        section(
+            "TCP retention beside an untraced twin",
+            &format!(
+                "Each TCP stream again, with a second TCP stream beside it on the same CPU between \
+                 two namespaces outside the node, which no tracer sees (the twin): the machine's \
+                 noise moves both alike. Retention: the stream's goodput over the twin's, over \
+                 the same ratio untraced in the same round; median (min–max) of {} of {} s. The \
+                 untraced columns: goodputs (Gbit/s, median (min–max)) and their ratio.\n\n",
+                super::doc::runs(n),
+                r.seconds
+            ),
+            paired_retention(&r.paired),
+        );
+        if r.paired.iter().any(|s| s.binary == Binary::Baseline) {
+            section(
+                "TCP retention beside an untraced twin, side by side with the baseline",
+                "The `--baseline` binary ran each pktrace condition too, in the same round (the \
+                 measured one first in even rounds). Each cell is the measured binary's goodput \
+                 over the twin's, over the baseline's, median (min–max) over the rounds.\n\n",
+                paired_vs_baseline(&r.paired),
+            );
+        }
+    }
     section("Throughput, absolute", "", absolute(&r.throughput));
     section(
         "Tracers under load",
@@ -498,7 +583,8 @@ pub fn tables(r: &Results) -> String {
     section(
         "Per-hook cost",
         "BPF run-time statistics (on for this phase only): run_time_ns / run_cnt per program \
-         over each stream, median (min–max) of the runs, and runs per second. Each measured run \
+         over each stream (TCP and 64-byte UDP, to the ClusterIP: DNAT, and to the outside \
+         host: MASQ), median (min–max) of the runs, and runs per second. Each measured run \
          includes about one clock read of the statistics themselves. tc programs run on every \
          attached interface, so their rate adds up over interfaces; likewise `nf_enter` and \
          `nf_exit` are each one program on the four netfilter hooks around the nat table, so \

@@ -6,6 +6,7 @@ use super::{
     floor,
     iperf::Stream,
     micro::{Binary, Frame},
+    paired,
     report::{Metric, ratio},
     stats::{Dist, Table},
     tracer::{Attach, Condition},
@@ -39,7 +40,7 @@ pub fn targets(r: &Results) -> Table {
     let pod = ratios(Condition::ClientPod);
     // What any program on those hooks costs: shown beside the target, not judged.
     let empty = ratios(Condition::EmptyPrograms);
-    let pod_measured = if empty.is_empty() {
+    let mut pod_measured = if empty.is_empty() {
         fmt(&pod)
     } else {
         format!(
@@ -48,6 +49,23 @@ pub fn targets(r: &Results) -> Table {
             fmt(&empty)
         )
     };
+    // The same retention beside the untraced twin (less of the machine's noise): shown, not
+    // judged, since the target is the streams' own ratio.
+    let twin = |c: Condition| -> Vec<f64> {
+        paired::STREAMS
+            .iter()
+            .filter_map(|&s| Dist::of(paired::retention(&r.paired, c, s, Binary::Measured)))
+            .map(|d| d.median)
+            .collect()
+    };
+    let (pod_twin, empty_twin) = (twin(Condition::ClientPod), twin(Condition::EmptyPrograms));
+    if !pod_twin.is_empty() {
+        pod_measured.push_str(&format!(
+            "; beside an untraced twin stream: {} (empty programs {})",
+            fmt(&pod_twin),
+            fmt(&empty_twin)
+        ));
+    }
     judge(
         "TCP with the pod traced (--pod-ip) ≥ 0.97× untraced (ClusterIP / MASQUERADE)",
         pod_measured,
