@@ -176,23 +176,8 @@ pub fn run(
 pub fn run_with_twin(stream: Stream, seconds: u64, dir: &Path) -> Result<(f64, f64)> {
     anyhow::ensure!(!stream.is_udp(), "the twin runs beside TCP streams only");
     let json_path = dir.join("iperf3-twin.json");
-    let (target, port, secs) = (
-        TWIN_SERVER_IP.to_string(),
-        IPERF_PORT.to_string(),
-        seconds.to_string(),
-    );
-    let args = [
-        "-c",
-        &target,
-        "-p",
-        &port,
-        "-t",
-        &secs,
-        "-J",
-        "--connect-timeout",
-        "3000",
-    ];
-    let cmd = pinned(TWIN_CLIENT_NS, TRAFFIC_CPU, "iperf3", args);
+    let args = client_args(TWIN_SERVER_IP, seconds);
+    let cmd = pinned(TWIN_CLIENT_NS, TRAFFIC_CPU, "iperf3", &args);
     let mut twin = Bg::spawn(
         "iperf3 twin client",
         cmd,
@@ -226,6 +211,23 @@ pub fn run_with_twin(stream: Stream, seconds: u64, dir: &Path) -> Result<(f64, f
     Ok((measured.recv_bps, twin_result.recv_bps))
 }
 
+/// An iperf3 client's arguments for a run of `seconds` to `target`'s server, JSON out.
+fn client_args(target: Ipv4Addr, seconds: u64) -> Vec<String> {
+    [
+        "-c",
+        &target.to_string(),
+        "-p",
+        &IPERF_PORT.to_string(),
+        "-t",
+        &seconds.to_string(),
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 enum Outcome {
     Done(StreamResult),
     Busy,
@@ -239,24 +241,7 @@ fn run_once(
     midway: &mut impl FnMut(),
 ) -> Result<Outcome> {
     let json_path = dir.join("iperf3-client.json");
-    let (target, port, secs) = (
-        stream.target().to_string(),
-        IPERF_PORT.to_string(),
-        seconds.to_string(),
-    );
-    let mut args: Vec<String> = [
-        "-c",
-        &target,
-        "-p",
-        &port,
-        "-t",
-        &secs,
-        "-J",
-        "--connect-timeout",
-        "3000",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args = client_args(stream.target(), seconds);
     if stream.is_udp() {
         let bits = rate.map_or(0, |pps| pps * u64::from(UDP_LEN) * 8);
         args.extend([
