@@ -62,12 +62,7 @@ impl Floor {
 /// Runs in a thread of its own, which moves into the node's network namespace (only this
 /// thread's: the links keep their namespace after it ends).
 fn attach_in_node(nf_per_hook: usize) -> Result<Floor> {
-    let ns = fs::File::open(format!("/run/netns/{NODE_NS}"))
-        .with_context(|| format!("opening namespace {NODE_NS}"))?;
-    // SAFETY: setns on a valid namespace fd; it affects the calling thread only.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        bail!("setns into {NODE_NS}: {}", std::io::Error::last_os_error());
-    }
+    crate::lab::netns::enter_on_this_thread(NODE_NS)?;
     let tc = prog_load(BPF_PROG_TYPE_SCHED_CLS, 0, TC_ACT_UNSPEC, TC_NAME)?;
     let nf = prog_load(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER, NF_ACCEPT, NF_NAME)?;
     let mut links = Vec::new();

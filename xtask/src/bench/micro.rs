@@ -30,10 +30,10 @@ use crate::{cmd::output, lab::netns::in_ns};
 /// Program runs per `bpftool prog run` (a few milliseconds). Few enough that pktrace drains
 /// the events of an emitted frame's calls as they come: with 200,000, 10–23 % of the runs
 /// found the ring buffer full (measured 2026-11-22), which a written event costs more than.
-const REPEAT: u32 = 20_000;
+pub const REPEAT: u32 = 20_000;
 /// `bpftool prog run` calls per frame and binary in a round, alternating between the binaries:
 /// the median is kept.
-const CALLS: usize = 5;
+pub const CALLS: usize = 5;
 /// The interface the frames leave by: the node's uplink.
 const UPLINK: &str = "eth0";
 /// Size of the `struct __sk_buff` given as context, and the offset of its `ifindex`

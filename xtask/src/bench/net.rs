@@ -119,17 +119,7 @@ pub fn send_masqueraded(pod: BenchPod) -> Result<()> {
 
 /// Runs in a thread of its own, which moves into the pod's network namespace.
 fn send_from(pod: BenchPod) -> Result<()> {
-    use std::os::fd::AsRawFd as _;
-    let ns = std::fs::File::open(format!("/run/netns/{}", pod.netns))
-        .with_context(|| format!("opening namespace {}", pod.netns))?;
-    // SAFETY: setns on a valid namespace fd; it affects the calling thread only.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        anyhow::bail!(
-            "setns into {}: {}",
-            pod.netns,
-            std::io::Error::last_os_error()
-        );
-    }
+    netns::enter_on_this_thread(pod.netns)?;
     let socket = std::net::UdpSocket::bind((pod.ip, masq_sport(pod)))?;
     socket.send_to(b"pktrace-bench\n", (OUTSIDE_IP, CLOSED_PORT))?;
     Ok(())

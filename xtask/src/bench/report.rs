@@ -610,12 +610,17 @@ pub fn tables(r: &Results) -> String {
     if !r.micro.samples.is_empty() {
         section(
             "tc program alone (BPF_PROG_TEST_RUN)",
-            "pktrace's `tc_egress` run by `bpftool prog run … repeat 200000` on the bench node's \
-             uplink, pktrace tracing the client pod, no stream flowing: the kernel's average per \
-             run, median (min–max) of the rounds (each the median of 5 calls). Warm caches and \
-             no statistics clock: the program's own instructions, helpers and map accesses. A \
-             baseline binary, when given, was loaded beside the measured one and the calls \
-             alternated between them; the ratio is taken within each round.\n\n",
+            &format!(
+                "pktrace's `tc_egress` run by `bpftool prog run … repeat {}` on the bench \
+                 node's uplink, pktrace tracing the client pod, no stream flowing: the kernel's \
+                 average per run, median (min–max) of the rounds (each the median of {} calls). \
+                 Warm caches and no statistics clock: the program's own instructions, helpers \
+                 and map accesses. A baseline binary, when given, was loaded beside the measured \
+                 one and the calls alternated between them; the ratio is taken within each \
+                 round.\n\n",
+                super::micro::REPEAT,
+                super::micro::CALLS
+            ),
             micro(&r.micro),
         );
     }

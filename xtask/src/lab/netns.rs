@@ -20,6 +20,21 @@ where
     cmd
 }
 
+/// Moves the calling thread (only it: `setns` is per thread) into network namespace `ns`, for
+/// work that needs a socket or a BPF link there. Run it on a thread of its own that ends with
+/// that work.
+pub fn enter_on_this_thread(ns: &str) -> Result<()> {
+    use std::os::fd::AsRawFd as _;
+    guard(ns)?;
+    let file = fs::File::open(format!("/run/netns/{ns}"))
+        .map_err(|e| anyhow::anyhow!("opening namespace {ns}: {e}"))?;
+    // SAFETY: setns on a namespace fd we hold; it affects the calling thread only.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        anyhow::bail!("setns into {ns}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Runs `ip -n <ns> <line>`, `line` being split at whitespace (e.g. `link set lo up`);
 /// fails on error.
 pub fn ip(ns: &str, line: &str) -> Result<()> {
