@@ -5,7 +5,7 @@
 use std::{
     fmt, fs,
     net::Ipv4Addr,
-    path::Path,
+    path::{Path, PathBuf},
     process::Stdio,
     thread,
     time::{Duration, Instant},
@@ -175,38 +175,12 @@ pub fn run(
 /// bits per second: the measured stream's, then the twin's.
 pub fn run_with_twin(stream: Stream, seconds: u64, dir: &Path) -> Result<(f64, f64)> {
     anyhow::ensure!(!stream.is_udp(), "the twin runs beside TCP streams only");
-    let json_path = dir.join("iperf3-twin.json");
     let args = client_args(TWIN_SERVER_IP, seconds);
-    let cmd = pinned(TWIN_CLIENT_NS, TRAFFIC_CPU, "iperf3", &args);
-    let mut twin = Bg::spawn(
-        "iperf3 twin client",
-        cmd,
-        Stdio::from(fs::File::create(&json_path)?),
-        &dir.join("iperf3-twin.err"),
-    )?;
+    let twin = Client::spawn(TWIN_CLIENT_NS, &args, dir, "twin", seconds)?;
     let measured = run(stream, None, seconds, dir, || {})?;
-    let deadline = Instant::now() + CLIENT_SLACK;
-    let status = loop {
-        if let Some(status) = twin.child_mut().try_wait()? {
-            break status;
-        }
-        super::check_interrupted()?;
-        if Instant::now() > deadline {
-            bail!("the twin's iperf3 client still running after the measured stream");
-        }
-        thread::sleep(POLL);
-    };
-    let text = fs::read_to_string(&json_path).unwrap_or_default();
-    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    if let Some(error) = json.get("error").and_then(Value::as_str) {
-        bail!("the twin's iperf3 failed: {error}");
-    }
-    if !status.success() {
-        bail!(
-            "the twin's iperf3 failed ({status}): {}",
-            tail(&twin.stderr())
-        );
-    }
+    let json = twin
+        .finish("the twin's iperf3", || {})?
+        .map_err(|error| anyhow::anyhow!("the twin's iperf3 failed: {error}"))?;
     let twin_result = parse(&json, false).context("reading the twin's iperf3 JSON")?;
     Ok((measured.recv_bps, twin_result.recv_bps))
 }
@@ -228,6 +202,69 @@ fn client_args(target: Ipv4Addr, seconds: u64) -> Vec<String> {
     .to_vec()
 }
 
+/// A running iperf3 client, pinned to [`TRAFFIC_CPU`], its JSON going to a file of `dir`.
+struct Client {
+    bg: Bg,
+    json_path: PathBuf,
+    start: Instant,
+    seconds: u64,
+}
+
+impl Client {
+    /// Starts `iperf3 args…` in `ns`; `key` names its files (`iperf3-<key>.json`, `.err`).
+    fn spawn(ns: &str, args: &[String], dir: &Path, key: &str, seconds: u64) -> Result<Self> {
+        let json_path = dir.join(format!("iperf3-{key}.json"));
+        let bg = Bg::spawn(
+            &format!("iperf3 {key}"),
+            pinned(ns, TRAFFIC_CPU, "iperf3", args),
+            Stdio::from(fs::File::create(&json_path)?),
+            &dir.join(format!("iperf3-{key}.err")),
+        )?;
+        Ok(Self {
+            bg,
+            json_path,
+            start: Instant::now(),
+            seconds,
+        })
+    }
+
+    /// Waits for the client to end (calling `midway` once halfway through its run), then reads
+    /// its JSON: `Ok(Err(message))` for an error iperf3 reported in it. Fails when it runs
+    /// [`CLIENT_SLACK`] past its end or exits unsuccessfully without such an error; `what`
+    /// names it in those errors.
+    fn finish(mut self, what: &str, mut midway: impl FnMut()) -> Result<Result<Value, String>> {
+        let half = Duration::from_millis(self.seconds * 500);
+        let deadline = Duration::from_secs(self.seconds) + CLIENT_SLACK;
+        let mut sampled = false;
+        let status = loop {
+            if let Some(status) = self.bg.child_mut().try_wait()? {
+                break status;
+            }
+            if !sampled && self.start.elapsed() >= half {
+                midway();
+                sampled = true;
+            }
+            super::check_interrupted()?;
+            if self.start.elapsed() > deadline {
+                bail!(
+                    "{what}: client still running {} s after its end",
+                    CLIENT_SLACK.as_secs()
+                );
+            }
+            thread::sleep(POLL);
+        };
+        let text = fs::read_to_string(&self.json_path).unwrap_or_default();
+        let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if let Some(error) = json.get("error").and_then(Value::as_str) {
+            return Ok(Err(error.to_owned()));
+        }
+        if !status.success() {
+            bail!("{what} failed ({status}): {}", tail(&self.bg.stderr()));
+        }
+        Ok(Ok(json))
+    }
+}
+
 enum Outcome {
     Done(StreamResult),
     Busy,
@@ -240,7 +277,6 @@ fn run_once(
     dir: &Path,
     midway: &mut impl FnMut(),
 ) -> Result<Outcome> {
-    let json_path = dir.join("iperf3-client.json");
     let mut args = client_args(stream.target(), seconds);
     if stream.is_udp() {
         let bits = rate.map_or(0, |pps| pps * u64::from(UDP_LEN) * 8);
@@ -252,49 +288,12 @@ fn run_once(
             bits.to_string(),
         ]);
     }
-    let cmd = pinned(CLIENT.netns, TRAFFIC_CPU, "iperf3", &args);
-    let out = fs::File::create(&json_path)?;
-    let mut client = Bg::spawn(
-        "iperf3 client",
-        cmd,
-        Stdio::from(out),
-        &dir.join("iperf3-client.err"),
-    )?;
-    let start = Instant::now();
-    let half = Duration::from_millis(seconds * 500);
-    let deadline = Duration::from_secs(seconds) + CLIENT_SLACK;
-    let mut sampled = false;
-    let status = loop {
-        if let Some(status) = client.child_mut().try_wait()? {
-            break status;
-        }
-        if !sampled && start.elapsed() >= half {
-            midway();
-            sampled = true;
-        }
-        super::check_interrupted()?;
-        if start.elapsed() > deadline {
-            bail!(
-                "iperf3 client still running {} s after its end",
-                CLIENT_SLACK.as_secs()
-            );
-        }
-        thread::sleep(POLL);
+    let client = Client::spawn(CLIENT.netns, &args, dir, "client", seconds)?;
+    let json = match client.finish(&format!("iperf3 {stream}"), midway)? {
+        Ok(json) => json,
+        Err(error) if error.contains("busy") => return Ok(Outcome::Busy),
+        Err(error) => bail!("iperf3 {stream} failed: {error}"),
     };
-    let text = fs::read_to_string(&json_path).unwrap_or_default();
-    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    if let Some(error) = json.get("error").and_then(Value::as_str) {
-        if error.contains("busy") {
-            return Ok(Outcome::Busy);
-        }
-        bail!("iperf3 {stream} failed: {error}");
-    }
-    if !status.success() {
-        bail!(
-            "iperf3 {stream} failed ({status}): {}",
-            tail(&client.stderr())
-        );
-    }
     parse(&json, stream.is_udp())
         .map(Outcome::Done)
         .with_context(|| format!("reading iperf3's JSON for {stream}"))

@@ -21,17 +21,14 @@ use anyhow::Result;
 
 use super::{
     Ctx,
-    floor::Floor,
     iperf::{self, Stream},
     micro::Binary,
-    tracer::{Condition, Launch, Tracer},
+    throughput,
+    tracer::Condition,
 };
 
 /// The streams this phase pairs with the twin.
 pub const STREAMS: [Stream; 2] = [Stream::TcpClusterIp, Stream::TcpMasq];
-
-/// pktrace brackets each netfilter hook's nat table with two programs (enter and exit).
-const NF_PROGRAMS_PER_HOOK: usize = 2;
 
 /// One stream beside the twin, under one condition, in one round.
 #[derive(Clone, Copy, Debug)]
@@ -91,11 +88,7 @@ fn one(
     (binary, pktrace): (Binary, &Path),
 ) -> Result<PairSample> {
     super::check_interrupted()?;
-    // Detached when dropped, at the end of this run.
-    let _empty = (condition == Condition::EmptyPrograms)
-        .then(|| Floor::attach(NF_PROGRAMS_PER_HOOK))
-        .transpose()?;
-    let mut tracer = Tracer::start(condition, &ctx.dir, pktrace, &Launch::default())?;
+    let (_empty, mut tracer) = throughput::start_condition(ctx, condition, pktrace)?;
     let (bps, twin_bps) = iperf::run_with_twin(stream, ctx.seconds, &ctx.dir)?;
     if let Some(mut t) = tracer.take() {
         t.check_alive()?;

@@ -5,6 +5,8 @@
 //! Also samples the tracer under load: its CPU use per stream, pktrace's kernel counters
 //! (events emitted, lost), and its memory halfway through each stream.
 
+use std::path::Path;
+
 use anyhow::Result;
 
 use super::{
@@ -73,6 +75,21 @@ pub fn run(ctx: &Ctx) -> Result<Throughput> {
     Ok(out)
 }
 
+/// What a run under `condition` puts on the node before its stream: the bench's empty programs
+/// (for [`Condition::EmptyPrograms`]; detached when dropped) and the tracer `pktrace` (or
+/// tcpdump), if the condition has one.
+pub fn start_condition(
+    ctx: &Ctx,
+    condition: Condition,
+    pktrace: &Path,
+) -> Result<(Option<Floor>, Option<Tracer>)> {
+    let empty = (condition == Condition::EmptyPrograms)
+        .then(|| Floor::attach(NF_PROGRAMS_PER_HOOK))
+        .transpose()?;
+    let tracer = Tracer::start(condition, &ctx.dir, pktrace, &Launch::default())?;
+    Ok((empty, tracer))
+}
+
 /// One stream under one condition, with a tracer of its own.
 fn one(
     ctx: &Ctx,
@@ -81,11 +98,7 @@ fn one(
     condition: Condition,
     out: &mut Throughput,
 ) -> Result<()> {
-    // Detached when dropped, at the end of this run.
-    let _empty = (condition == Condition::EmptyPrograms)
-        .then(|| Floor::attach(NF_PROGRAMS_PER_HOOK))
-        .transpose()?;
-    let mut tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &Launch::default())?;
+    let (_empty, mut tracer) = start_condition(ctx, condition, &ctx.pktrace)?;
     let sample = measure(ctx, round, condition, stream, tracer.as_mut())?;
     eprintln!("bench:   {}: {}", condition.label(), describe(&sample));
     out.samples.push(sample);
