@@ -11,7 +11,7 @@
 //! capget(2)/capset(2) with `_LINUX_CAPABILITY_VERSION_3` and prctl(2) `PR_CAPBSET_DROP`,
 //! `PR_CAP_AMBIENT_CLEAR_ALL`.
 
-use std::{fmt, fs, io, os::unix::fs::MetadataExt as _, path::Path};
+use std::{fmt, fs, io, os::unix::fs::MetadataExt as _, path::Path, time::Duration};
 
 /// Capability numbers (include/uapi/linux/capability.h, v6.1) and their names.
 const NAMES: [&str; 41] = [
@@ -406,10 +406,16 @@ impl Dropped {
 /// A capset/prctl call failed; the caller stops rather than keep running privileged.
 pub fn drop_unneeded() -> Result<Dropped, PrivilegeError> {
     // Credentials are per thread: a thread started before this keeps what it had.
-    let threads = fs::read_dir("/proc/self/task").map_or(1, Iterator::count);
+    let threads = settle_to_one_thread(
+        || fs::read_dir("/proc/self/task").map_or(1, Iterator::count),
+        THREAD_EXIT_WAIT,
+        std::thread::sleep,
+    );
     if threads > 1 {
         return Err(PrivilegeError::Drop(io::Error::other(format!(
-            "{threads} threads run already; capabilities must be dropped before any starts"
+            "{threads} threads still run after {} ms; capabilities must be dropped before any \
+             starts",
+            THREAD_EXIT_WAIT.as_millis()
         ))));
     }
     let before = current().map_err(PrivilegeError::Drop)?;
@@ -449,6 +455,33 @@ pub fn drop_unneeded() -> Result<Dropped, PrivilegeError> {
         kept,
         bounding_kept,
     })
+}
+
+/// How long [`drop_unneeded`] waits for joined threads to leave `/proc/self/task`.
+const THREAD_EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// Polls `count` (threads in this process) until it says 1 or `within` has passed, and returns
+/// the last count.
+///
+/// A joined thread is not gone yet: `pthread_join` returns once the kernel clears the thread's
+/// tid, which happens before the thread leaves the thread group, so `/proc/self/task` can still
+/// list it for a while (seen on a one-CPU TCG guest, right after the parallel loads joined). A
+/// thread that really runs on stays listed, and the caller refuses.
+fn settle_to_one_thread(
+    mut count: impl FnMut() -> usize,
+    within: Duration,
+    mut sleep: impl FnMut(Duration),
+) -> usize {
+    const STEP: Duration = Duration::from_millis(1);
+    let mut waited = Duration::ZERO;
+    loop {
+        let threads = count();
+        if threads <= 1 || waited >= within {
+            return threads;
+        }
+        sleep(STEP);
+        waited += STEP;
+    }
 }
 
 impl CapSet {
@@ -538,6 +571,36 @@ fn set(caps: Caps) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_joined_thread_still_listed_is_waited_for() {
+        let mut counts = [2, 2, 1].into_iter();
+        let mut slept = Vec::new();
+        let threads = settle_to_one_thread(
+            || counts.next().expect("asked once more than needed"),
+            Duration::from_secs(2),
+            |d| slept.push(d),
+        );
+        assert_eq!(threads, 1);
+        assert_eq!(slept, [Duration::from_millis(1); 2]);
+    }
+
+    #[test]
+    fn a_thread_that_runs_on_is_reported_after_the_wait() {
+        let mut asked = 0;
+        let mut slept = Duration::ZERO;
+        let threads = settle_to_one_thread(
+            || {
+                asked += 1;
+                3
+            },
+            Duration::from_millis(5),
+            |d| slept += d,
+        );
+        assert_eq!(threads, 3);
+        assert_eq!(slept, Duration::from_millis(5));
+        assert_eq!(asked, 6);
+    }
 
     fn set_of(caps: &[u32]) -> CapSet {
         caps.iter().fold(CapSet::default(), |s, c| s.with(*c))
