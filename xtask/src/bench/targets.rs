@@ -31,7 +31,11 @@ pub fn targets(r: &Results) -> Table {
             .map(|d| d.median)
             .collect()
     };
+    // A phase left out (`--only`) shows as a dash, not as nothing.
     let fmt = |v: &[f64]| {
+        if v.is_empty() {
+            return "–".to_owned();
+        }
         v.iter()
             .map(|x| format!("{x:.3}×"))
             .collect::<Vec<_>>()
@@ -40,7 +44,9 @@ pub fn targets(r: &Results) -> Table {
     let pod = ratios(Condition::ClientPod);
     // What any program on those hooks costs: shown beside the target, not judged.
     let empty = ratios(Condition::EmptyPrograms);
-    let mut pod_measured = if empty.is_empty() {
+    let mut pod_measured = if pod.is_empty() {
+        "single streams not measured".to_owned()
+    } else if empty.is_empty() {
         fmt(&pod)
     } else {
         format!(
@@ -311,4 +317,48 @@ fn steady_memory(r: &Results) -> (Option<(String, Dist)>, Option<u64>) {
 
 fn all(values: &[f64], ok: impl Fn(f64) -> bool) -> Option<bool> {
     (!values.is_empty()).then(|| values.iter().all(|&v| ok(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(condition: Condition, stream: Stream, ratio: f64) -> paired::PairSample {
+        paired::PairSample {
+            round: 0,
+            condition,
+            binary: Binary::Measured,
+            stream,
+            bps: ratio * 1e9,
+            twin_bps: 1e9,
+        }
+    }
+
+    #[test]
+    fn paired_alone_says_the_single_streams_were_not_measured() {
+        let mut paired = Vec::new();
+        for stream in paired::STREAMS {
+            paired.push(sample(Condition::Untraced, stream, 0.9));
+            paired.push(sample(Condition::ClientPod, stream, 0.9 * 0.97));
+            paired.push(sample(Condition::EmptyPrograms, stream, 0.9 * 0.99));
+        }
+        let r = Results {
+            runs: 1,
+            seconds: 1,
+            throughput: Default::default(),
+            paired,
+            hooks: Default::default(),
+            micro: Default::default(),
+            collector: Vec::new(),
+            startup: Default::default(),
+        };
+        let table = targets(&r);
+        assert_eq!(
+            table.rows[0][1],
+            "single streams not measured; beside an untraced twin stream: 0.970× / 0.970× \
+             (empty programs 0.990× / 0.990×)"
+        );
+        assert_eq!(table.rows[0][2], "not measured");
+        assert_eq!(table.rows[1][1], "– (tcpdump –)");
+    }
 }
