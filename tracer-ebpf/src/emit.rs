@@ -36,6 +36,40 @@ pub static TRACKED_V4: Array<AddrSetV4> = Array::with_max_entries(1, 0);
 #[map]
 pub static TRACKED_FLOWS: LruHashMap<Tuple, u32> = LruHashMap::with_max_entries(65536, 0);
 
+/// Slots of [`FLOW_CACHE`] per CPU (a power of two).
+const FLOW_CACHE_SLOTS: usize = 256;
+
+/// How many times a [`FLOW_CACHE`] entry answers before `TRACKED_FLOWS` is asked again (the
+/// lookup also marks the flow as used in the LRU, which keeps an active flow from eviction).
+const FLOW_CACHE_HITS: u32 = 64;
+
+/// A tuple found in `TRACKED_FLOWS` by a lookup on this CPU.
+#[repr(C)]
+pub struct FlowCacheEntry {
+    tuple: Tuple,
+    /// [`flow_hash`] of `tuple`, written with it. Programs on one CPU can nest (a tc program in
+    /// a softirq that interrupts a netfilter program in process context), so an entry can be
+    /// torn: one tuple's first bytes and another's last. A hit needs this to match the asked
+    /// tuple's hash too, which a torn entry does only by a 32-bit hash collision.
+    check: u32,
+    /// Answers left before the table is asked again; 0: empty.
+    hits_left: u32,
+}
+
+/// A small direct-mapped cache, per CPU, of followed flows: [`flow_followed`] and
+/// [`track_flow`] ask it before `TRACKED_FLOWS` (a hash of the 40-byte key and a bucket walk,
+/// both cold under a stream). It only holds tuples a lookup found, and each answers
+/// [`FLOW_CACHE_HITS`] times, so a flow the LRU evicted is still taken as followed for at
+/// most that many packets per CPU, after which the lookup fails and the flow is inserted
+/// again.
+#[repr(C)]
+pub struct FlowCache {
+    slots: [FlowCacheEntry; FLOW_CACHE_SLOTS],
+}
+
+#[map]
+static FLOW_CACHE: PerCpuArray<FlowCache> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU scratch space: a packet's first bytes and what the parser read from them (the BPF
 /// stack is too small for both).
 #[repr(C)]
@@ -178,9 +212,65 @@ static mut FLOW_TUPLES: [u8; FLOW_TUPLE_SLOTS] = [0; FLOW_TUPLE_SLOTS];
 #[inline(always)]
 fn flow_tuple_byte(saddr: u32, daddr: u32, sport: u16, dport: u16) -> *mut u8 {
     let slot = flow_slot_of(saddr, daddr, sport, dport, FLOW_TUPLE_BITS) as usize;
+    tuple_byte_of_slot(slot)
+}
+
+/// The [`FLOW_TUPLES`] byte of a slot, masked to the array.
+#[inline(always)]
+fn tuple_byte_of_slot(slot: usize) -> *mut u8 {
     (&raw mut FLOW_TUPLES)
         .cast::<u8>()
         .wrapping_add(slot & (FLOW_TUPLE_SLOTS - 1))
+}
+
+/// A tuple's full 32-bit [`flow_slot_of`] hash: its top [`FLOW_TUPLE_BITS`] are the
+/// [`FLOW_TUPLES`] slot, its low bits the [`FLOW_CACHE`] slot.
+#[inline(always)]
+fn flow_hash(t: &Tuple) -> u32 {
+    flow_slot_of(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport, 32)
+}
+
+/// The [`FLOW_TUPLES`] byte of a tuple whose [`flow_hash`] is `h` (the slot
+/// [`flow_tuple_byte`] gives it).
+#[inline(always)]
+fn tuple_byte_of_hash(h: u32) -> *mut u8 {
+    tuple_byte_of_slot((h >> (32 - FLOW_TUPLE_BITS)) as usize)
+}
+
+/// This CPU's [`FLOW_CACHE`] entry for a tuple whose [`flow_hash`] is `h`.
+#[inline(always)]
+fn flow_cache_entry(h: u32) -> Option<&'static mut FlowCacheEntry> {
+    let cache = FLOW_CACHE.get_ptr_mut(0)?;
+    let i = h as usize & (FLOW_CACHE_SLOTS - 1);
+    // SAFETY: per-CPU value; `i` is within the array. Programs that nest on this CPU may
+    // write the same entry: see `FlowCacheEntry::check`.
+    unsafe { (*cache).slots.get_mut(i) }
+}
+
+/// True when this CPU's [`FLOW_CACHE`] says the tuple (of [`flow_hash`] `h`) is followed;
+/// each answer uses up one of the entry's hits.
+#[inline(always)]
+fn flow_cached(t: &Tuple, h: u32) -> bool {
+    let Some(e) = flow_cache_entry(h) else {
+        return false;
+    };
+    if e.hits_left == 0 || e.check != h || e.tuple != *t {
+        return false;
+    }
+    e.hits_left -= 1;
+    true
+}
+
+/// Notes in this CPU's [`FLOW_CACHE`] a tuple (of [`flow_hash`] `h`) a lookup just found in
+/// `TRACKED_FLOWS`.
+#[inline(always)]
+fn cache_flow(t: &Tuple, h: u32) {
+    if let Some(e) = flow_cache_entry(h) {
+        // No order between these stores is needed: `check` guards against a torn entry.
+        e.tuple = *t;
+        e.check = h;
+        e.hits_left = FLOW_CACHE_HITS;
+    }
 }
 
 /// False when the IPv4 tuple of these addresses ([`word4`]) and ports (host order) is certainly
@@ -192,14 +282,8 @@ pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
     unsafe { core::ptr::read_volatile(flow_tuple_byte(saddr, daddr, sport, dport)) != 0 }
 }
 
-/// False when the tuple is certainly not a followed flow ([`flow_v4_maybe`] of the first four
-/// bytes of each address, whatever its family).
-#[inline(always)]
-fn flow_tuple_maybe(t: &Tuple) -> bool {
-    flow_v4_maybe(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport)
-}
-
-/// Sets the [`FLOW_TUPLES`] byte of a tuple (as [`flow_tuple_maybe`] finds it).
+/// Sets the [`FLOW_TUPLES`] byte of a tuple (as [`flow_followed`] finds it: from the first
+/// four bytes of each address, whatever its family).
 #[inline(always)]
 fn note_flow_tuple(t: &Tuple) {
     let byte = flow_tuple_byte(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport);
@@ -263,12 +347,29 @@ pub fn is_tracked(t: &Tuple) -> bool {
     flow_followed(t)
 }
 
-/// True when the flow is followed (`TRACKED_FLOWS`; the lookup only once a flow was added, and
-/// only for a tuple whose [`FLOW_TUPLES`] slot is set).
+/// True when the flow is followed (`TRACKED_FLOWS`; the lookup only once a flow was added,
+/// only for a tuple whose [`FLOW_TUPLES`] slot is set, and only when this CPU's
+/// [`FLOW_CACHE`] cannot answer).
 #[inline(always)]
 pub fn flow_followed(t: &Tuple) -> bool {
+    if !flows_present() {
+        return false;
+    }
+    let h = flow_hash(t);
+    // SAFETY: a plain read of a byte of the global array; programs on other CPUs only ever
+    // write 1.
+    if unsafe { core::ptr::read_volatile(tuple_byte_of_hash(h)) } == 0 {
+        return false;
+    }
+    if flow_cached(t, h) {
+        return true;
+    }
     // SAFETY: the value is only tested for presence.
-    flows_present() && flow_tuple_maybe(t) && unsafe { TRACKED_FLOWS.get(t).is_some() }
+    let found = unsafe { TRACKED_FLOWS.get(t).is_some() };
+    if found {
+        cache_flow(t, h);
+    }
+    found
 }
 
 /// True when one of the tuple's addresses belongs to a traced pod.
@@ -298,8 +399,13 @@ pub fn track_flow(t: &Tuple) {
     if trace_all() {
         return;
     }
+    let h = flow_hash(t);
+    if flow_cached(t, h) {
+        return;
+    }
     // SAFETY: the value is only tested for presence.
     if unsafe { TRACKED_FLOWS.get(t).is_some() } {
+        cache_flow(t, h);
         return;
     }
     let rev = t.reversed();
