@@ -207,34 +207,34 @@ const FLOW_TUPLE_BITS: u32 = 17;
 #[unsafe(no_mangle)]
 static mut FLOW_TUPLES: [u8; FLOW_TUPLE_SLOTS] = [0; FLOW_TUPLE_SLOTS];
 
-/// The [`FLOW_TUPLES`] byte of the flow of these addresses ([`word4`]) and ports (host order):
-/// its slot, [`flow_slot_of`], masked to the array.
+/// The full 32-bit [`flow_slot_of`] hash of the flow of these addresses ([`word4`]) and ports
+/// (host order): its top [`FLOW_TUPLE_BITS`] are the flow's [`FLOW_TUPLES`] slot, its low bits
+/// its [`FLOW_CACHE`] slot.
 #[inline(always)]
-fn flow_tuple_byte(saddr: u32, daddr: u32, sport: u16, dport: u16) -> *mut u8 {
-    let slot = flow_slot_of(saddr, daddr, sport, dport, FLOW_TUPLE_BITS) as usize;
-    tuple_byte_of_slot(slot)
+pub fn flow_hash_v4(saddr: u32, daddr: u32, sport: u16, dport: u16) -> u32 {
+    flow_slot_of(saddr, daddr, sport, dport, 32)
 }
 
-/// The [`FLOW_TUPLES`] byte of a slot, masked to the array.
-#[inline(always)]
-fn tuple_byte_of_slot(slot: usize) -> *mut u8 {
-    (&raw mut FLOW_TUPLES)
-        .cast::<u8>()
-        .wrapping_add(slot & (FLOW_TUPLE_SLOTS - 1))
-}
-
-/// A tuple's full 32-bit [`flow_slot_of`] hash: its top [`FLOW_TUPLE_BITS`] are the
-/// [`FLOW_TUPLES`] slot, its low bits the [`FLOW_CACHE`] slot.
+/// A tuple's [`flow_hash_v4`], from the first four bytes of each address whatever its family.
 #[inline(always)]
 fn flow_hash(t: &Tuple) -> u32 {
-    flow_slot_of(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport, 32)
+    flow_hash_v4(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport)
 }
 
-/// The [`FLOW_TUPLES`] byte of a tuple whose [`flow_hash`] is `h` (the slot
-/// [`flow_tuple_byte`] gives it).
+/// The [`FLOW_TUPLES`] byte of a flow whose [`flow_hash_v4`] is `h`, masked to the array.
 #[inline(always)]
 fn tuple_byte_of_hash(h: u32) -> *mut u8 {
-    tuple_byte_of_slot((h >> (32 - FLOW_TUPLE_BITS)) as usize)
+    (&raw mut FLOW_TUPLES)
+        .cast::<u8>()
+        .wrapping_add((h >> (32 - FLOW_TUPLE_BITS)) as usize & (FLOW_TUPLE_SLOTS - 1))
+}
+
+/// False when no followed flow has the [`flow_hash_v4`] `h` (its [`FLOW_TUPLES`] byte is 0).
+#[inline(always)]
+pub fn flow_hash_maybe(h: u32) -> bool {
+    // SAFETY: a plain read of a byte of the global array; programs on other CPUs only ever
+    // write 1.
+    unsafe { core::ptr::read_volatile(tuple_byte_of_hash(h)) != 0 }
 }
 
 /// This CPU's [`FLOW_CACHE`] entry for a tuple whose [`flow_hash`] is `h`.
@@ -277,18 +277,14 @@ fn cache_flow(t: &Tuple, h: u32) {
 /// not a followed flow (its [`FLOW_TUPLES`] byte is 0); the tuple need not be built.
 #[inline(always)]
 pub fn flow_v4_maybe(saddr: u32, daddr: u32, sport: u16, dport: u16) -> bool {
-    // SAFETY: a plain read of a byte of the global array; programs on other CPUs only ever
-    // write 1.
-    unsafe { core::ptr::read_volatile(flow_tuple_byte(saddr, daddr, sport, dport)) != 0 }
+    flow_hash_maybe(flow_hash_v4(saddr, daddr, sport, dport))
 }
 
-/// Sets the [`FLOW_TUPLES`] byte of a tuple (as [`flow_followed`] finds it: from the first
-/// four bytes of each address, whatever its family).
+/// Sets the [`FLOW_TUPLES`] byte of a tuple (as [`flow_followed`] finds it).
 #[inline(always)]
 fn note_flow_tuple(t: &Tuple) {
-    let byte = flow_tuple_byte(word4(&t.saddr), word4(&t.daddr), t.sport, t.dport);
     // SAFETY: a plain write of a byte of the global array; every writer writes the same value.
-    unsafe { core::ptr::write_volatile(byte, 1) };
+    unsafe { core::ptr::write_volatile(tuple_byte_of_hash(flow_hash(t)), 1) };
 }
 
 /// True in [`filter::ALL`] mode (every packet traced).
@@ -356,11 +352,14 @@ pub fn flow_followed(t: &Tuple) -> bool {
         return false;
     }
     let h = flow_hash(t);
-    // SAFETY: a plain read of a byte of the global array; programs on other CPUs only ever
-    // write 1.
-    if unsafe { core::ptr::read_volatile(tuple_byte_of_hash(h)) } == 0 {
-        return false;
-    }
+    flow_hash_maybe(h) && flow_followed_hashed(t, h)
+}
+
+/// [`flow_followed`] once flows are followed and the tuple's [`FLOW_TUPLES`] byte, of its
+/// [`flow_hash`] `h`, was found set (the tc fast verdict asks it before the parse): this CPU's
+/// [`FLOW_CACHE`], then `TRACKED_FLOWS`.
+#[inline(always)]
+pub fn flow_followed_hashed(t: &Tuple, h: u32) -> bool {
     if flow_cached(t, h) {
         return true;
     }

@@ -14,8 +14,8 @@ use tracer_common::{
 };
 
 use crate::emit::{
-    count, emit, flow_addr_maybe, flow_followed, flow_v4_maybe, flows_present, is_tracked, scratch,
-    trace_all, v4_set, v4_tracked,
+    count, emit, flow_addr_maybe, flow_followed, flow_followed_hashed, flow_hash_maybe,
+    flow_hash_v4, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked,
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
@@ -49,8 +49,9 @@ enum Verdict {
     Outside,
     /// One of the two addresses is tracked.
     Tracked,
-    /// Neither address is tracked, but a followed flow may hold the packet.
-    NoAddr,
+    /// Neither address is tracked, but a followed flow may hold the packet; for TCP and UDP,
+    /// the flow's hash (`flow_hash_v4`), whose followed-flow slot is set.
+    NoAddr(Option<u32>),
     /// No conclusion (not a plain IPv4 frame, no exact set, or every packet traced).
     Unknown,
 }
@@ -104,13 +105,15 @@ fn fast_verdict(ctx: &TcContext) -> Verdict {
         // (checked above; the verifier checks it again); a byte array has no alignment
         // requirement.
         let head = unsafe { &*(data as *const [u8; FAST_ETH_BYTES]) };
-        if let Some((sport, dport)) = parse::ethernet_ports_fast(head, ctx.len())
-            && !flow_v4_maybe(saddr, daddr, sport, dport)
-        {
-            return Verdict::Outside;
+        if let Some((sport, dport)) = parse::ethernet_ports_fast(head, ctx.len()) {
+            let h = flow_hash_v4(saddr, daddr, sport, dport);
+            if !flow_hash_maybe(h) {
+                return Verdict::Outside;
+            }
+            return Verdict::NoAddr(Some(h));
         }
     }
-    Verdict::NoAddr
+    Verdict::NoAddr(None)
 }
 
 /// The frame parsed in place from its linear bytes when [`parse::parse_ethernet_fast`] applies
@@ -149,7 +152,10 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         // half of the filter.
         let tracked = match verdict {
             Verdict::Tracked => true,
-            Verdict::NoAddr => flow_followed(&parsed.tuple),
+            // The in-place parse's tuple is the one the verdict hashed (the same addresses and
+            // ports); were it not, only the cache would miss: the table lookup is exact.
+            Verdict::NoAddr(Some(h)) => flow_followed_hashed(&parsed.tuple, h),
+            Verdict::NoAddr(None) => flow_followed(&parsed.tuple),
             _ => is_tracked(&parsed.tuple),
         };
         if tracked {
