@@ -12,7 +12,7 @@ use tracer_common::{
 };
 
 /// Default ring-buffer size (4 MiB, about 90 ms of 100,000 traced packets/s; see
-/// BENCHMARKS.md "Ring size"); user space may override it (`EVENTS` max entries).
+/// BENCHMARKS.md "Memory", ring size); user space may override it (`EVENTS` max entries).
 const RING_BYTES: u32 = 4 << 20;
 
 /// Events for user space.
