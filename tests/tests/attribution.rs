@@ -11,7 +11,10 @@ use tests::{
     LabGuard,
     trace::{Pktrace, nat_steps, steps},
 };
-use xtask::lab::{self, NODE_NS, UBUNTU, in_ns};
+use xtask::lab::{
+    self, NODE_NS, UBUNTU, in_ns,
+    topology::{INET_HOST, WHEREAMI_CLUSTER_IP, WHEREAMI_J7BPW, WHEREAMI_LB_VIP, WHEREAMI_QFQ2K},
+};
 
 const POD: &str = "10.13.76.46";
 /// The internet host: MASQUERADEd by IP-MASQ-AGENT's last rule.
@@ -153,4 +156,72 @@ fn journeys_name_their_rules_and_follow_rule_changes() {
         .find(|l| l.contains("nat rules changed"))
         .expect("change reported");
     eprintln!("attribution: {line}");
+}
+
+/// Every NAT step of both directions names its rule and says why, replies included: an
+/// internet client to `default/whereami`'s LoadBalancer VIP (externalTrafficPolicy=Cluster:
+/// DNAT, then MASQUERADE by KUBE-POSTROUTING for the mark KUBE-MARK-MASQ set), the ubuntu
+/// pod to its ClusterIP (DNAT) and to the internet (MASQUERADE by ip-masq-agent).
+#[test]
+fn every_nat_step_of_both_directions_names_its_rule() {
+    let _lab = LabGuard::new();
+    let pods = [UBUNTU, WHEREAMI_QFQ2K, WHEREAMI_J7BPW]
+        .map(|p| p.ip.to_string())
+        .join(",");
+    let pk = Pktrace::start(&["--pod-ip", &pods, "--follow"]);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(
+            lab::client_tcp(INET_HOST.netns, WHEREAMI_LB_VIP)
+                .unwrap_or_else(|e| panic!("LB VIP from {}: {e:#}", INET_HOST.netns)),
+        );
+    }
+    seen.push(tcp(&WHEREAMI_CLUSTER_IP.to_string()));
+    seen.push(tcp(INTERNET));
+    let trace = pk.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    let journeys = trace.journeys();
+    let mut nat_seen = std::collections::BTreeSet::new();
+    for j in &journeys {
+        for s in nat_steps(j) {
+            let key = format!(
+                "{} reply={}",
+                s["point"].as_str().unwrap_or("?"),
+                s["reply"]
+            );
+            assert!(
+                s["rule"].is_string() && s["why"].is_string(),
+                "{key} without a rule: {j}"
+            );
+            let why = s["why"].as_str().unwrap_or("");
+            if s["reply"] == true {
+                assert!(why.starts_with("reverse of "), "{why}");
+            }
+            let vip = [s["orig_dst"].clone(), s["src"].clone()]
+                .iter()
+                .any(|a| a == &Value::String(WHEREAMI_LB_VIP.to_string()));
+            if s["point"] == "dnat" && vip {
+                assert_eq!(s["service"], "default/whereami", "{j}");
+            }
+            if s["point"] == "snat" && s["rule"] == "KUBE-POSTROUTING" {
+                nat_seen.insert(format!("{key} KUBE-POSTROUTING"));
+            }
+            nat_seen.insert(key);
+        }
+    }
+    // Both directions of each kind were traced (else the test proves nothing).
+    for want in [
+        "dnat reply=false",
+        "dnat reply=true",
+        "snat reply=false",
+        "snat reply=true",
+        "snat reply=false KUBE-POSTROUTING",
+        "snat reply=true KUBE-POSTROUTING",
+    ] {
+        assert!(
+            nat_seen.contains(want),
+            "no {want} step: {seen:?}\n{}",
+            trace.dump()
+        );
+    }
 }

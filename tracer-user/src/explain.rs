@@ -7,7 +7,9 @@
 //!   (`KUBE-SERVICES → KUBE-SVC-… → KUBE-SEP-…`) and the marks set on the way (KUBE-MARK-MASQ).
 //! - SNAT: the nat POSTROUTING chain is evaluated for the packet before the step; the first
 //!   `MASQUERADE`/`SNAT` reached is the answer.
-//! - Replies: the reverse translation is explained by the original direction's rule.
+//! - Replies: the reverse translation is explained by the original direction's rule. A
+//!   source translation seen without the step that marked its connection (a reply's journey
+//!   holding only the un-SNAT) is replayed with each mark the rules set, and says so.
 //!
 //! Conditions pktrace cannot check (ipsets, connmark, unknown interfaces, …) are assumed to
 //! hold, and the `why` text says so.
@@ -169,12 +171,16 @@ pub trait Attribute {
         }
     }
 
+    /// The mark bits rules of the table set (`MARK --set-xmark`, `meta mark set`), as the
+    /// values a packet may carry after them.
+    fn marks_set(&self) -> Vec<u32>;
+
     fn decide(&self, step: &Step, ctx: &PacketCtx) -> Option<NatDecision> {
         let orig = step.orig?;
         if !step.reply {
             return match step.point {
                 Point::Dnat => self.dnat_decision(&orig, &step.tuple, ctx),
-                Point::Snat => self.snat_decision(&orig, ctx),
+                Point::Snat => self.observed_snat(&orig, ctx),
                 Point::Ingress | Point::Egress => None,
             };
         }
@@ -185,9 +191,34 @@ pub trait Attribute {
         };
         match step.point {
             Point::Dnat => self.dnat_decision(&step.tuple.reversed(), &orig.reversed(), &ctx),
-            Point::Snat => self.snat_decision(&step.tuple.reversed(), &ctx),
+            Point::Snat => self.observed_snat(&step.tuple.reversed(), &ctx),
             Point::Ingress | Point::Egress => None,
         }
+    }
+
+    /// The rule of a source translation the kernel did (a SNAT step, or a reply's
+    /// un-SNAT). With the mark the journey gave, else with each mark the rules set: a
+    /// journey without the step that marked the connection (a reply whose un-DNAT is in
+    /// another journey, an original-direction SNAT seen alone) still did translate, so a
+    /// mark-gated MASQUERADE (KUBE-MARK-MASQ → KUBE-POSTROUTING) is the answer, and its
+    /// `why` says the mark was assumed.
+    fn observed_snat(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
+        if let Some(d) = self.snat_decision(pre, ctx) {
+            return Some(d);
+        }
+        self.marks_set().into_iter().find_map(|bits| {
+            let marked = PacketCtx {
+                mark: ctx.mark | bits,
+                ..ctx.clone()
+            };
+            let mut d = self.snat_decision(pre, &marked)?;
+            let _ = write!(
+                d.why,
+                " [assumed: mark {bits:#x} set on the connection's first packet by the \
+                 rules that marked it, outside this journey]"
+            );
+            Some(d)
+        })
     }
 }
 
@@ -249,6 +280,8 @@ fn service_of(rule: &Rule) -> Option<String> {
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod reply_tests;
 #[cfg(test)]
 mod seed_tests;
 #[cfg(test)]

@@ -26,6 +26,21 @@ impl Attribute for NatRules {
     fn dnat_decision(&self, pre: &Tuple, post: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
         Self::dnat_decision(self, pre, post, ctx)
     }
+
+    fn marks_set(&self) -> Vec<u32> {
+        let mut marks: Vec<u32> = self
+            .chains()
+            .flat_map(|c| &c.rules)
+            .filter_map(|r| match r.target {
+                // Bits the rule turns on whatever the packet carried (clear, then set).
+                Target::Mark { clear, xor } if clear & xor != 0 => Some(clear & xor),
+                _ => None,
+            })
+            .collect();
+        marks.sort_unstable();
+        marks.dedup();
+        marks
+    }
 }
 
 impl NatRules {

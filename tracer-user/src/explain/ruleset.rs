@@ -269,6 +269,13 @@ impl Attribute for Ruleset {
             .iter()
             .find_map(|t| t.dnat_decision(pre, post, ctx))
     }
+
+    fn marks_set(&self) -> Vec<u32> {
+        let mut marks: Vec<u32> = self.tables.iter().flat_map(Attribute::marks_set).collect();
+        marks.sort_unstable();
+        marks.dedup();
+        marks
+    }
 }
 
 #[cfg(test)]

@@ -577,13 +577,20 @@ fn journeys_carry_the_mark_from_dnat_to_snat() {
             .collect();
         assert_eq!(got, want);
     }
-    // Without the DNAT step, the same SNAT with mark 0 is not explained.
+    // Without the DNAT step, the same SNAT is still named, the mark assumed.
     let mut alone = Journey {
         steps: vec![nat_step(Point::Snat, dnat, snat, false)],
         ending: Ending::Left,
     };
     rules.attribute_journey(&mut alone, &ctx(0, None));
-    assert_eq!(alone.steps[0].attribution, None);
+    let a = alone.steps[0].attribution.as_ref().expect("named");
+    assert_eq!(a.rule, "KUBE-POSTROUTING");
+    assert!(
+        a.why
+            .as_deref()
+            .is_some_and(|w| w.contains("[assumed: mark 0x4000")),
+        "{a:?}"
+    );
 }
 
 #[test]
