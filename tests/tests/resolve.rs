@@ -142,6 +142,16 @@ fn resolve_refuses_a_pod_on_another_node_or_unknown_to_the_api() {
         err.contains("pod default/ubutnu does not exist (404)"),
         "{err}"
     );
+    // The API's pods of the namespace on this node, as the state file would name them.
+    assert!(
+        err.starts_with(
+            "pktrace: pod 'ubutnu' not found in namespace 'default' on this node (according to \
+             the Kubernetes API "
+        ) && err.contains("did you mean 'ubuntu'?"),
+        "{err}"
+    );
+    assert!(err.contains("pods in 'default' here: "), "{err}");
+    assert!(!err.contains(r.name), "a pod of another node is not offered: {err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 

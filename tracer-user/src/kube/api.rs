@@ -1,7 +1,7 @@
 //! The few Kubernetes API calls the plugin makes, over a blocking HTTP client (ureq, rustls):
 //! read a pod, create one, follow its log, delete it.
 
-use std::{io::Read, time::Duration};
+use std::{fmt::Write as _, io::Read, time::Duration};
 
 use serde_json::Value;
 use ureq::{
@@ -106,6 +106,38 @@ impl Api {
     /// Transport errors, or any answer but 200 (404 included: see [`ApiError::code`]).
     pub fn get_pod(&self, namespace: &str, name: &str) -> Result<Value, ApiError> {
         self.json("GET", &pod_path(namespace, Some(name)), None)
+    }
+
+    /// The pods of `namespace` (all namespaces: `None`) that `field_selector` (e.g.
+    /// `metadata.name=web`, URL-safe) selects, at most [`LIST_LIMIT`] of them.
+    ///
+    /// # Errors
+    /// As [`Api::get_pod`].
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "pktrace's pod resolution lists; kubectl-pktrace does not")
+    )]
+    pub fn list_pods(
+        &self,
+        namespace: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<Vec<Value>, ApiError> {
+        let mut path = match namespace {
+            Some(ns) => pod_path(ns, None),
+            None => "/api/v1/pods".to_owned(),
+        };
+        let _ = write!(path, "?limit={LIST_LIMIT}");
+        if let Some(selector) = field_selector {
+            let _ = write!(path, "&fieldSelector={}", selector.replace('=', "%3D"));
+        }
+        let list = self.json("GET", &path, None)?;
+        Ok(match list {
+            Value::Object(mut o) => match o.remove("items") {
+                Some(Value::Array(items)) => items,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        })
     }
 
     /// `POST /api/v1/namespaces/NS/pods`: creates `pod`, returns it as created.
@@ -220,6 +252,13 @@ impl Api {
 }
 
 /// The API path of pods in `namespace`, or of one pod.
+/// Most pods one list asks for (a "did you mean" needs names, not a whole cluster).
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "pktrace's pod resolution lists; kubectl-pktrace does not")
+)]
+pub const LIST_LIMIT: usize = 500;
+
 fn pod_path(namespace: &str, name: Option<&str>) -> String {
     match name {
         Some(n) => format!("/api/v1/namespaces/{namespace}/pods/{n}"),

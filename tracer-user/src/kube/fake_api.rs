@@ -40,6 +40,8 @@ pub struct Scenario {
     pub exit_code: i64,
     /// The bearer token every request must carry (`None`: no check).
     pub token: Option<String>,
+    /// What `GET …/pods` lists (pod objects; a namespaced list keeps its namespace's).
+    pub pods: Vec<Value>,
 }
 
 /// One request as the server read it.
@@ -287,6 +289,15 @@ fn respond(request: &Request, shared: &Shared, out: &mut Box<dyn Stream>) -> boo
             pod["status"] = json!({"phase": "Pending"});
             shared.lock().created = Some(pod.clone());
             send(out, 201, &pod)
+        }
+        ("GET", [_, "api", "v1", "pods"]) => send(out, 200, &json!({"items": scenario.pods})),
+        ("GET", [_, "api", "v1", "namespaces", ns, "pods"]) => {
+            let items: Vec<&Value> = scenario
+                .pods
+                .iter()
+                .filter(|p| p["metadata"]["namespace"] == *ns)
+                .collect();
+            send(out, 200, &json!({ "items": items }))
         }
         ("GET", [_, "api", "v1", "namespaces", _, "pods", name, "log"])
             if Some(*name) == created_name.as_deref() =>

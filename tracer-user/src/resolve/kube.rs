@@ -18,7 +18,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::PodTarget;
+use super::{PodTarget, state_file};
 use crate::{
     kube::{
         api::{Api, ApiError},
@@ -47,7 +47,12 @@ pub enum KubeError {
     #[error("{server}: {reason}")]
     Call { server: String, reason: String },
     #[error("{server}: pod {} does not exist (404)", safe(label))]
-    NotFound { server: String, label: String },
+    NotFound {
+        server: String,
+        label: String,
+        /// The pods of the namespace on this node and close names, when the API lists them.
+        detail: Option<Box<state_file::NotFound>>,
+    },
     #[error(
         "{server}: pod {} is not scheduled on a node yet ({phase})",
         safe(label)
@@ -247,7 +252,14 @@ impl KubeApi {
         let label = format!("{namespace}/{name}");
         let pod = match api.get_pod(namespace, name) {
             Ok(pod) => pod,
-            Err(e) if e.code() == Some(404) => return Err(KubeError::NotFound { server, label }),
+            Err(e) if e.code() == Some(404) => {
+                let detail = self.absent(&api, &server, namespace, name).map(Box::new);
+                return Err(KubeError::NotFound {
+                    server,
+                    label,
+                    detail,
+                });
+            }
             Err(e) => {
                 return Err(KubeError::Call {
                     reason: call_reason(&e, self.timeout),
@@ -257,6 +269,67 @@ impl KubeApi {
         };
         let target = self.target(&pod, &server, namespace, name)?;
         Ok((target, server))
+    }
+
+    /// What to say about pod `namespace/name` the API does not know: the pods of that
+    /// namespace on this node (close names among them) and the namespaces whose pod of that
+    /// name runs here, as the state file and crictl say it. `None` when the API does not
+    /// list pods to us (RBAC without `list`): the 404 alone is said then.
+    fn absent(
+        &self,
+        api: &Api,
+        server: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<state_file::NotFound> {
+        let here = |pod: &Value| {
+            let status = &pod["status"];
+            let node = pod["spec"]["nodeName"].as_str().unwrap_or("");
+            !node.is_empty()
+                && self
+                    .node
+                    .is_here(node, &addresses(&status["hostIPs"], &status["hostIP"]))
+        };
+        let as_target = |pod: &Value| {
+            let meta = &pod["metadata"];
+            Some(PodTarget {
+                namespace: meta["namespace"].as_str()?.to_owned(),
+                name: meta["name"].as_str()?.to_owned(),
+                ips: Vec::new(),
+                host_ifname: None,
+            })
+        };
+        let mut all: Vec<PodTarget> = api
+            .list_pods(Some(namespace), None)
+            .ok()?
+            .iter()
+            .filter(|p| here(p))
+            .filter_map(as_target)
+            .filter(|p| p.namespace == namespace)
+            .collect();
+        // Best effort: listing every namespace may not be allowed where one namespace is.
+        // Only names the API can hold are asked for (the selector goes into the URL as is).
+        let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+        let selector = format!("metadata.name={name}");
+        let everywhere = (!name.is_empty() && name.chars().all(valid))
+            .then(|| api.list_pods(None, Some(&selector)).ok())
+            .flatten();
+        if let Some(everywhere) = everywhere {
+            all.extend(
+                everywhere
+                    .iter()
+                    .filter(|p| p["metadata"]["name"] == name && here(p))
+                    .filter_map(as_target)
+                    .filter(|p| p.namespace != namespace),
+            );
+        }
+        all.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Some(state_file::not_found(
+            &format!("the Kubernetes API {server}"),
+            &all,
+            namespace,
+            name,
+        ))
     }
 
     /// The pod's addresses from its API object, if it runs here.

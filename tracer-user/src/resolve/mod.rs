@@ -181,11 +181,32 @@ fn final_error(label: String, failures: Vec<Failure>) -> ResolveError {
         Some(Kind::NotReady) => ResolveError::NotReady { label, lines },
         Some(Kind::Absent) => ResolveError::NotFound {
             label,
-            detail: failures.into_iter().find_map(|f| f.detail),
+            detail: best_detail(failures),
             lines,
         },
         _ => ResolveError::Unresolved { label, lines },
     }
+}
+
+/// The "not found" details that help most, whichever source listed them: close names,
+/// else a pod of that name in another namespace, else the pods of the namespace, else the
+/// first source's (in the order asked).
+fn best_detail(failures: Vec<Failure>) -> Option<Box<state_file::NotFound>> {
+    let details: Vec<Box<state_file::NotFound>> =
+        failures.into_iter().filter_map(|f| f.detail).collect();
+    let rank = |d: &state_file::NotFound| {
+        if !d.suggestions.is_empty() {
+            0
+        } else if !d.other_namespaces.is_empty() {
+            1
+        } else if !d.in_namespace.is_empty() {
+            2
+        } else {
+            3
+        }
+    };
+    // `min_by_key` keeps the first of equals: the earlier source wins ties.
+    details.into_iter().min_by_key(|d| rank(d))
 }
 
 fn state_file_failure(path: &Path, e: StateFileError) -> Failure {
@@ -230,11 +251,11 @@ fn kube_failure(e: kube::KubeError) -> Failure {
         }
         _ => format!("kubernetes API {e}"),
     };
-    Failure {
-        line,
-        kind,
-        detail: None,
-    }
+    let detail = match e {
+        kube::KubeError::NotFound { detail, .. } => detail,
+        _ => None,
+    };
+    Failure { line, kind, detail }
 }
 
 #[cfg(test)]

@@ -171,7 +171,36 @@ fn an_unknown_pod_keeps_the_state_files_message_and_exit_2() {
         "{err}"
     );
 
-    // Only the API knows: 404.
+    // Only the API knows: 404, and its pods of the namespace on this node.
+    let api = serve_pods(vec![
+        named(pod("aks-nodepool1-12345678-vmss000000", HERE), "default", "ubuntu"),
+        named(pod("aks-nodepool1-12345678-vmss000000", HERE), "default", "web-1"),
+        named(pod("aks-nodepool1-12345678-vmss000000", HERE), "tools", "ubutnu"),
+        // Elsewhere: neither listed nor suggested.
+        named(pod("other", "10.13.76.5"), "default", "ubutn"),
+    ]);
+    let err = resolve(
+        &sources(missing.clone(), None, Some(&api.url), &fake),
+        "default",
+        "ubutnu",
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(err.is_usage(), "{msg}");
+    assert!(
+        msg.starts_with(&format!(
+            "pod 'ubutnu' not found in namespace 'default' on this node (according to the \
+             Kubernetes API {}); did you mean 'ubuntu'?; a pod 'ubutnu' exists in namespace \
+             tools (use -n tools); pods in 'default' here: ubuntu, web-1;",
+            api.url
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("does not exist (404)"), "{msg}");
+    assert!(!msg.contains("ubutn,") && !msg.contains("'ubutn'"), "{msg}");
+    assert_eq!(msg.lines().count(), 1);
+
+    // An API that lists nothing (or may not list): the 404, and the empty namespace said.
     let api = serve(None);
     let err = resolve(
         &sources(missing, None, Some(&api.url), &fake),
@@ -180,12 +209,48 @@ fn an_unknown_pod_keeps_the_state_files_message_and_exit_2() {
     )
     .unwrap_err();
     assert!(err.is_usage());
+    assert!(err.to_string().contains("does not exist (404)"), "{err}");
     assert!(
         err.to_string()
-            .starts_with("pod default/ubutnu not found: state file"),
+            .contains("this node has no pods in namespace 'default'"),
         "{err}"
     );
-    assert!(err.to_string().contains("does not exist (404)"), "{err}");
+}
+
+/// Pod object `base` renamed to `namespace/name`.
+fn named(mut base: serde_json::Value, namespace: &str, name: &str) -> serde_json::Value {
+    base["metadata"] = serde_json::json!({"name": name, "namespace": namespace});
+    base
+}
+
+fn serve_pods(pods: Vec<serde_json::Value>) -> crate::kube::fake_api::FakeApi {
+    crate::kube::fake_api::FakeApi::start(crate::kube::fake_api::Scenario {
+        token: Some(kube::tests::TOKEN.into()),
+        pods,
+        ..crate::kube::fake_api::Scenario::default()
+    })
+}
+
+#[test]
+fn the_most_helpful_source_names_the_pods() {
+    // The state file knows no pod close to the name; crictl does: crictl's list is shown.
+    let fake = Fake::real();
+    let empty = fake.dir.join("empty.json");
+    std::fs::write(&empty, r#"{"Network":{"ExternalInterfaces":{}}}"#).unwrap();
+    let err = resolve(&sources(empty, Some(&fake), None, &fake), "default", "ubutnu")
+        .unwrap_err();
+    assert!(err.is_usage(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("(according to crictl); did you mean 'ubuntu'?"),
+        "{err}"
+    );
+    // The state file was read and said "no such pod" first.
+    assert!(
+        err.to_string()
+            .contains("empty.json: no such pod on this node"),
+        "{err}"
+    );
 }
 
 #[test]
