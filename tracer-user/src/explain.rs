@@ -19,7 +19,9 @@ mod eval;
 mod genid;
 mod host;
 mod ipset;
+mod kernel_tables;
 mod nft;
+mod read;
 mod rules;
 mod ruleset;
 mod session;
@@ -62,6 +64,23 @@ pub enum ExplainError {
     /// A command exists but could not be started.
     #[error("cannot run `{command}`: {err}; rule attribution is off (tracing goes on)")]
     Spawn { command: String, err: io::Error },
+}
+
+impl ExplainError {
+    /// What went wrong, without the advice: `not installed`, `` `nft list tables` failed
+    /// (exit status: 1): … ``.
+    #[must_use]
+    pub fn reason(&self) -> String {
+        match self {
+            Self::NotInstalled { .. } => "not installed".into(),
+            Self::Failed {
+                command,
+                status,
+                stderr,
+            } => format!("`{command}` failed ({status}): {stderr}"),
+            Self::Spawn { command, err } => format!("cannot run `{command}`: {err}"),
+        }
+    }
 }
 
 /// What the table says about one NAT step.

@@ -10,7 +10,10 @@ use std::{
 use tracer_common::Tuple;
 
 use super::{
-    Attribute, ExplainError, NatDecision, PacketCtx, ipset::IpSets, nft, rules::NatRules, source,
+    Attribute, ExplainError, NatDecision, PacketCtx, ipset::IpSets, kernel_tables, nft,
+    read::{self, Lost, Node},
+    rules::NatRules,
+    source,
 };
 
 /// The legacy backend's tables, as the kernel lists them: without `nat` here, reading it would
@@ -35,89 +38,24 @@ pub struct Raw {
     /// `ipset save`.
     pub ipsets: Option<String>,
     pub notes: Vec<String>,
+    /// Sources the node uses that could not be read.
+    pub lost: Vec<Lost>,
+    /// Some source answered (even with no rules).
+    pub any_source: bool,
 }
 
 impl Raw {
-    /// Reads the node's nat rules (and ipsets when rules test them).
+    /// Reads the node's nat rules (and ipsets when rules test them): [`Raw::read_from`] on
+    /// this node.
     ///
     /// # Errors
     /// No tool could be run at all (none installed, or all failed: usually not root).
     pub fn read() -> Result<Self, ExplainError> {
-        let mut raw = Self::default();
-        let mut failure = None;
-        let mut keep =
-            |label: &str, res: Result<source::Output, ExplainError>, raw: &mut Self| match res {
-                Ok(out) if NatRules::parse(&out.stdout).rule_count() > 0 => {
-                    raw.dumps.push((label.to_owned(), out.stdout));
-                    true
-                }
-                Ok(_) => true,
-                Err(ExplainError::NotInstalled { .. }) => false,
-                Err(e) => {
-                    failure.get_or_insert(e);
-                    true
-                }
-            };
-        let mut found = false;
-        if legacy_in_use() {
-            found |= keep(
-                "iptables-legacy",
-                source::run("iptables-legacy-save", &["-t", "nat"]),
-                &mut raw,
-            );
-        }
-        found |= keep(
-            "iptables-nft",
-            source::run("iptables-nft-save", &["-t", "nat"]),
-            &mut raw,
-        );
-        if !found {
-            // Older iptables (1.6) has one `iptables-save` and no backend variants.
-            found |= keep(
-                "iptables",
-                source::run("iptables-save", &["-t", "nat"]),
-                &mut raw,
-            );
-        }
-        match native_tables() {
-            Ok(tables) => {
-                found = true;
-                for (family, name) in tables {
-                    match source::run("nft", &["-j", "list", "table", &family, &name]) {
-                        Ok(out) => raw.nft_json.push(out.stdout),
-                        Err(e) => raw
-                            .notes
-                            .push(format!("nft table {family} {name} unread: {e}")),
-                    }
-                }
-            }
-            Err(ExplainError::NotInstalled { .. }) => {}
-            Err(e) if raw.dumps.is_empty() => {
-                failure.get_or_insert(e);
-            }
-            Err(e) => raw.notes.push(format!("native nftables rules unread: {e}")),
-        }
-        if raw.dumps.is_empty() && raw.nft_json.is_empty() {
-            if let Some(failure) = failure {
-                return Err(failure);
-            }
-            if !found {
-                return Err(ExplainError::NotInstalled {
-                    tried: "iptables-save, iptables-legacy-save, iptables-nft-save, nft".into(),
-                });
-            }
-        }
-        if Ruleset::from_raw(&raw).uses_ipsets() {
-            let read = source::run("ipset", &["save"])
-                .or_else(|_| source::run("ipset", &["list", "-o", "save"]));
-            match read {
-                Ok(out) => raw.ipsets = Some(out.stdout),
-                Err(e) => raw
-                    .notes
-                    .push(format!("ipsets unread, `-m set` matches are assumed: {e}")),
-            }
-        }
-        Ok(raw)
+        Self::read_from(&Node {
+            run: &source::run,
+            legacy_nat: legacy_in_use(),
+            kernel_tables: kernel_tables::list(),
+        })
     }
 }
 
@@ -129,15 +67,7 @@ const XT_TABLES: [&str; 7] = [
 /// `(family, name)` of the tables `nft list tables` shows that are not iptables-nft's: the
 /// only ones worth dumping as JSON (a whole kube-proxy iptables ruleset in JSON costs
 /// ~0.75 s and 140 MB of nft's memory at 16k rules).
-///
-/// # Errors
-/// nft is missing or cannot list (not root).
-fn native_tables() -> Result<Vec<(String, String)>, ExplainError> {
-    let out = source::run("nft", &["list", "tables"])?;
-    Ok(parse_tables(&out.stdout))
-}
-
-fn parse_tables(text: &str) -> Vec<(String, String)> {
+pub(super) fn parse_tables(text: &str) -> Vec<(String, String)> {
     text.lines()
         .filter_map(
             |l| match l.split_whitespace().collect::<Vec<_>>().as_slice() {
@@ -164,7 +94,9 @@ impl Ruleset {
     /// # Errors
     /// See [`Raw::read`].
     pub fn load() -> Result<Self, ExplainError> {
-        Raw::read().map(|raw| Self::from_raw(&raw))
+        let raw = Raw::read()?;
+        read::report(&raw.lost);
+        Ok(Self::from_raw(&raw))
     }
 
     /// Parses what the tools printed.

@@ -1,0 +1,202 @@
+//! The nftables tables the kernel holds (`NFT_MSG_GETTABLE` dump over nfnetlink), asked
+//! without the `nft` tool: whether a node whose `nft` or `iptables-save` is missing evidently
+//! uses what they would have read (`net/netfilter/nf_tables_api.c`, `nf_tables_dump_tables`).
+
+use std::{mem::size_of, time::Duration};
+
+/// `NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE`.
+const GETTABLE: u16 = 10 << 8 | 1;
+/// `NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE`: one answer per table.
+const NEWTABLE: u16 = 10 << 8;
+/// `NFTA_TABLE_NAME`.
+const NFTA_TABLE_NAME: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_DUMP: u16 = 0x300;
+const NLMSG_HDR: usize = 16;
+const NFGENMSG: usize = 4;
+/// How long the kernel may take to answer one part.
+const TIMEOUT: Duration = Duration::from_millis(500);
+/// Most answer parts read (a node has a handful of tables; each part holds many).
+const PARTS_MAX: usize = 64;
+
+/// `(family, name)` of every nftables table of this network namespace, families named as
+/// `nft list tables` names them; `None` when the kernel cannot be asked (no nf_tables, no
+/// CAP_NET_ADMIN).
+#[must_use]
+pub fn list() -> Option<Vec<(String, String)>> {
+    // SAFETY: plain socket syscalls on a descriptor this function owns and closes; buffers
+    // are local and their lengths passed as they are.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_NETFILTER,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let answer = ask(fd);
+        libc::close(fd);
+        answer
+    }
+}
+
+/// # Safety
+/// `fd` is an open netlink socket.
+unsafe fn ask(fd: libc::c_int) -> Option<Vec<(String, String)>> {
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: TIMEOUT.as_micros().try_into().ok()?,
+    };
+    let tv_len = libc::socklen_t::try_from(size_of::<libc::timeval>()).ok()?;
+    // SAFETY: `tv` outlives the call and `tv_len` is its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            std::ptr::from_ref(&tv).cast(),
+            tv_len,
+        );
+    }
+    let req = request();
+    // SAFETY: `req` is a live local buffer of the length given.
+    let sent = unsafe { libc::send(fd, req.as_ptr().cast(), req.len(), 0) };
+    if usize::try_from(sent).ok()? != req.len() {
+        return None;
+    }
+    let mut tables = Vec::new();
+    let mut buf = vec![0u8; 32 << 10];
+    for _ in 0..PARTS_MAX {
+        // SAFETY: `buf` is a live local buffer of the length given.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        match parse(buf.get(..usize::try_from(n).ok()?)?, &mut tables)? {
+            Part::Done => return Some(tables),
+            Part::More => {}
+        }
+    }
+    None
+}
+
+fn request() -> [u8; NLMSG_HDR + NFGENMSG] {
+    let mut req = [0u8; NLMSG_HDR + NFGENMSG];
+    let len = u32::try_from(req.len()).unwrap_or(0);
+    req[0..4].copy_from_slice(&len.to_ne_bytes());
+    req[4..6].copy_from_slice(&GETTABLE.to_ne_bytes());
+    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    // nfgenmsg: family NFPROTO_UNSPEC (every family), version NFNETLINK_V0, res_id 0.
+    req
+}
+
+enum Part {
+    More,
+    Done,
+}
+
+/// Adds the tables of one received part; `None` for an error answer or a malformed one.
+fn parse(mut buf: &[u8], tables: &mut Vec<(String, String)>) -> Option<Part> {
+    while buf.len() >= NLMSG_HDR {
+        let len = usize::try_from(u32::from_ne_bytes(buf.get(0..4)?.try_into().ok()?)).ok()?;
+        let kind = u16::from_ne_bytes(buf.get(4..6)?.try_into().ok()?);
+        if len < NLMSG_HDR || len > buf.len() {
+            return None;
+        }
+        match kind {
+            NLMSG_DONE => return Some(Part::Done),
+            NLMSG_ERROR => return None,
+            NEWTABLE => {
+                let msg = &buf[..len];
+                let family = family_name(*msg.get(NLMSG_HDR)?);
+                if let Some(name) = table_name(msg) {
+                    tables.push((family.to_owned(), name));
+                }
+            }
+            _ => {}
+        }
+        buf = buf.get((len + 3) & !3..).unwrap_or(&[]);
+    }
+    Some(Part::More)
+}
+
+fn table_name(msg: &[u8]) -> Option<String> {
+    let u16_at = |i: usize| Some(u16::from_ne_bytes(msg.get(i..i + 2)?.try_into().ok()?));
+    let mut at = NLMSG_HDR + NFGENMSG;
+    while at + 4 <= msg.len() {
+        let (alen, kind) = (usize::from(u16_at(at)?), u16_at(at + 2)?);
+        if alen < 4 {
+            return None;
+        }
+        if kind & 0x3fff == NFTA_TABLE_NAME {
+            let value = msg.get(at + 4..at + alen)?;
+            let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+            return Some(String::from_utf8_lossy(&value[..end]).into_owned());
+        }
+        at += (alen + 3) & !3;
+    }
+    None
+}
+
+/// `NFPROTO_*` as `nft` names it.
+const fn family_name(family: u8) -> &'static str {
+    match family {
+        1 => "inet",
+        2 => "ip",
+        3 => "arp",
+        5 => "netdev",
+        7 => "bridge",
+        10 => "ip6",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(kind: u16, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut body = vec![family, 0, 0, 0];
+        for (t, v) in attrs {
+            let alen = u16::try_from(4 + v.len()).unwrap();
+            body.extend(alen.to_ne_bytes());
+            body.extend(t.to_ne_bytes());
+            body.extend(*v);
+            while !body.len().is_multiple_of(4) {
+                body.push(0);
+            }
+        }
+        let mut m = Vec::new();
+        m.extend(u32::try_from(NLMSG_HDR + body.len()).unwrap().to_ne_bytes());
+        m.extend(kind.to_ne_bytes());
+        m.extend([0u8; 10]);
+        m.extend(body);
+        m
+    }
+
+    #[test]
+    fn reads_every_table_of_a_dump() {
+        let mut part = msg(NEWTABLE, 2, &[(NFTA_TABLE_NAME, b"nat\0")]);
+        part.extend(msg(
+            NEWTABLE,
+            2,
+            &[(3, &[0, 0, 0, 1]), (NFTA_TABLE_NAME, b"kube-proxy\0")],
+        ));
+        part.extend(msg(NEWTABLE, 1, &[(NFTA_TABLE_NAME, b"calico\0")]));
+        let mut tables = Vec::new();
+        assert!(matches!(parse(&part, &mut tables), Some(Part::More)));
+        assert!(matches!(
+            parse(&msg(NLMSG_DONE, 0, &[]), &mut tables),
+            Some(Part::Done)
+        ));
+        let names: Vec<String> = tables.iter().map(|(f, n)| format!("{f} {n}")).collect();
+        assert_eq!(names, ["ip nat", "ip kube-proxy", "inet calico"]);
+        assert!(parse(&msg(NLMSG_ERROR, 0, &[]), &mut tables).is_none());
+        // A length past the buffer is malformed, not read beyond.
+        let mut bad = msg(NEWTABLE, 2, &[(NFTA_TABLE_NAME, b"x\0")]);
+        bad[0] = 200;
+        assert!(parse(&bad, &mut Vec::new()).is_none());
+        assert_eq!(u16::from_ne_bytes([request()[4], request()[5]]), GETTABLE);
+    }
+}

@@ -1,0 +1,235 @@
+//! Reading the node's rule sources (`iptables-legacy-save`, `iptables-nft-save` or
+//! `iptables-save`, `nft`, `ipset`), and saying which could not be read while the node uses
+//! them: one stderr line per source and process, however often the rules are re-read.
+//!
+//! A source is said to be lost when its tool fails, or is missing while the kernel shows
+//! what it would have read: a legacy nat table (`/proc/net/ip_tables_names`), iptables-nft's
+//! `ip`/`ip6 nat` tables or native nftables tables (kube-proxy's nftables mode, Calico)
+//! among the kernel's nftables tables. A missing tool with nothing of its kind in the kernel
+//! is not applicable and not said. When the kernel cannot be asked, a missing iptables is
+//! said (nat rules are the rule, not the exception) and a missing `nft` is not.
+
+use std::{
+    collections::HashSet,
+    sync::{Mutex, PoisonError},
+};
+
+use super::{
+    ExplainError,
+    rules::NatRules,
+    ruleset::{Raw, Ruleset, parse_tables},
+    source::Output,
+};
+
+/// What `nft` reads: kube-proxy's nftables mode, Calico's nftables dataplane, …
+pub const NFT_LOST: &str = "nftables rules (kube-proxy nftables mode) will not be named";
+/// What `iptables-save` reads.
+pub const IPTABLES_LOST: &str =
+    "iptables nat rules (kube-proxy iptables mode, ip-masq-agent) will not be named";
+const LEGACY_LOST: &str =
+    "the legacy iptables nat table's rules (the kernel holds one) will not be named";
+const IPSET_LOST: &str = "`-m set` matches (Calico, kube-proxy) are assumed to hold";
+
+/// A rule source the node uses that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// The tool, e.g. `nft`: the line is said once per tool.
+    pub tool: String,
+    /// `nft: not installed; nftables rules … will not be named`.
+    pub line: String,
+}
+
+impl Lost {
+    fn new(tool: &str, err: &ExplainError, lost: &str) -> Self {
+        Self {
+            tool: tool.to_owned(),
+            line: format!("{tool}: {}; {lost}", err.reason()),
+        }
+    }
+}
+
+/// The node as the reader sees it: its tools and what its kernel holds.
+pub struct Node<'a> {
+    /// Runs a tool (pktrace's own, else the node's: [`super::source::run`]).
+    pub run: &'a dyn Fn(&str, &[&str]) -> Result<Output, ExplainError>,
+    /// The legacy backend holds a nat table.
+    pub legacy_nat: bool,
+    /// The kernel's nftables tables `(family, name)`; `None`: it cannot be asked.
+    pub kernel_tables: Option<Vec<(String, String)>>,
+}
+
+impl Node<'_> {
+    /// Whether the kernel holds iptables-nft's nat tables (`None`: cannot tell).
+    fn xt_nat(&self) -> Option<bool> {
+        let tables = self.kernel_tables.as_ref()?;
+        Some(
+            tables
+                .iter()
+                .any(|(f, n)| (f == "ip" || f == "ip6") && n == "nat"),
+        )
+    }
+}
+
+impl Raw {
+    /// Reads the node's nat rules (and ipsets when rules test them); what could not be read
+    /// goes to `lost`.
+    ///
+    /// # Errors
+    /// No tool could be run at all (none installed, or all failed: usually not root).
+    pub fn read_from(node: &Node<'_>) -> Result<Self, ExplainError> {
+        let mut raw = Self::default();
+        let mut failure = None;
+        let mut found = false;
+        if node.legacy_nat {
+            match (node.run)("iptables-legacy-save", &["-t", "nat"]) {
+                Ok(out) => found |= raw.keep("iptables-legacy", out),
+                Err(e) => {
+                    raw.lost
+                        .push(Lost::new("iptables-legacy-save", &e, LEGACY_LOST));
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        raw.read_iptables(node, found, &mut failure);
+        raw.read_nft(node, &mut failure);
+        if raw.dumps.is_empty() && raw.nft_json.is_empty() {
+            if let Some(failure) = failure {
+                return Err(failure);
+            }
+            if !raw.any_source {
+                return Err(ExplainError::NotInstalled {
+                    tried: "iptables-save, iptables-legacy-save, iptables-nft-save, nft".into(),
+                });
+            }
+        }
+        if Ruleset::from_raw(&raw).uses_ipsets() {
+            let read = (node.run)("ipset", &["save"])
+                .or_else(|_| (node.run)("ipset", &["list", "-o", "save"]));
+            match read {
+                Ok(out) => raw.ipsets = Some(out.stdout),
+                Err(e) => raw.lost.push(Lost::new("ipset", &e, IPSET_LOST)),
+            }
+        }
+        Ok(raw)
+    }
+
+    /// Keeps a dump that holds rules; true: the source answered.
+    fn keep(&mut self, label: &str, out: Output) -> bool {
+        self.any_source = true;
+        if NatRules::parse(&out.stdout).rule_count() > 0 {
+            self.dumps.push((label.to_owned(), out.stdout));
+        }
+        true
+    }
+
+    /// iptables-nft's nat table, through `iptables-nft-save`, else (iptables 1.6, one
+    /// backend) `iptables-save` unless the legacy backend was read already.
+    fn read_iptables(
+        &mut self,
+        node: &Node<'_>,
+        legacy_read: bool,
+        failure: &mut Option<ExplainError>,
+    ) {
+        let args = ["-t", "nat"];
+        let (tool, res) = match (node.run)("iptables-nft-save", &args) {
+            Err(ExplainError::NotInstalled { .. }) if !legacy_read => {
+                ("iptables-save", (node.run)("iptables-save", &args))
+            }
+            other => ("iptables-nft-save", other),
+        };
+        let label = if tool == "iptables-save" {
+            "iptables"
+        } else {
+            "iptables-nft"
+        };
+        match res {
+            Ok(out) => {
+                self.keep(label, out);
+            }
+            Err(e @ ExplainError::NotInstalled { .. }) => {
+                // Missing: said when the kernel holds iptables-nft's nat table, or cannot tell
+                // and nothing else read iptables rules.
+                let used = node.xt_nat().unwrap_or(!legacy_read);
+                if used {
+                    self.lost.push(Lost::new(tool, &e, IPTABLES_LOST));
+                }
+            }
+            Err(e) => {
+                self.any_source = true;
+                self.lost.push(Lost::new(tool, &e, IPTABLES_LOST));
+                failure.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Native nftables tables (not iptables-nft's), each as `nft -j list table`.
+    fn read_nft(&mut self, node: &Node<'_>, failure: &mut Option<ExplainError>) {
+        let native = node
+            .kernel_tables
+            .as_ref()
+            .map(|t| parse_tables(&render(t)));
+        if native.as_ref().is_some_and(Vec::is_empty) {
+            // The kernel holds none: nothing for nft to read, whether it is there or not.
+            self.any_source = true;
+            return;
+        }
+        let tables = match (node.run)("nft", &["list", "tables"]) {
+            Ok(out) => parse_tables(&out.stdout),
+            Err(e @ ExplainError::NotInstalled { .. }) => {
+                if let Some(native) = native {
+                    let (family, name) = &native[0];
+                    let held = format!("{NFT_LOST} (the kernel holds table {family} {name})");
+                    self.lost.push(Lost::new("nft", &e, &held));
+                }
+                return;
+            }
+            Err(e) => {
+                self.any_source = true;
+                self.lost.push(Lost::new("nft", &e, NFT_LOST));
+                failure.get_or_insert(e);
+                return;
+            }
+        };
+        self.any_source = true;
+        for (family, name) in tables {
+            match (node.run)("nft", &["-j", "list", "table", &family, &name]) {
+                Ok(out) => self.nft_json.push(out.stdout),
+                Err(e) => {
+                    let lost = format!("the rules of table {family} {name} will not be named");
+                    self.lost.push(Lost::new("nft", &e, &lost));
+                }
+            }
+        }
+    }
+}
+
+/// `(family, name)` pairs as `nft list tables` prints them.
+fn render(tables: &[(String, String)]) -> String {
+    tables
+        .iter()
+        .map(|(f, n)| format!("table {f} {n}\n"))
+        .collect()
+}
+
+/// Tools already said in this process.
+static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Says each lost source on stderr, once per tool and process.
+pub fn report(lost: &[Lost]) {
+    for line in first_time(&SAID, lost) {
+        eprintln!("pktrace: {line}");
+    }
+}
+
+/// The lines of `lost` whose tool `said` does not hold yet (and now holds).
+fn first_time(said: &Mutex<Option<HashSet<String>>>, lost: &[Lost]) -> Vec<String> {
+    let mut said = said.lock().unwrap_or_else(PoisonError::into_inner);
+    let said = said.get_or_insert_with(HashSet::new);
+    lost.iter()
+        .filter(|l| said.insert(l.tool.clone()))
+        .map(|l| l.line.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
