@@ -175,6 +175,23 @@ mod tests {
         m
     }
 
+    /// Root only (`cargo test -- --ignored`): in a network namespace of this test thread's
+    /// own, no tables, then iptables-nft's nat table once a chain is made in it.
+    #[test]
+    #[ignore = "needs root; makes a throwaway network namespace"]
+    fn lists_the_kernels_tables() {
+        // SAFETY: unshare affects only this test thread's network namespace.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: run as root");
+        assert_eq!(list(), Some(Vec::new()));
+        let ok = std::process::Command::new("iptables-nft")
+            .args(["-t", "nat", "-N", "PKTRACE-TEST"])
+            .output()
+            .expect("iptables-nft");
+        assert!(ok.status.success());
+        let tables = list().expect("tables");
+        assert!(tables.contains(&("ip".into(), "nat".into())), "{tables:?}");
+    }
+
     #[test]
     fn reads_every_table_of_a_dump() {
         let mut part = msg(NEWTABLE, 2, &[(NFTA_TABLE_NAME, b"nat\0")]);
