@@ -27,7 +27,14 @@ impl Path_ {
         let dir = std::env::temp_dir().join(format!("pktrace-path-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("path dir");
-        for bin in ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"] {
+        for bin in [
+            "/usr/local/sbin",
+            "/usr/local/bin",
+            "/usr/sbin",
+            "/usr/bin",
+            "/sbin",
+            "/bin",
+        ] {
             for entry in fs::read_dir(bin).into_iter().flatten().flatten() {
                 let name = entry.file_name();
                 if name != TOOL && !dir.join(&name).exists() {
@@ -78,9 +85,19 @@ fn a_lost_rule_source_is_said_once_and_the_others_go_on() {
     let ok = in_ns(NODE_NS, "iptables-legacy", ["-t", "nat", "-S"])
         .output()
         .expect("iptables-legacy");
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    let names = in_ns(NODE_NS, "cat", ["/proc/net/ip_tables_names"]).output().expect("cat");
-    assert!(String::from_utf8_lossy(&names.stdout).lines().any(|l| l == "nat"));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let names = in_ns(NODE_NS, "cat", ["/proc/net/ip_tables_names"])
+        .output()
+        .expect("cat");
+    assert!(
+        String::from_utf8_lossy(&names.stdout)
+            .lines()
+            .any(|l| l == "nat")
+    );
 
     let missing = Path_::without_tool("missing", None);
     let (stderr, named) = trace_with_path(missing.path());
@@ -88,16 +105,24 @@ fn a_lost_rule_source_is_said_once_and_the_others_go_on() {
                 rules (the kernel holds one) will not be named";
     assert_eq!(stderr.lines().filter(|l| *l == want).count(), 1, "{stderr}");
     assert_eq!(stderr.matches(TOOL).count(), 1, "said once: {stderr}");
-    assert!(named, "iptables-nft-save's rules still name the SNAT: {stderr}");
+    assert!(
+        named,
+        "iptables-nft-save's rules still name the SNAT: {stderr}"
+    );
     // nft is not installed here and the kernel holds no native nftables table: not said.
     assert!(!stderr.contains("pktrace: nft:"), "{stderr}");
 
     let failing = Path_::without_tool(
         "failing",
-        Some("#!/bin/sh\necho \"iptables-legacy-save: can't initialize: Permission denied\" >&2\nexit 1\n"),
+        Some(
+            "#!/bin/sh\necho \"iptables-legacy-save: can't initialize: Permission denied\" >&2\nexit 1\n",
+        ),
     );
     let (stderr, named) = trace_with_path(failing.path());
-    let failed: Vec<&str> = stderr.lines().filter(|l| l.starts_with("pktrace: iptables-legacy-save:")).collect();
+    let failed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("pktrace: iptables-legacy-save:"))
+        .collect();
     assert_eq!(failed.len(), 1, "{stderr}");
     assert!(
         failed[0].starts_with("pktrace: iptables-legacy-save: `iptables-legacy-save -t nat` failed (exit status: 1): iptables-legacy-save: can't initialize: Permission denied; the legacy iptables nat table's rules"),

@@ -181,7 +181,11 @@ mod tests {
     #[ignore = "needs root; makes a throwaway network namespace"]
     fn lists_the_kernels_tables() {
         // SAFETY: unshare affects only this test thread's network namespace.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: run as root");
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_NEWNET) },
+            0,
+            "unshare: run as root"
+        );
         assert_eq!(list(), Some(Vec::new()));
         let ok = std::process::Command::new("iptables-nft")
             .args(["-t", "nat", "-N", "PKTRACE-TEST"])

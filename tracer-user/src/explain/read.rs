@@ -48,10 +48,13 @@ impl Lost {
     }
 }
 
+/// Runs a tool with arguments.
+pub type Run<'a> = &'a dyn Fn(&str, &[&str]) -> Result<Output, ExplainError>;
+
 /// The node as the reader sees it: its tools and what its kernel holds.
 pub struct Node<'a> {
     /// Runs a tool (pktrace's own, else the node's: [`super::source::run`]).
-    pub run: &'a dyn Fn(&str, &[&str]) -> Result<Output, ExplainError>,
+    pub run: Run<'a>,
     /// The legacy backend holds a nat table.
     pub legacy_nat: bool,
     /// The kernel's nftables tables `(family, name)`; `None`: it cannot be asked.

@@ -10,7 +10,9 @@ use std::{
 use tracer_common::Tuple;
 
 use super::{
-    Attribute, ExplainError, NatDecision, PacketCtx, ipset::IpSets, kernel_tables, nft,
+    Attribute, ExplainError, NatDecision, PacketCtx,
+    ipset::IpSets,
+    kernel_tables, nft,
     read::{self, Lost, Node},
     rules::NatRules,
     source,

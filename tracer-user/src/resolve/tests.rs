@@ -173,9 +173,21 @@ fn an_unknown_pod_keeps_the_state_files_message_and_exit_2() {
 
     // Only the API knows: 404, and its pods of the namespace on this node.
     let api = serve_pods(vec![
-        named(pod("aks-nodepool1-12345678-vmss000000", HERE), "default", "ubuntu"),
-        named(pod("aks-nodepool1-12345678-vmss000000", HERE), "default", "web-1"),
-        named(pod("aks-nodepool1-12345678-vmss000000", HERE), "tools", "ubutnu"),
+        named(
+            pod("aks-nodepool1-12345678-vmss000000", HERE),
+            "default",
+            "ubuntu",
+        ),
+        named(
+            pod("aks-nodepool1-12345678-vmss000000", HERE),
+            "default",
+            "web-1",
+        ),
+        named(
+            pod("aks-nodepool1-12345678-vmss000000", HERE),
+            "tools",
+            "ubutnu",
+        ),
         // Elsewhere: neither listed nor suggested.
         named(pod("other", "10.13.76.5"), "default", "ubutn"),
     ]);
@@ -237,8 +249,12 @@ fn the_most_helpful_source_names_the_pods() {
     let fake = Fake::real();
     let empty = fake.dir.join("empty.json");
     std::fs::write(&empty, r#"{"Network":{"ExternalInterfaces":{}}}"#).unwrap();
-    let err = resolve(&sources(empty, Some(&fake), None, &fake), "default", "ubutnu")
-        .unwrap_err();
+    let err = resolve(
+        &sources(empty, Some(&fake), None, &fake),
+        "default",
+        "ubutnu",
+    )
+    .unwrap_err();
     assert!(err.is_usage(), "{err}");
     assert!(
         err.to_string()

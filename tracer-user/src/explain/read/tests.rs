@@ -99,8 +99,10 @@ fn failing_tools_are_said_whatever_the_kernel_shows() {
     ]);
     assert_eq!(
         fake.lost(false, None),
-        ["nft: `nft list tables` failed (exit status: 1): Operation not permitted; nftables \
-          rules (kube-proxy nftables mode) will not be named"]
+        [
+            "nft: `nft list tables` failed (exit status: 1): Operation not permitted; nftables \
+          rules (kube-proxy nftables mode) will not be named"
+        ]
     );
     let fake = Fake::new(&[
         ("iptables-nft-save", Tool::Fails),
@@ -109,9 +111,11 @@ fn failing_tools_are_said_whatever_the_kernel_shows() {
     let lost = fake.lost(false, Some(&["ip nat", "ip kube-proxy"]));
     assert_eq!(
         lost,
-        ["iptables-nft-save: `iptables-nft-save -t nat` failed (exit status: 1): Operation not \
+        [
+            "iptables-nft-save: `iptables-nft-save -t nat` failed (exit status: 1): Operation not \
           permitted; iptables nat rules (kube-proxy iptables mode, ip-masq-agent) will not be \
-          named"]
+          named"
+        ]
     );
 }
 
@@ -121,8 +125,10 @@ fn missing_iptables_tools_are_said_when_the_kernel_holds_their_tables() {
     let fake = Fake::new(&[("iptables-nft-save", Tool::Prints(NAT_DUMP))]);
     assert_eq!(
         fake.lost(true, Some(&["ip nat"])),
-        ["iptables-legacy-save: not installed; the legacy iptables nat table's rules (the \
-          kernel holds one) will not be named"]
+        [
+            "iptables-legacy-save: not installed; the legacy iptables nat table's rules (the \
+          kernel holds one) will not be named"
+        ]
     );
     // No iptables-nft-save nor iptables-save, iptables-nft's nat table in the kernel.
     let fake = Fake::new(&[("nft", Tool::Prints("table ip kube-proxy\n"))]);
@@ -164,7 +170,10 @@ fn nothing_readable_is_one_error_not_lost_lines() {
     assert!(got[0].starts_with("error: none of"), "{got:?}");
     let fake = Fake::new(&[("iptables-nft-save", Tool::Fails)]);
     let got = fake.lost(false, Some(&["ip nat"]));
-    assert!(got[0].starts_with("error: `iptables-nft-save -t nat` failed"), "{got:?}");
+    assert!(
+        got[0].starts_with("error: `iptables-nft-save -t nat` failed"),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -180,6 +189,9 @@ fn each_tool_is_said_once_however_often_the_rules_are_read() {
         assert!(first_time(&said, &first).is_empty());
     }
     // Another reason later for a tool already said: still quiet; a new tool: said.
-    let later = [lost("nft", "nft: c"), lost("iptables-save", "iptables-save: d")];
+    let later = [
+        lost("nft", "nft: c"),
+        lost("iptables-save", "iptables-save: d"),
+    ];
     assert_eq!(first_time(&said, &later), ["iptables-save: d"]);
 }
