@@ -88,6 +88,29 @@ pub fn flow_slot_of(saddr: u32, daddr: u32, sport: u16, dport: u16, bits: u32) -
     h >> (32 - bits)
 }
 
+/// Bits of a flow's slot in the kernel's followed-flow hash (`FLOW_TUPLES`, 1 << 17 bytes).
+pub const FLOW_TUPLE_BITS: u32 = 17;
+/// Bytes of the kernel's followed-address hash (`FLOW_ADDRS`, a power of two).
+pub const FLOW_ADDR_SLOTS: usize = 1024;
+
+/// The `FLOW_ADDRS` slot of an IPv4 address (its four bytes as a native `u32`, as they lie in
+/// memory): the kernel programs and user space (which follows flows for `--nat-hook
+/// conntrack`) must agree on it.
+#[inline(always)]
+#[must_use]
+pub fn flow_addr_slot(addr: u32) -> usize {
+    (addr.wrapping_mul(0x9e37_79b1) >> 22) as usize & (FLOW_ADDR_SLOTS - 1)
+}
+
+/// The `FLOW_TUPLES` slot of a tuple (the first four bytes of each address, whatever its
+/// family), as the kernel programs find it.
+#[inline(always)]
+#[must_use]
+pub fn flow_tuple_slot(t: &Tuple) -> usize {
+    let w = |a: &[u8; 16]| u32::from_ne_bytes([a[0], a[1], a[2], a[3]]);
+    flow_slot_of(w(&t.saddr), w(&t.daddr), t.sport, t.dport, FLOW_TUPLE_BITS) as usize
+}
+
 /// Fields of a packet that NAT does not change, used to recognise the same packet at every
 /// hook: IP id (IPv4) plus TCP seq/ack/flags/window, ICMP type/code/sequence and leading
 /// payload, or UDP length and leading payload bytes.

@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AddrKey, AddrSetV4, Event, FAMILY_IPV4, KernelOffsets, NatEventV4, TcEventV4, Tuple, counter,
-    filter, flow_slot_of,
+    AddrKey, AddrSetV4, Event, FAMILY_IPV4, FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, KernelOffsets,
+    NatEventV4, TcEventV4, Tuple, counter, filter, flow_addr_slot, flow_slot_of,
     parse::{Parsed, Window},
 };
 
@@ -147,9 +147,6 @@ pub fn flows_present() -> bool {
     unsafe { core::ptr::read_volatile(&raw const FLOWS_PRESENT) != 0 }
 }
 
-/// Bytes of [`FLOW_ADDRS`] (a power of two).
-const FLOW_ADDR_SLOTS: usize = 1024;
-
 /// The IPv4 addresses of the followed flows, hashed ([`flow_addr_slot`]): a slot is set (to 1,
 /// never back, before the flow's insert, as `FLOWS_PRESENT`) for each address of each IPv4
 /// flow [`track_flow`] follows. An address whose slot is 0 is in no followed flow; a set slot
@@ -159,12 +156,6 @@ const FLOW_ADDR_SLOTS: usize = 1024;
 /// time a packet by its conntrack entry; for TCP and UDP both then ask [`FLOW_TUPLES`].
 #[unsafe(no_mangle)]
 static mut FLOW_ADDRS: [u8; FLOW_ADDR_SLOTS] = [0; FLOW_ADDR_SLOTS];
-
-/// The [`FLOW_ADDRS`] slot of an IPv4 address (as [`word4`] gives it).
-#[inline(always)]
-fn flow_addr_slot(addr: u32) -> usize {
-    (addr.wrapping_mul(0x9e37_79b1) >> 22) as usize & (FLOW_ADDR_SLOTS - 1)
-}
 
 /// False when no followed flow holds the IPv4 address `addr` ([`word4`]).
 #[inline(always)]
@@ -194,7 +185,6 @@ fn note_flow_addr(addr: u32) {
 /// Bytes of [`FLOW_TUPLES`] (a power of two): twice the followed-flow table's default
 /// directions (65,536), so that it stays mostly zero while that table holds a few thousand.
 const FLOW_TUPLE_SLOTS: usize = 1 << FLOW_TUPLE_BITS;
-const FLOW_TUPLE_BITS: u32 = 17;
 
 /// The followed flows' tuples, hashed ([`flow_slot_of`]): a slot is set (to 1, never back,
 /// before the flow's insert, as `FLOWS_PRESENT`) for each direction of each flow [`track_flow`]

@@ -11,7 +11,7 @@
 //! capget(2)/capset(2) with `_LINUX_CAPABILITY_VERSION_3` and prctl(2) `PR_CAPBSET_DROP`,
 //! `PR_CAP_AMBIENT_CLEAR_ALL`.
 
-use std::{fmt, fs, io, os::unix::fs::MetadataExt as _, path::Path, time::Duration};
+use std::{fmt, fs, io, os::unix::fs::MetadataExt as _, time::Duration};
 
 /// Capability numbers (include/uapi/linux/capability.h, v6.1) and their names.
 const NAMES: [&str; 41] = [
@@ -73,7 +73,8 @@ const PR_CAP_AMBIENT: libc::c_int = 47;
 const PR_CAP_AMBIENT_CLEAR_ALL: libc::c_ulong = 4;
 /// Where the kernel says whether it is locked down (security/lockdown/lockdown.c, v6.1).
 const LOCKDOWN_FILE: &str = "/sys/kernel/security/lockdown";
-/// Hidden override of where the kernel's BTF is looked for (tests of the "no BTF" refusal).
+/// Hidden override of where the kernel's BTF is looked for (tests of a kernel without BTF:
+/// a missing path makes pktrace run as it would there).
 pub const BTF_PATH_ENV: &str = "PKTRACE_BTF_PATH";
 
 /// A set of capabilities, bit `n` for capability `n`.
@@ -146,11 +147,6 @@ pub enum PrivilegeError {
          or by capsh/setpriv); grant CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (or CAP_SYS_ADMIN)"
     )]
     Missing { missing: String },
-    #[error(
-        "this kernel has no BTF ({path} is missing): pktrace reads kernel structure offsets \
-         from it; use a kernel built with CONFIG_DEBUG_INFO_BTF (AKS node images have it)"
-    )]
-    NoBtf { path: String },
     #[error("reading this process's capabilities")]
     Read(#[source] io::Error),
     #[error(
@@ -182,9 +178,10 @@ const NEEDS: [Need; 3] = [
     },
 ];
 
-/// Checks, before anything is loaded, that the process may load and attach programs and that
-/// the kernel has BTF; `cap_last_cap` below 39 means a kernel before 5.8, where only
-/// `CAP_SYS_ADMIN` grants eBPF.
+/// Checks, before anything is loaded, that the process may load and attach programs;
+/// `cap_last_cap` below 39 means a kernel before 5.8, where only `CAP_SYS_ADMIN` grants eBPF.
+/// A kernel without BTF is no refusal: the tc programs need none, and the NAT observation
+/// falls back to conntrack (`nat::attach`).
 ///
 /// # Errors
 /// The first refusal, as a one-line reason.
@@ -192,12 +189,7 @@ pub fn preflight() -> Result<(), PrivilegeError> {
     let caps = current().map_err(PrivilegeError::Read)?;
     // SAFETY: geteuid has no failure modes.
     let root = unsafe { libc::geteuid() } == 0;
-    check(caps.effective, root, last_cap())?;
-    let btf = btf_path();
-    if !Path::new(&btf).exists() {
-        return Err(PrivilegeError::NoBtf { path: btf });
-    }
-    Ok(())
+    check(caps.effective, root, last_cap())
 }
 
 /// The vmlinux BTF path: `PKTRACE_BTF_PATH` when set, else `/sys/kernel/btf/vmlinux`.

@@ -81,6 +81,8 @@ pub struct Collector {
     counters: PerCpuArray<MapData, u64>,
     flows: HashMap<MapData, Tuple, u32>,
     flow_capacity: u64,
+    /// Entries user space added to the followed-flows table ([`Self::follow`]).
+    user_entries: u64,
 }
 
 impl AsRawFd for Collector {
@@ -140,6 +142,7 @@ impl Collector {
             counters,
             flows,
             flow_capacity: u64::from(flow_capacity),
+            user_entries: 0,
         })
     }
 
@@ -181,8 +184,19 @@ impl Collector {
             nat_seen: sum(counter::NAT_SEEN)?,
             flows_added: sum(counter::FLOWS_ADDED)?,
             nat_unpaired: sum(counter::NAT_UNPAIRED)?,
-            flow_entries: sum(counter::FLOW_ENTRIES)?,
+            flow_entries: sum(counter::FLOW_ENTRIES)? + self.user_entries,
         })
+    }
+
+    /// Follows a flow direction in the kernel from user space (`--nat-hook conntrack`; the
+    /// caller opened its gates first, see `conntrack::Gates`). Inserted only when new
+    /// (`BPF_NOEXIST`), and counted with the kernel's inserts, so that evictions stay known.
+    pub fn follow(&mut self, t: &Tuple) {
+        /// `BPF_NOEXIST`.
+        const NOEXIST: u64 = 1;
+        if self.flows.insert(t, 1, NOEXIST).is_ok() {
+            self.user_entries += 1;
+        }
     }
 
     /// Entries the followed-flows table can hold.

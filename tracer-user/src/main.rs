@@ -14,6 +14,7 @@ mod caps;
 mod cli;
 mod collect;
 mod config;
+mod conntrack;
 mod explain;
 mod follow;
 mod generate;

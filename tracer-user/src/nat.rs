@@ -17,6 +17,7 @@ use crate::{
     btf,
     caps::{self, LockdownRefusal},
     config::NatHook,
+    conntrack::CtMonitor,
 };
 
 /// `NF_IP_PRI_NAT_DST` and `NF_IP_PRI_NAT_SRC` (include/uapi/linux/netfilter_ipv4.h, v6.1).
@@ -58,6 +59,8 @@ enum Hooked {
         shift: i32,
     },
     Probe(ProbeAttachment),
+    /// Conntrack's events over netlink (the session takes the socket).
+    Conntrack(Option<CtMonitor>),
 }
 
 impl Hooked {
@@ -89,13 +92,16 @@ impl Hooked {
                 }
             ),
             Self::Probe(p) => p.describe(),
+            Self::Conntrack(_) => "conntrack events over netlink (NEW, UPDATE) joined with the \
+                                   tc events in user space; NAT steps untimed (latency_ns null)"
+                .into(),
         }
     }
 }
 
 /// The NAT observation in use; dropping it detaches.
 pub struct NatAttachment {
-    #[expect(dead_code, reason = "held for its Drop: the links detach with it")]
+    /// Held for its Drop: the links detach with it.
     hooked: Hooked,
     report: Vec<String>,
 }
@@ -105,6 +111,14 @@ impl NatAttachment {
     #[must_use]
     pub fn report(&self) -> &[String] {
         &self.report
+    }
+
+    /// The conntrack event socket, when conntrack is the NAT observation (once).
+    pub fn take_conntrack(&mut self) -> Option<CtMonitor> {
+        match &mut self.hooked {
+            Hooked::Conntrack(m) => m.take(),
+            _ => None,
+        }
     }
 }
 
@@ -241,7 +255,12 @@ pub fn attach(
         let name = want_name(hook);
         let skip = match attach_one(hook, ebpf, globals, kernel_btf) {
             Ok(hooked) => {
-                report.push(format!("NAT hook {name}: {}", hooked.describe()));
+                let fallback = if want == NatHook::Auto && hook == NatHook::Conntrack {
+                    " (fallback: no kernel NAT hook can be used here, see above)"
+                } else {
+                    ""
+                };
+                report.push(format!("NAT hook {name}{fallback}: {}", hooked.describe()));
                 return Ok(NatAttachment { hooked, report });
             }
             Err(skip) => skip.explained(lockdown.as_deref()),
@@ -269,15 +288,23 @@ fn attach_one(
     globals: &Globals,
     kernel_btf: &btf::KernelBtf,
 ) -> Result<Hooked, Skip> {
-    if hook == NatHook::Conntrack || hook == NatHook::Auto {
-        return Err(
-            String::from("conntrack over netlink is not built into this pktrace yet").into(),
-        );
+    if hook == NatHook::Conntrack {
+        return CtMonitor::open()
+            .map(|m| Hooked::Conntrack(Some(m)))
+            .map_err(|e| {
+                format!(
+                    "subscribing to conntrack events failed ({e}): load the nf_conntrack_netlink \
+                     module and run with CAP_NET_ADMIN"
+                )
+                .into()
+            });
     }
     if globals.offsets.skb_data == 0 {
-        return Err(
-            String::from("no kernel BTF for sk_buff offsets (/sys/kernel/btf/vmlinux)").into(),
-        );
+        return Err(format!(
+            "no kernel BTF for sk_buff offsets ({} cannot be read)",
+            caps::btf_path()
+        )
+        .into());
     }
     let bytes = globals.as_bytes();
     let refs: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();

@@ -25,6 +25,7 @@ use crate::{
     caps,
     collect::{self, Collector, Counters},
     config::{Config, Target},
+    conntrack::{self, Conntrack},
     explain::Explainer,
     follow::{self, Action, PodWatch},
     journey::{
@@ -73,6 +74,8 @@ pub enum RunError {
         #[source]
         source: io::Error,
     },
+    #[error("--nat-hook conntrack: {0}")]
+    Conntrack(String),
     #[error("setting up the event loop")]
     Runtime(#[source] io::Error),
     #[error("writing the output")]
@@ -200,9 +203,24 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     // the parse the offsets came from: kept from there, the BTF (about 6 MiB) would sit in
     // memory through the object's load and the tc attach and raise the peak by as much.
     let kernel_btf = crate::btf::KernelBtf::default();
-    let nat_attachment: NatAttachment =
+    let mut nat_attachment: NatAttachment =
         nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
     drop(kernel_btf);
+    let conntrack = match nat_attachment.take_conntrack() {
+        Some(monitor) => {
+            // Every packet traced: nothing to follow.
+            let gates = if globals.filter_mode == tracer_common::filter::ALL {
+                None
+            } else {
+                Some(
+                    conntrack::Gates::take(&mut ebpf, attach::object())
+                        .map_err(RunError::Conntrack)?,
+                )
+            };
+            Some(Conntrack::new(monitor, gates, &subject.addrs))
+        }
+        None => None,
+    };
     let mut collector = Collector::new(&mut ebpf)?;
     // Everything is loaded and attached: keep only what the rest of the session uses.
     let dropped = caps::drop_unneeded()?;
@@ -246,7 +264,13 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         flows_evicted_reported: 0,
         counters: Counters::default(),
         done: Vec::new(),
+        conntrack,
+        ct_reported: conntrack::Losses::default(),
+        pending: Vec::new(),
     };
+    if session.conntrack.is_some() {
+        session.correlator.use_conntrack();
+    }
     // SAFETY: the monitor owns its socket, which stays open as long as the AsyncFd holds it.
     let links = monitor
         .map(|m| unsafe { AsyncFd::register(m) }.map_err(|e| RunError::Runtime(e.into())))
@@ -349,6 +373,11 @@ struct Session {
     counters: Counters,
     /// Journeys completed and not yet written (kept for its capacity between batches).
     done: Vec<Journey>,
+    /// With `--nat-hook conntrack`: its events, and the losses reported so far.
+    conntrack: Option<Conntrack>,
+    ct_reported: conntrack::Losses,
+    /// Events read from the ring and not joined yet (conntrack's reports are read in between).
+    pending: Vec<tracer_common::Event>,
 }
 
 impl Session {
@@ -365,6 +394,13 @@ impl Session {
         let mut ring =
             unsafe { AsyncFd::register_with_interest(RawRing(collector), Interest::READABLE) }
                 .map_err(io::Error::from)?;
+        let ct_fd = self
+            .conntrack
+            .as_ref()
+            // SAFETY: the socket is owned by `self.conntrack`, which outlives this AsyncFd.
+            .map(|c| unsafe { AsyncFd::register_with_interest(Fd(c.fd()), Interest::READABLE) })
+            .transpose()
+            .map_err(io::Error::from)?;
         let mut drain = interval(DRAIN_EVERY);
         drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut chores = interval(HOUSEKEEPING_EVERY);
@@ -384,9 +420,17 @@ impl Session {
                     self.drain(guard.get_inner_mut().0, sink)?;
                 }
                 _ = drain.tick() => self.drain(ring.get_mut().0, sink)?,
+                guard = readable(ct_fd.as_ref()) => {
+                    // Read at once: the kernel follows a NATed flow only once this is done.
+                    guard?.clear_ready();
+                    self.poll_conntrack(ring.get_mut().0)?;
+                }
                 _ = chores.tick() => {
                     self.housekeeping(ring.get_ref().0, sink)?;
                     if let Some(addrs) = hot.follow_pod(cfg).await {
+                        if let Some(ct) = self.conntrack.as_mut() {
+                            ct.set_traced(&addrs);
+                        }
                         // Attribution replays the pod's packets from its new addresses.
                         self.explainer.set_sources(addrs);
                     }
@@ -413,8 +457,12 @@ impl Session {
     /// they would cost tens of MiB).
     fn drain(&mut self, collector: &mut Collector, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
         loop {
-            let (correlator, done) = (&mut self.correlator, &mut self.done);
-            let (n, bad) = collector.drain(DRAIN_BATCH, |ev| correlator.push(ev, done));
+            let (n, bad) = if self.conntrack.is_some() {
+                self.drain_with_conntrack(collector)?
+            } else {
+                let (correlator, done) = (&mut self.correlator, &mut self.done);
+                collector.drain(DRAIN_BATCH, |ev| correlator.push(ev, done))
+            };
             self.summary.add_events(n);
             self.summary.add_bad_records(bad);
             self.output(sink)?;
@@ -423,6 +471,46 @@ impl Session {
                 return Ok(());
             }
         }
+    }
+
+    /// [`Self::drain`]'s batch with `--nat-hook conntrack`: the events are taken from the ring
+    /// before conntrack's socket is read, so that the report of every connection these packets
+    /// belong to (queued before the packets' later hops) is in the join before they are.
+    fn drain_with_conntrack(&mut self, collector: &mut Collector) -> io::Result<(u64, u64)> {
+        let mut events = std::mem::take(&mut self.pending);
+        let counts = collector.drain(DRAIN_BATCH, |ev| events.push(*ev));
+        self.poll_conntrack(collector)?;
+        for ev in &events {
+            self.correlator.push(ev, &mut self.done);
+        }
+        events.clear();
+        self.pending = events;
+        Ok(counts)
+    }
+
+    /// Reads conntrack's reports (NAT mappings into the join, traced flows into the kernel's
+    /// filter) and reports new losses.
+    fn poll_conntrack(&mut self, collector: &mut Collector) -> io::Result<()> {
+        let Some(ct) = self.conntrack.as_mut() else {
+            return Ok(());
+        };
+        let losses = ct.poll(&mut self.correlator, collector)?;
+        if losses.overflows > self.ct_reported.overflows {
+            eprintln!(
+                "pktrace: conntrack events lost: the kernel dropped events {} times (socket full); \
+                 NAT steps of those connections are missing",
+                losses.overflows
+            );
+        }
+        if losses.unreadable > self.ct_reported.unreadable {
+            eprintln!(
+                "pktrace: {} conntrack event messages could not be read; NAT steps of those \
+                 connections are missing",
+                losses.unreadable
+            );
+        }
+        self.ct_reported = losses;
+        Ok(())
     }
 
     /// Explains, counts and prints the completed journeys (up to the `-c` limit), then
@@ -683,6 +771,25 @@ impl Hot<'_> {
 }
 
 /// The collector as a raw fd for tokio's readiness.
+/// Waits until `fd` is readable; never, without one.
+async fn readable(
+    fd: Option<&AsyncFd<Fd>>,
+) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, Fd>> {
+    match fd {
+        Some(fd) => fd.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A descriptor owned elsewhere, for readiness only.
+struct Fd(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for Fd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
 struct RawRing<'a>(&'a mut Collector);
 
 impl std::os::fd::AsRawFd for RawRing<'_> {

@@ -255,11 +255,10 @@ pub fn array_map_create(value_size: u32, max_entries: u32) -> io::Result<OwnedFd
     fd_sys_bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
 }
 
-/// `BPF_MAP_LOOKUP_ELEM` of an array map's value (for tests).
+/// `BPF_MAP_LOOKUP_ELEM` of an array map's value.
 ///
 /// # Safety
 /// `value` must be at least as long as the map's value size: the kernel writes that many bytes.
-#[cfg(test)]
 pub unsafe fn array_map_lookup(
     map: BorrowedFd<'_>,
     index: u32,
@@ -272,5 +271,20 @@ pub unsafe fn array_map_lookup(
     u.key = std::ptr::from_ref(&index) as u64;
     u.__bindgen_anon_1.value = value.as_mut_ptr() as u64;
     sys_bpf(bpf_cmd::BPF_MAP_LOOKUP_ELEM, &mut attr)?;
+    Ok(())
+}
+
+/// `BPF_MAP_UPDATE_ELEM` of an array map's value (`BPF_ANY`).
+///
+/// # Safety
+/// `value` must be at least as long as the map's value size: the kernel reads that many bytes.
+pub unsafe fn array_map_update(map: BorrowedFd<'_>, index: u32, value: &[u8]) -> io::Result<()> {
+    let mut attr = zeroed_attr();
+    // SAFETY: writing the `BPF_MAP_*_ELEM` member of a zeroed union; no other member is read.
+    let u = unsafe { &mut attr.__bindgen_anon_2 };
+    u.map_fd = map.as_raw_fd().cast_unsigned();
+    u.key = std::ptr::from_ref(&index) as u64;
+    u.__bindgen_anon_1.value = value.as_ptr() as u64;
+    sys_bpf(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr)?;
     Ok(())
 }

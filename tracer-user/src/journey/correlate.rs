@@ -17,7 +17,9 @@ use std::{
 use foldhash::fast::RandomState;
 use tracer_common::{Event, Fingerprint, Tuple, hook, kind};
 
+use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, Point, Step};
+use crate::conntrack::NatTable;
 
 /// What an attached interface is to the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,6 +105,9 @@ pub struct Correlator {
     next_id: u64,
     limits: Limits,
     evicted: u64,
+    /// With `--nat-hook conntrack`: the NAT mappings conntrack reported, which put the NAT
+    /// steps into journeys (no NAT events come from the kernel then; see [`conntrack`]).
+    nat_table: Option<NatTable>,
 }
 
 impl Correlator {
@@ -118,6 +123,7 @@ impl Correlator {
             next_id: 0,
             limits,
             evicted: 0,
+            nat_table: None,
         }
     }
 
@@ -190,6 +196,7 @@ impl Correlator {
             None
         } else {
             self.find(key, &ev.tuple)
+                .or_else(|| self.find_through_nat(key, ev))
         };
         match found {
             Some(idx) => {
@@ -199,14 +206,10 @@ impl Correlator {
                     done.push(finish(open, Ending::Left));
                 }
             }
-            None if leaving => {
-                let steps = self.steps_with(step);
-                done.push(Journey {
-                    steps,
-                    ending: Ending::Left,
-                });
+            None => {
+                let nat = self.nat_steps_before(ev);
+                self.start_after(key, nat, step, ev.tuple, hop, leaving, done);
             }
-            None => self.start(key, step, ev.tuple, hop, done),
         }
     }
 
@@ -343,11 +346,13 @@ impl Correlator {
     pub fn expire(&mut self, now_ktime: u64, done: &mut Vec<Journey>) {
         let deadline = now_ktime.saturating_sub(self.limits.idle_timeout_ns);
         let mut closed = 0;
+        let table = self.nat_table.as_ref();
         self.open.retain(|_, list| {
             list.retain_mut(|o| {
                 if o.last_ktime >= deadline {
                     return true;
                 }
+                complete_nat(table, o);
                 done.push(finish(
                     Some(std::mem::replace(o, empty_open())),
                     Ending::TimedOut,
@@ -370,6 +375,9 @@ impl Correlator {
     pub fn flush(&mut self, done: &mut Vec<Journey>) {
         let mut all: Vec<Open> = self.open.drain().flat_map(|(_, v)| v).collect();
         all.sort_by_key(|o| o.id);
+        for o in &mut all {
+            complete_nat(self.nat_table.as_ref(), o);
+        }
         done.extend(all.into_iter().map(|o| finish(Some(o), Ending::Flushed)));
         self.order.clear();
         self.open_count = 0;
@@ -425,5 +433,6 @@ fn ip_id(ev: &Event) -> Option<u32> {
     (ev.tuple.family == tracer_common::FAMILY_IPV4).then_some(ev.fp.ip_id)
 }
 
+mod conntrack;
 #[cfg(test)]
 mod tests;

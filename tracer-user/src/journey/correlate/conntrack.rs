@@ -1,0 +1,135 @@
+//! The join with `--nat-hook conntrack`: no NAT events come from the kernel, so the NAT steps
+//! of a journey are put in from the mappings conntrack reported ([`NatTable`]).
+//!
+//! A tc event whose packet no open journey holds is looked up in the table: when it is a
+//! packet NAT made (the `i`-th tuple of a connection's chain), the journey holding an earlier
+//! packet of that chain (nearest first), with the same fingerprint, gets the NAT steps in
+//! between (`latency_ns` none: conntrack does not time them), then the tc step. Their time is
+//! the tc event's: the rewrite happened between the two hops, conntrack does not say when.
+//! A journey that ends (idle or on exit) holding a packet NAT would still rewrite gets the
+//! remaining steps ([`complete_nat`]): conntrack reports an entry once its first packet went
+//! through every NAT hook, and every packet of the connection goes through the same ones.
+//! A packet NAT made that no journey holds an earlier form of starts its journey with the NAT
+//! steps that made it (its earlier hops were not seen: the kernel follows a translated flow
+//! only once user space has read conntrack's report, see the README).
+
+use tracer_common::{Event, Tuple};
+
+use super::{Correlator, JoinKey, Open, ip_id};
+use crate::{
+    conntrack::{Chain, NatTable},
+    journey::model::{Journey, Step},
+};
+
+/// The NAT steps that take `chain.tuples[from]` to `chain.tuples[to]`, at `ktime`.
+fn steps_between(chain: &Chain, from: usize, to: usize, ktime: u64, ip: Option<u32>) -> Vec<Step> {
+    (from..to)
+        .map(|i| Step {
+            point: chain.hops[i].point,
+            iface: None,
+            tuple: chain.tuples[i + 1],
+            orig: Some(chain.tuples[i]),
+            reply: chain.hops[i].reply,
+            latency_ns: None,
+            ktime_ns: ktime,
+            ip_id: ip,
+            attribution: None,
+        })
+        .collect()
+}
+
+/// Appends to a journey that ends the NAT steps its packet had still to go through.
+pub(super) fn complete_nat(table: Option<&NatTable>, o: &mut Open) {
+    let Some((chain, pos)) = table.and_then(|t| t.place(&o.current)) else {
+        return;
+    };
+    if pos + 1 >= chain.len {
+        return;
+    }
+    let ip = o.steps.last().and_then(|s| s.ip_id);
+    o.steps
+        .extend(steps_between(&chain, pos, chain.len - 1, o.last_ktime, ip));
+    o.current = chain.tuples[chain.len - 1];
+}
+
+impl Correlator {
+    /// Joins through conntrack's NAT mappings from here on ([`Self::nat_table_mut`] feeds
+    /// them).
+    pub fn use_conntrack(&mut self) {
+        self.nat_table.get_or_insert_with(NatTable::default);
+    }
+
+    /// The NAT mappings, when joining through conntrack.
+    pub fn nat_table_mut(&mut self) -> Option<&mut NatTable> {
+        self.nat_table.as_mut()
+    }
+
+    /// The open journey holding an earlier packet of the NAT chain `ev`'s packet belongs to,
+    /// with the NAT steps in between appended; its index.
+    pub(super) fn find_through_nat(&mut self, key: JoinKey, ev: &Event) -> Option<usize> {
+        let (chain, pos) = self.nat_table.as_ref()?.place(&ev.tuple)?;
+        let (from, idx) = (0..pos)
+            .rev()
+            .find_map(|j| Some((j, self.find(key, &chain.tuples[j])?)))?;
+        let open = self.open.get_mut(&key)?.get_mut(idx)?;
+        for step in steps_between(&chain, from, pos, ev.ktime_ns, ip_id(ev)) {
+            let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
+            open.steps.insert(at, step);
+        }
+        open.current = ev.tuple;
+        Some(idx)
+    }
+
+    /// The NAT steps that made `ev`'s packet, when it is one NAT made (for a journey that
+    /// starts with it).
+    pub(super) fn nat_steps_before(&self, ev: &Event) -> Vec<Step> {
+        match self.nat_table.as_ref().and_then(|t| t.place(&ev.tuple)) {
+            Some((chain, pos)) if pos > 0 => steps_between(&chain, 0, pos, ev.ktime_ns, ip_id(ev)),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Starts a journey with `nat` then `step` (a tc step on an edge that leaves ends it).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of a step being joined"
+    )]
+    pub(super) fn start_after(
+        &mut self,
+        key: JoinKey,
+        nat: Vec<Step>,
+        step: Step,
+        now: Tuple,
+        hop: Option<(u64, u32)>,
+        leaving: bool,
+        done: &mut Vec<Journey>,
+    ) {
+        if nat.is_empty() {
+            if leaving {
+                let steps = self.steps_with(step);
+                done.push(Journey {
+                    steps,
+                    ending: super::Ending::Left,
+                });
+            } else {
+                self.start(key, step, now, hop, done);
+            }
+            return;
+        }
+        let mut steps = nat;
+        steps.push(step);
+        if leaving {
+            done.push(Journey {
+                steps,
+                ending: super::Ending::Left,
+            });
+            return;
+        }
+        let mut rest = steps.into_iter();
+        let Some(first) = rest.next() else { return };
+        self.start(key, first, now, hop, done);
+        if let Some(open) = self.open.get_mut(&key).and_then(|l| l.last_mut()) {
+            open.steps.extend(rest);
+        }
+    }
+}
