@@ -17,6 +17,14 @@ use crate::pktrace_bin;
 /// Environment variable naming the `--nat-hook` every pktrace of the tests uses (unset: auto).
 pub const NAT_HOOK_ENV: &str = "PKTRACE_TEST_NAT_HOOK";
 
+/// True when the tests run with `--nat-hook conntrack`: NAT steps come from conntrack's events,
+/// untimed (`latency_ns` null), and a connection's first packet is followed only up to its NAT
+/// (README "What each hook needs").
+#[must_use]
+pub fn conntrack_hook() -> bool {
+    std::env::var(NAT_HOOK_ENV).is_ok_and(|h| h == "conntrack")
+}
+
 /// How long pktrace may take to attach.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long pktrace may take to exit after SIGINT.
@@ -255,6 +263,20 @@ impl Trace {
             .collect()
     }
 
+    /// The journeys that start with a NAT step rewriting `src` → `dst` (with `--nat-hook
+    /// conntrack`: a reply that came back before pktrace had read conntrack's report, seen only
+    /// from where it carries a traced address again).
+    #[must_use]
+    pub fn starting_at_nat(&self, src: &str, dst: &str) -> Vec<&Value> {
+        self.journeys()
+            .into_iter()
+            .filter(|j| {
+                let s = &j["steps"][0];
+                (s["point"] == "dnat" || s["point"] == "snat") && s["orig_src"] == src && s["orig_dst"] == dst
+            })
+            .collect()
+    }
+
     /// Everything for a failure message.
     #[must_use]
     pub fn dump(&self) -> String {
@@ -383,17 +405,73 @@ pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
         .unwrap_or_else(|| panic!("no conntrack entry {src_ip} -> {dst} in {all:#?}"))
 }
 
-/// Checks one journey's path: it enters on `first` (ingress), leaves on `last` (egress), its
-/// NAT steps are exactly `nat` (point, reply) in that order, every other step is a tc step on
-/// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
-/// exactly the packet the previous step saw). Which middle interfaces appear depends on the
-/// kernel path (with br_netfilter a DNAT to a pod on the same bridge is bridged, not routed).
-pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
+/// With `--nat-hook conntrack`, the packets of a connection that NAT takes away from the traced
+/// addresses (MASQUERADE) are followed in the kernel only once pktrace has read conntrack's
+/// report of the connection, which comes after its first packet has left (README "What each
+/// hook needs"): the journeys of the packets before that end with their NAT steps (built from
+/// the report), and replies before that start with them. Splits `journeys` (one direction of
+/// one connection) into those early ones and the whole ones, and checks that the early ones
+/// came first, within [`EARLY_WITHIN_NS`] of the first, and that at least one whole one
+/// follows. How many are early depends on how soon pktrace reads the report (in the lab the
+/// first round trip takes tens of microseconds: one to three packets each way).
+#[must_use]
+pub fn split_early<'a>(journeys: &[&'a Value]) -> (Vec<&'a Value>, Vec<&'a Value>) {
+    let is_nat = |s: &Value| s["point"] == "dnat" || s["point"] == "snat";
+    let (early, whole): (Vec<&Value>, Vec<&Value>) = by_start(journeys).into_iter().partition(|j| {
+        let steps = steps(j);
+        steps.first().is_some_and(is_nat) || steps.last().is_some_and(is_nat)
+    });
+    let dump = || journeys.iter().map(|j| j.to_string()).collect::<Vec<_>>().join("\n");
+    assert!(!whole.is_empty(), "no whole journey once conntrack's report was read:\n{}", dump());
+    let start = |j: &Value| j["start_ktime_ns"].as_u64().unwrap_or(0);
+    let first_whole = whole.iter().map(|j| start(j)).min().unwrap_or(0);
+    assert!(early.iter().all(|j| start(j) < first_whole), "an early journey after a whole one:\n{}", dump());
+    let first = journeys.iter().map(|j| start(j)).min().unwrap_or(0);
+    assert!(
+        early.iter().all(|j| start(j) - first < EARLY_WITHIN_NS),
+        "an early journey {EARLY_WITHIN_NS} ns after the first packet:\n{}",
+        dump()
+    );
+    (early, whole)
+}
+
+/// How long after a connection's first packet pktrace may take to read conntrack's report of
+/// it and follow the connection (`--nat-hook conntrack`; it reads it at once, in well under a
+/// millisecond when idle: this bounds a loaded machine).
+pub const EARLY_WITHIN_NS: u64 = 1_000_000_000;
+
+/// Checks the journeys of one direction of a connection NAT takes away from the traced
+/// addresses (MASQUERADE): each goes from `first` through `nat` to `last` ([`assert_path`]),
+/// except, with `--nat-hook conntrack`, the earliest ones ([`split_early`]), which must still
+/// have the NAT steps `nat`.
+pub fn assert_masqueraded(journeys: &[&Value], (first, last): (&str, &str), nat: &[(&str, bool)], middle: &[&str]) {
+    let (early, whole) = if conntrack_hook() { split_early(journeys) } else { (Vec::new(), journeys.to_vec()) };
+    for j in whole {
+        assert_path(j, first, nat, last, middle);
+    }
+    let want: Vec<(String, bool)> = nat.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
+    for j in early {
+        let got: Vec<(String, bool)> = nat_steps(j)
+            .iter()
+            .map(|s| (s["point"].as_str().unwrap_or("?").to_owned(), s["reply"].as_bool().unwrap_or(false)))
+            .collect();
+        assert_eq!(got, want, "NAT steps of an early journey: {j}");
+    }
+}
+
+/// The journeys in the order their packets entered the node.
+#[must_use]
+pub fn by_start<'a>(journeys: &[&'a Value]) -> Vec<&'a Value> {
+    let mut out = journeys.to_vec();
+    out.sort_by_key(|j| j["start_ktime_ns"].as_u64().unwrap_or(0));
+    out
+}
+
+/// Checks the first step, the NAT steps and that each step saw the packet the one before left;
+/// the steps before `end` are on `middle` interfaces.
+fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end: usize) {
     let steps = steps(j);
-    assert!(steps.len() >= 2, "too short: {j}");
     assert_eq!((steps[0]["point"].as_str(), steps[0]["iface"].as_str()), (Some("ingress"), Some(first)), "{j}");
-    let end = &steps[steps.len() - 1];
-    assert_eq!((end["point"].as_str(), end["iface"].as_str()), (Some("egress"), Some(last)), "{j}");
     let got_nat: Vec<(String, bool)> = nat_steps(j)
         .iter()
         .map(|s| (s["point"].as_str().unwrap_or("?").to_owned(), s["reply"].as_bool().unwrap_or(false)))
@@ -410,10 +488,23 @@ pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, mid
             _ => {
                 assert_eq!((s["src"].clone(), s["dst"].clone()), current, "step {i} saw another packet: {j}");
                 let iface = s["iface"].as_str().unwrap_or("");
-                if i != steps.len() - 1 {
+                if i + 1 < end {
                     assert!(middle.contains(&iface), "unexpected interface {iface} at step {i}: {j}");
                 }
             }
         }
     }
+}
+
+/// Checks one journey's path: it enters on `first` (ingress), leaves on `last` (egress), its
+/// NAT steps are exactly `nat` (point, reply) in that order, every other step is a tc step on
+/// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
+/// exactly the packet the previous step saw). Which middle interfaces appear depends on the
+/// kernel path (with br_netfilter a DNAT to a pod on the same bridge is bridged, not routed).
+pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
+    let steps = steps(j);
+    assert!(steps.len() >= 2, "too short: {j}");
+    let end = &steps[steps.len() - 1];
+    assert_eq!((end["point"].as_str(), end["iface"].as_str()), (Some("egress"), Some(last)), "{j}");
+    check_path(j, first, nat, middle, steps.len());
 }

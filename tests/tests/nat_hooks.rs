@@ -55,6 +55,8 @@ impl Kernel {
             "fentry" => self.fentry.is_ok(),
             "kprobe" => self.kprobe_pmu,
             "netfilter" => self.netfilter,
+            // Conntrack's events over netlink: the lab's node loads nf_conntrack_netlink.
+            "conntrack" => true,
             _ => false,
         }
     }
@@ -239,13 +241,13 @@ fn expect_working(hook: &str, describes: &str) -> Trace {
         "no 'NAT hook {hook}: {describes}' line:\n{}",
         trace.stderr
     );
-    check_dnat_seen(&trace);
+    check_dnat_seen(&trace, hook != "conntrack");
     trace
 }
 
 /// The connection to the ClusterIP was DNATed on the way out and un-DNATed on the way back,
-/// and each step was timed.
-fn check_dnat_seen(trace: &Trace) {
+/// and each step was timed (`timed`) or not (conntrack: `latency_ns` null).
+fn check_dnat_seen(trace: &Trace, timed: bool) {
     let ct = ct_entry(POD, CLUSTER_IP);
     let out = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
     let back = trace.starting(&ct.reply_src_ep(), &ct.reply_dst_ep());
@@ -263,6 +265,10 @@ fn check_dnat_seen(trace: &Trace) {
                 (Some("dnat"), Some(reply)),
                 "{j}"
             );
+            if !timed {
+                assert!(steps[0]["latency_ns"].is_null(), "conntrack cannot time a step: {j}");
+                continue;
+            }
             let latency = steps[0]["latency_ns"]
                 .as_u64()
                 .unwrap_or_else(|| panic!("untimed: {j}"));
@@ -320,10 +326,7 @@ fn fentry_hook_fails_fast_where_tracing_is_refused_and_works_elsewhere() {
 fn auto_takes_the_best_hook_and_says_why_it_skipped_the_better_ones() {
     let _lab = LabGuard::new();
     let kernel = Kernel::probe();
-    let Some(best) = ORDER.iter().position(|h| kernel.has(h)) else {
-        println!("skipped: this kernel has none of fentry, kprobes, netfilter links ({kernel:?})");
-        return;
-    };
+    let best = ORDER.iter().position(|h| kernel.has(h)).unwrap_or(ORDER.len() - 1);
     let chosen = ORDER[best];
     println!("kernel: {kernel:?}; auto must choose {chosen}");
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "--nat-hook", "auto"]);
@@ -387,5 +390,43 @@ fn auto_takes_the_best_hook_and_says_why_it_skipped_the_better_ones() {
     if !kernel.kprobe_pmu && best > 1 {
         assert!(lines[1].contains("no kprobe PMU"), "{}", lines[1]);
     }
-    check_dnat_seen(&trace);
+    check_dnat_seen(&trace, chosen != "conntrack");
+}
+
+#[test]
+fn conntrack_hook_joins_conntrack_events_untimed() {
+    let _lab = LabGuard::new();
+    expect_working("conntrack", "conntrack events over netlink");
+}
+
+/// A kernel without BTF (`PKTRACE_BTF_PATH` names none): pktrace still runs (the tc programs
+/// need no BTF), every kernel NAT hook is skipped for want of it, and `auto` falls back to
+/// conntrack, which sees the NAT.
+#[test]
+fn without_btf_auto_falls_back_to_conntrack_and_sees_nat() {
+    let _lab = LabGuard::new();
+    let env = [("PKTRACE_BTF_PATH", "/nonexistent/vmlinux")];
+    let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow", "--nat-hook", "auto"], &env);
+    let (names, kprobes) = held_by(pk.pid());
+    assert!(
+        !names.iter().any(|n| n.starts_with("nat_") || n.starts_with("nf_")) && kprobes == 0,
+        "no NAT program without BTF: {names:?}, {kprobes} kprobes"
+    );
+    lab::client_tcp(&UBUNTU.netns(), CLUSTER_IP).expect("traffic");
+    let trace = pk.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    let lines = hook_lines(&trace.stderr);
+    assert_eq!(lines.len(), ORDER.len(), "{}", trace.stderr);
+    for (line, hook) in lines.iter().zip(&ORDER[..3]) {
+        assert!(
+            line.starts_with(&format!("{hook}: skipped (no kernel BTF for sk_buff offsets (/nonexistent/vmlinux")),
+            "{line}"
+        );
+    }
+    assert!(
+        lines[3].starts_with("conntrack: fallback, no kernel NAT hook can be used here"),
+        "{}",
+        lines[3]
+    );
+    check_dnat_seen(&trace, false);
 }

@@ -11,7 +11,7 @@
 use serde_json::Value;
 use tests::{
     LabGuard,
-    trace::{CtEntry, Pktrace, Trace, assert_path, ct_entry, nat_steps, steps},
+    trace::{CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, ct_entry, nat_steps, steps},
 };
 use xtask::lab::{
     self, Variant, api,
@@ -204,15 +204,14 @@ fn masqueraded(variant: Variant, host: &ExternalHost) {
         format!("client={}", ct.reply_dst_ep()),
         "the host saw the node"
     );
-    let (orig, reply) = flow(&trace, &ct);
+    let (orig, mut reply) = flow(&trace, &ct);
+    reply.extend(trace.starting_at_nat(&ct.reply_src_ep(), &ct.reply_dst_ep()));
     let mid = middle(variant);
+    assert_masqueraded(&orig, (ubuntu.host_if, "eth0"), &[("snat", false)], &mid);
     for j in &orig {
-        assert_path(j, ubuntu.host_if, &[("snat", false)], "eth0", &mid);
         assert_eq!(nat_steps(j)[0]["src"], ct.reply_dst_ep().as_str(), "{j}");
     }
-    for j in &reply {
-        assert_path(j, "eth0", &[("snat", true)], ubuntu.host_if, &mid);
-    }
+    assert_masqueraded(&reply, ("eth0", ubuntu.host_if), &[("snat", true)], &mid);
     let chain = variant.masquerade_chain();
     assert_attribution(&orig, "snat", chain, None);
     assert_attribution(&reply, "snat", chain, None);

@@ -256,11 +256,11 @@ pub fn attach(
         let skip = match attach_one(hook, ebpf, globals, kernel_btf) {
             Ok(hooked) => {
                 let fallback = if want == NatHook::Auto && hook == NatHook::Conntrack {
-                    " (fallback: no kernel NAT hook can be used here, see above)"
+                    "fallback, no kernel NAT hook can be used here (see above): "
                 } else {
                     ""
                 };
-                report.push(format!("NAT hook {name}{fallback}: {}", hooked.describe()));
+                report.push(format!("NAT hook {name}: {fallback}{}", hooked.describe()));
                 return Ok(NatAttachment { hooked, report });
             }
             Err(skip) => skip.explained(lockdown.as_deref()),
