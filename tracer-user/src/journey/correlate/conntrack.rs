@@ -133,3 +133,166 @@ impl Correlator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tracer_common::{Fingerprint, PROTO_TCP, ct, kind};
+
+    use super::*;
+    use crate::{
+        conntrack::CtEntry,
+        journey::{
+            correlate::{HostIf, Limits},
+            model::{Ending, Point, tuple},
+        },
+    };
+
+    const CLIENT: u32 = 10;
+    const BACKEND: u32 = 11;
+
+    fn t(src: &str, dst: &str) -> Tuple {
+        tuple(PROTO_TCP, src.parse().unwrap(), dst.parse().unwrap())
+    }
+
+    /// The lab's LoadBalancer VIP with KUBE-MARK-MASQ, as conntrack reports it.
+    fn lb() -> CtEntry {
+        CtEntry {
+            orig: t("10.13.76.46:41234", "203.0.113.251:80"),
+            reply: t("10.13.76.26:80", "10.13.76.4:5000"),
+        }
+    }
+
+    fn correlator() -> Correlator {
+        let ifaces: HashMap<u32, HostIf> =
+            [(CLIENT, "azv47c3ee9d512"), (BACKEND, "azva4124965a9b")]
+                .into_iter()
+                .map(|(i, n)| {
+                    (
+                        i,
+                        HostIf {
+                            name: n.into(),
+                            edge: true,
+                        },
+                    )
+                })
+                .collect();
+        let mut c = Correlator::new(ifaces, Limits::default());
+        c.use_conntrack();
+        c.nat_table_mut().unwrap().insert(lb());
+        c
+    }
+
+    fn tc(k: u8, ifindex: u32, tuple: Tuple, n: u32, at: u64) -> Event {
+        Event {
+            kind: k,
+            ct_info: ct::NONE,
+            ifindex,
+            ktime_ns: at,
+            fp: Fingerprint {
+                ip_id: n,
+                a: n,
+                b: 0,
+                c: 0,
+            },
+            tuple,
+            ..Event::default()
+        }
+    }
+
+    fn shape(j: &Journey) -> Vec<(Point, bool, Option<u64>)> {
+        j.steps
+            .iter()
+            .map(|s| (s.point, s.reply, s.latency_ns))
+            .collect()
+    }
+
+    #[test]
+    fn nat_steps_come_from_conntrack_between_the_tc_hops_untimed() {
+        let (e, mut c, mut done) = (lb(), correlator(), Vec::new());
+        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 1, 100), &mut done);
+        c.push(
+            &tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 1, 200),
+            &mut done,
+        );
+        c.push(&tc(kind::TC_INGRESS, BACKEND, e.reply, 2, 300), &mut done);
+        c.push(
+            &tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 2, 400),
+            &mut done,
+        );
+        let [out, back] = &done[..] else {
+            panic!("{done:#?}")
+        };
+        use Point::{Dnat, Egress, Ingress, Snat};
+        assert_eq!(
+            shape(out),
+            [
+                (Ingress, false, None),
+                (Dnat, false, None),
+                (Snat, false, None),
+                (Egress, false, None)
+            ]
+        );
+        assert_eq!(out.steps[1].orig, Some(e.orig));
+        assert_eq!(out.steps[2].tuple, e.reply.reversed());
+        assert_eq!(
+            out.steps[1].ktime_ns, 200,
+            "the rewrite is dated by the next hop"
+        );
+        assert_eq!(
+            shape(back),
+            [
+                (Ingress, false, None),
+                (Snat, true, None),
+                (Dnat, true, None),
+                (Egress, false, None)
+            ]
+        );
+        assert_eq!(back.steps[2].tuple, e.orig.reversed());
+    }
+
+    #[test]
+    fn packets_seen_only_on_one_side_of_the_nat_still_get_its_steps() {
+        let (e, mut c, mut done) = (lb(), correlator(), Vec::new());
+        // A first packet whose translated form the kernel did not follow yet: completed on exit.
+        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 3, 100), &mut done);
+        // A reply seen only once un-NATed: starts with the NAT steps that made it.
+        c.push(
+            &tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 4, 150),
+            &mut done,
+        );
+        c.flush(&mut done);
+        use Point::{Dnat, Egress, Ingress, Snat};
+        let [reply, first] = &done[..] else {
+            panic!("{done:#?}")
+        };
+        assert_eq!(
+            shape(reply),
+            [
+                (Snat, true, None),
+                (Dnat, true, None),
+                (Egress, false, None)
+            ]
+        );
+        assert_eq!(reply.steps[0].orig, Some(e.reply));
+        assert_eq!(first.ending, Ending::Flushed);
+        assert_eq!(
+            shape(first),
+            [
+                (Ingress, false, None),
+                (Dnat, false, None),
+                (Snat, false, None)
+            ]
+        );
+        // Another fingerprint never joins: a packet of the same flow is its own journey.
+        let mut done = Vec::new();
+        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 5, 500), &mut done);
+        c.push(
+            &tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 6, 600),
+            &mut done,
+        );
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].steps[0].point, Dnat, "{done:#?}");
+    }
+}
