@@ -4,8 +4,9 @@
 //! bpf_probe_read#4" on 6.1, "program of this type cannot use helper bpf_probe_read#4" on
 //! 6.12), while its tc programs, which read packets with `bpf_skb_load_bytes`,
 //! load. So: a NAT hook asked for by name ends pktrace with one line naming lockdown and what
-//! to do, exit 1; the default (`auto`) traces the tc path and says, once per refused hook, that
-//! lockdown refused it. Either way nothing of pktrace's is left in the kernel.
+//! to do, exit 1; the default (`auto`) says, once per refused hook, that lockdown refused it,
+//! and falls back to conntrack's events over netlink (no program reads kernel memory): the tc
+//! path with its NAT steps, untimed. Either way nothing of pktrace's is left in the kernel.
 //!
 //! Only a kernel booted with `lockdown=confidentiality` can run these, and lockdown cannot be
 //! lifted without a reboot: `cargo xtask vm-test` boots its guest once more that way and runs
@@ -26,19 +27,21 @@ mod lockdown {
         LabGuard,
         leftovers::{kernel_at_least, ours_loaded_after_settling, tc_snapshot},
         pktrace_bin,
-        trace::Pktrace,
+        trace::{Pktrace, ct_entry, nat_steps},
     };
     use xtask::lab::{self, UBUNTU, topology::VNET_HOST};
 
     /// Set by the VM tier's lockdown boot: the mode the kernel must be in.
     const EXPECT_ENV: &str = "PKTRACE_EXPECT_LOCKDOWN";
     const LOCKDOWN_FILE: &str = "/sys/kernel/security/lockdown";
+    /// whereami's ClusterIP: DNAT to a backend on the node.
+    const CLUSTER_IP: &str = "10.0.159.58:80";
     /// The VNet host, reached from the pod without NAT.
     const VNET_IP: &str = "10.13.1.4";
     /// What pktrace says lockdown refused (the helper's name follows).
     const REFUSED: &str = "the kernel is locked down (confidentiality) and refuses eBPF programs \
                            that read kernel memory (bpf_probe_read";
-    const ADVICE: &str = "boot the node without lockdown=confidentiality to see NAT steps";
+    const ADVICE: &str = "boot the node without lockdown=confidentiality to see timed NAT steps";
 
     /// True when the kernel is locked down in confidentiality mode. Otherwise the test says it
     /// skips, or fails when [`EXPECT_ENV`] says this kernel must be locked down.
@@ -112,7 +115,7 @@ mod lockdown {
             );
             assert!(
                 line.ends_with(&format!(
-                    "): {ADVICE}, or run without --nat-hook to trace the tc path only"
+                    "): {ADVICE}, or use --nat-hook conntrack (NAT steps untimed)"
                 )),
                 "--nat-hook {hook}: {line}"
             );
@@ -127,8 +130,8 @@ mod lockdown {
     }
 
     #[test]
-    fn auto_traces_the_tc_path_and_names_lockdown_for_each_refused_nat_hook() {
-        if !locked_down("auto_traces_the_tc_path_and_names_lockdown_for_each_refused_nat_hook") {
+    fn auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook() {
+        if !locked_down("auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook") {
             return;
         }
         let _lab = LabGuard::new();
@@ -138,6 +141,7 @@ mod lockdown {
             .parse()
             .expect("address");
         lab::client_tcp(&UBUNTU.netns(), vnet).expect("traffic");
+        lab::client_tcp(&UBUNTU.netns(), CLUSTER_IP).expect("traffic to the ClusterIP");
         // Journeys are printed once closed: wait for the first (bounded), then stop.
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20)
@@ -163,10 +167,23 @@ mod lockdown {
         }
         let last = nat_lines.last().expect("NAT hook lines");
         assert!(
-            last.ends_with(&format!("; NAT steps will not be shown ({ADVICE})")),
+            last.starts_with(
+                "pktrace: NAT hook conntrack: fallback, no kernel NAT hook can be used here"
+            ),
             "{}",
             trace.stderr
         );
+        // The ClusterIP's DNAT, from conntrack's events: what conntrack recorded, untimed.
+        let ct = ct_entry(&UBUNTU.ip.to_string(), CLUSTER_IP);
+        let to_svc = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
+        assert!(!to_svc.is_empty(), "no journey to the ClusterIP: {}", trace.dump());
+        for j in &to_svc {
+            let nat = nat_steps(j);
+            assert_eq!(nat.len(), 1, "one DNAT: {j}");
+            assert_eq!(nat[0]["point"], "dnat", "{j}");
+            assert_eq!(nat[0]["dst"], ct.reply_src_ep().as_str(), "{j}");
+            assert!(nat[0]["latency_ns"].is_null(), "untimed: {j}");
+        }
         // The tc path is traced: the pod's packets to the VNet host, hop by hop from its veth
         // out of eth0, without a NAT step (no hook to see one).
         let from_pod = format!("{}:", UBUNTU.ip);
@@ -204,8 +221,10 @@ mod lockdown {
             "auto: the node's qdiscs and filters changed"
         );
         eprintln!(
-            "auto: exit 0, {} journeys pod → VNet host, {} NAT hook lines naming lockdown or why",
+            "auto: exit 0, {} journeys pod → VNet host, {} to the ClusterIP with conntrack's DNAT, \
+             {} NAT hook lines",
             journeys.len(),
+            to_svc.len(),
             nat_lines.len()
         );
     }

@@ -261,7 +261,7 @@ impl LockdownRefusal {
     #[must_use]
     pub fn advice(&self) -> String {
         format!(
-            "boot the node without lockdown={} to see NAT steps",
+            "boot the node without lockdown={} to see timed NAT steps",
             self.mode
         )
     }

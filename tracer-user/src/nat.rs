@@ -210,7 +210,7 @@ impl Skip {
     fn unavailable(self, hook: &'static str) -> NatError {
         let why = match &self.lockdown {
             Some(refusal) => format!(
-                "{}: {}, or run without --nat-hook to trace the tc path only",
+                "{}: {}, or use --nat-hook conntrack (NAT steps untimed)",
                 self.why,
                 refusal.advice()
             ),
@@ -542,18 +542,18 @@ mod tests {
             skip.unavailable("fentry").to_string(),
             "--nat-hook fentry: the kernel is locked down (confidentiality) and refuses eBPF \
              programs that read kernel memory (bpf_probe_read#4): boot the node without \
-             lockdown=confidentiality to see NAT steps, or run without --nat-hook to trace the \
-             tc path only"
+             lockdown=confidentiality to see timed NAT steps, or use --nat-hook conntrack (NAT \
+             steps untimed)"
         );
         let mut report = vec![
             "NAT hook fentry: skipped (the kernel is locked down …)".to_owned(),
-            "NAT hook conntrack: skipped (not built)".to_owned(),
+            "NAT hook conntrack: skipped (no nf_conntrack_netlink)".to_owned(),
         ];
         no_hook_left(&mut report, lockdown.as_ref());
         assert_eq!(
             report[1],
-            "NAT hook conntrack: skipped (not built); NAT steps will not be shown (boot the \
-             node without lockdown=confidentiality to see NAT steps)"
+            "NAT hook conntrack: skipped (no nf_conntrack_netlink); NAT steps will not be shown \
+             (boot the node without lockdown=confidentiality to see timed NAT steps)"
         );
     }
 
@@ -574,11 +574,11 @@ mod tests {
         // No verifier log (a kernel without the program type): never blamed on lockdown.
         let skip = Skip::from(String::from("no BPF netfilter programs")).explained(LOCKED);
         assert!(skip.lockdown.is_none());
-        let mut report = vec!["NAT hook conntrack: skipped (not built)".to_owned()];
+        let mut report = vec!["NAT hook conntrack: skipped (no nf_conntrack_netlink)".to_owned()];
         no_hook_left(&mut report, None);
         assert_eq!(
             report[0],
-            "NAT hook conntrack: skipped (not built); NAT steps will not be shown"
+            "NAT hook conntrack: skipped (no nf_conntrack_netlink); NAT steps will not be shown"
         );
     }
 }

@@ -42,8 +42,32 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
         .env(PKTRACE_BIN_ENV, &pktrace)
         .env(XTASK_BIN_ENV, &xtask)
         .env(crate::PKTRACE_DIST_BIN_ENV, &dist);
-    run(&mut test).context("integration tests failed")
+    run(&mut test).context("integration tests failed")?;
+    if !extra.is_empty() {
+        // A chosen subset: the caller sets PKTRACE_TEST_NAT_HOOK for a conntrack run.
+        return Ok(());
+    }
+    // The journeys again with conntrack's events as the NAT observation (the fallback where
+    // no kernel NAT hook can be used): their NAT steps must still be what conntrack recorded.
+    let mut args = vec!["test", "--release", "-p", "tests"];
+    for t in CONNTRACK_TESTS {
+        args.extend(["--test", t]);
+    }
+    args.extend(["--", "--test-threads=1"]);
+    let mut test = cargo_command(&args);
+    test.env(PKTRACE_BIN_ENV, &pktrace)
+        .env(XTASK_BIN_ENV, &xtask)
+        .env(crate::PKTRACE_DIST_BIN_ENV, &dist)
+        .env(NAT_HOOK_ENV, "conntrack");
+    run(&mut test).context("integration tests with --nat-hook conntrack failed")
 }
+
+/// `tests::trace::NAT_HOOK_ENV`: the `--nat-hook` every pktrace of the tests gets.
+const NAT_HOOK_ENV: &str = "PKTRACE_TEST_NAT_HOOK";
+
+/// The integration test files run a second time with `--nat-hook conntrack` (about a minute:
+/// the lab's paths through NAT, on every CNI variant).
+const CONNTRACK_TESTS: [&str; 2] = ["journeys", "variants"];
 
 /// Held for the whole of an integration run (outside the lab's own directory).
 const INTEGRATION_LOCK: &str = "/run/pktrace-integration.lock";
