@@ -509,6 +509,16 @@ impl Session {
                 losses.unreadable
             );
         }
+        if losses.unfollowed > self.ct_reported.unfollowed {
+            eprintln!(
+                "pktrace: {} NATed connections could not be followed in the kernel's filter ({}): \
+                 their packets beyond the NAT are missing",
+                losses.unfollowed,
+                losses
+                    .follow_error
+                    .map_or_else(String::new, |k| k.to_string())
+            );
+        }
         self.ct_reported = losses;
         Ok(())
     }

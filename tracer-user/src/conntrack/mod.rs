@@ -40,6 +40,10 @@ pub struct Losses {
     pub overflows: u64,
     /// Messages that could not be read.
     pub unreadable: u64,
+    /// Connections whose translated packets could not be followed in the kernel (a map write
+    /// failed), and the last such failure.
+    pub unfollowed: u64,
+    pub follow_error: Option<io::ErrorKind>,
 }
 
 /// The conntrack side of a session.
@@ -74,7 +78,8 @@ impl Conntrack {
     }
 
     /// Reads what conntrack reported, notes the NATed connections in the join, and follows the
-    /// traced ones in the kernel. Returns the losses seen so far.
+    /// traced ones in the kernel. Returns the losses seen so far (a connection that could not be
+    /// followed is one of them, not an error: its journeys are still joined).
     ///
     /// # Errors
     /// The socket failed (not `WouldBlock`).
@@ -98,8 +103,12 @@ impl Conntrack {
                 let Some(table) = correlator.nat_table_mut() else {
                     continue;
                 };
-                if table.insert(e) && self.is_traced(&e) {
-                    self.follow(&e, collector)?;
+                if table.insert(e)
+                    && self.is_traced(&e)
+                    && let Err(err) = self.follow(&e, collector)
+                {
+                    self.losses.unfollowed += 1;
+                    self.losses.follow_error = Some(err.kind());
                 }
             }
         }
