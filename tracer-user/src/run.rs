@@ -253,8 +253,15 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let stdout: Box<dyn Write + Send> =
         Box::new(io::BufWriter::with_capacity(OUT_BUFFER, io::stdout()));
     let mut sink = output::sink(cfg.format, cfg.color, subject.label.clone(), stdout);
+    let (host_ifs, roles_err) = tc::host_ifs(&ifaces);
+    if let Some(e) = roles_err {
+        eprintln!(
+            "pktrace: warning: reading the interfaces' kinds over rtnetlink failed ({e}): every \
+             interface counts as an edge, so packets routed through a bridge show as two journeys"
+        );
+    }
     let mut session = Session {
-        correlator: Correlator::new(tc::host_ifs(&ifaces), join_limits()),
+        correlator: Correlator::new(host_ifs, join_limits()),
         summary: Summary::new(),
         explainer: Explainer::start(nat::local_addrs(), subject.addrs.clone()),
         journeys: 0,
@@ -688,7 +695,10 @@ impl Hot<'_> {
                     match self.tc.attach(self.ebpf, &iface, mode, self.created) {
                         Ok(()) => {
                             self.failed.remove(&iface.index);
-                            correlator.set_iface(iface.index, tc::host_if(&iface.name));
+                            correlator.set_iface(
+                                iface.index,
+                                tc::host_if(&iface.name, tc::role_of(iface.index)),
+                            );
                             if self.verbose {
                                 eprintln!(
                                     "pktrace: attached to {} ({})",
@@ -705,7 +715,7 @@ impl Hot<'_> {
                 }
                 Action::Rename { index, name } => {
                     self.tc.rename(index, &name);
-                    correlator.set_iface(index, tc::host_if(&name));
+                    correlator.set_iface(index, tc::host_if(&name, tc::role_of(index)));
                 }
                 Action::Detach { index, name } => {
                     self.tc.detach(self.ebpf, index);

@@ -7,6 +7,7 @@ pub mod links;
 pub mod netfilter;
 pub mod policy;
 pub mod probe;
+pub mod roles;
 pub mod tc;
 
 use aya::{

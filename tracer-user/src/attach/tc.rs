@@ -8,7 +8,7 @@
 //! # Minimum kernel version
 //! 5.8 (clsact + ring buffer); 6.6 for tcx.
 
-use std::{collections::HashMap, ffi::CStr, path::Path};
+use std::{collections::HashMap, ffi::CStr};
 
 use aya::{
     Ebpf,
@@ -18,7 +18,11 @@ use aya::{
     },
 };
 
-use super::{clsact, policy::Policy};
+use super::{
+    clsact,
+    policy::Policy,
+    roles::{self, Role},
+};
 use crate::journey::correlate::HostIf;
 
 /// How the programs were attached.
@@ -92,29 +96,38 @@ pub fn list_ifaces() -> Vec<Iface> {
     out
 }
 
-/// True for interfaces internal to the node (a bridge such as `azure0` or `cbr0`): packets
-/// neither enter nor leave the node there.
-#[must_use]
-pub fn is_internal(name: &str) -> bool {
-    Path::new("/sys/class/net")
-        .join(name)
-        .join("bridge")
-        .exists()
+/// What the correlator needs to know of the attached interfaces: each one's role read from
+/// rtnetlink in this namespace ([`roles`]). When netlink cannot be read, every interface
+/// counts as an edge and the caller is told (journeys through a bridge would then be split).
+pub fn host_ifs(ifaces: &[Iface]) -> (HashMap<u32, HostIf>, Option<std::io::Error>) {
+    let (known, err) = match roles::all() {
+        Ok(r) => (r, None),
+        Err(e) => (HashMap::new(), Some(e)),
+    };
+    let out = ifaces
+        .iter()
+        .map(|i| {
+            let role = known.get(&i.index).copied().unwrap_or(Role::Uplink);
+            (i.index, host_if(&i.name, role))
+        })
+        .collect();
+    (out, err)
 }
 
-/// What the correlator needs to know of the attached interfaces.
+/// What the correlator needs to know of one interface of this role.
 #[must_use]
-pub fn host_ifs(ifaces: &[Iface]) -> HashMap<u32, HostIf> {
-    ifaces.iter().map(|i| (i.index, host_if(&i.name))).collect()
-}
-
-/// What the correlator needs to know of one interface.
-#[must_use]
-pub fn host_if(name: &str) -> HostIf {
+pub fn host_if(name: &str, role: Role) -> HostIf {
     HostIf {
         name: name.to_owned(),
-        edge: !is_internal(name),
+        edge: role.is_edge(),
     }
+}
+
+/// The role of one interface of this namespace, as [`host_ifs`] reads it; an edge when it
+/// cannot be read (gone already, or netlink failed).
+#[must_use]
+pub fn role_of(index: u32) -> Role {
+    roles::of(index).ok().flatten().unwrap_or(Role::Uplink)
 }
 
 /// The programs' names and where each goes.
