@@ -2,7 +2,9 @@
 //! `cargo xtask integration-test`, which builds the binaries and sets `PKTRACE_BIN` and
 //! `PKTRACE_XTASK_BIN`.
 
+pub mod capture;
 pub mod leftovers;
+pub mod property;
 pub mod rawbpf;
 pub mod trace;
 

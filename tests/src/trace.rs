@@ -25,6 +25,59 @@ pub fn conntrack_hook() -> bool {
     std::env::var(NAT_HOOK_ENV).is_ok_and(|h| h == "conntrack")
 }
 
+/// Environment variable choosing how every pktrace of the tests enters the lab namespace:
+/// `nsenter` or `ip-netns-exec` (unset: `ip netns exec`).
+pub const ENTRY_ENV: &str = "PKTRACE_TEST_ENTRY";
+
+/// How pktrace enters the lab namespace it traces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `ip netns exec NS`: also mounts a /sys of NS.
+    IpNetnsExec,
+    /// `nsenter --net=/run/netns/NS`: keeps the caller's mounts, so /sys shows another
+    /// namespace (as on a node where pktrace runs in a pod's or the host's view).
+    Nsenter,
+}
+
+/// Both ways of entering a namespace.
+pub const ENTRIES: [Entry; 2] = [Entry::IpNetnsExec, Entry::Nsenter];
+
+impl Entry {
+    /// The entry [`ENTRY_ENV`] chooses.
+    ///
+    /// # Panics
+    /// If it names no entry.
+    #[must_use]
+    pub fn from_env() -> Self {
+        match std::env::var(ENTRY_ENV).as_deref() {
+            Err(_) | Ok("" | "ip-netns-exec") => Self::IpNetnsExec,
+            Ok("nsenter") => Self::Nsenter,
+            Ok(other) => panic!("{ENTRY_ENV}={other}: use nsenter or ip-netns-exec"),
+        }
+    }
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::IpNetnsExec => "ip-netns-exec",
+            Self::Nsenter => "nsenter",
+        }
+    }
+
+    /// `program args` in namespace `ns`, entered this way.
+    #[must_use]
+    pub fn command(self, ns: &str, program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> Command {
+        match self {
+            Self::IpNetnsExec => in_ns(ns, program, args),
+            Self::Nsenter => {
+                let mut cmd = Command::new("nsenter");
+                cmd.arg(format!("--net=/run/netns/{ns}")).arg("--").arg(program).args(args);
+                cmd
+            }
+        }
+    }
+}
+
 /// How long pktrace may take to attach.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long pktrace may take to exit after SIGINT.
@@ -64,7 +117,16 @@ impl Pktrace {
     /// [`Pktrace::start`] in another lab namespace (e.g. a second node's).
     #[must_use]
     pub fn start_in(ns: &str, args: &[&str]) -> Self {
-        let mut me = Self::spawn_in(ns, args, &[]);
+        let mut me = Self::spawn_in(Entry::from_env(), ns, args, &[]);
+        me.wait_until_ready();
+        me
+    }
+
+    /// [`Pktrace::start_with_env`] entering the node namespace by `entry` (whatever
+    /// [`ENTRY_ENV`] says).
+    #[must_use]
+    pub fn start_entered(entry: Entry, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut me = Self::spawn_in(entry, NODE_NS, args, env);
         me.wait_until_ready();
         me
     }
@@ -72,10 +134,10 @@ impl Pktrace {
     /// Starts pktrace like [`Pktrace::start_with_env`] without waiting for it to attach.
     #[must_use]
     pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::spawn_in(NODE_NS, args, env)
+        Self::spawn_in(Entry::from_env(), NODE_NS, args, env)
     }
 
-    fn spawn_in(ns: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+    fn spawn_in(entry: Entry, ns: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempdir();
         let ready = dir.join("ready");
         let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
@@ -89,7 +151,7 @@ impl Pktrace {
             full.extend(["--nat-hook".into(), hook]);
         }
         full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
-        let mut cmd = in_ns(ns, pktrace_bin(), &full);
+        let mut cmd = entry.command(ns, pktrace_bin(), &full);
         cmd.envs(env.iter().copied());
         cmd.stdout(file(&dir, "stdout")).stderr(file(&dir, "stderr")).stdin(Stdio::null());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));
@@ -121,7 +183,8 @@ impl Pktrace {
         }
     }
 
-    /// pktrace's process id (as seen from the root namespace: `ip netns exec` execs).
+    /// pktrace's process id (as seen from the root namespace: `ip netns exec` and `nsenter`
+    /// exec).
     #[must_use]
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| i32::try_from(c.id()).unwrap_or(0))
