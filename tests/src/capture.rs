@@ -86,7 +86,9 @@ pub fn parse_pcap(buf: &[u8]) -> Result<Vec<Record>, String> {
     while at + 16 <= buf.len() {
         let word = |o: usize| u32::from_ne_bytes(buf[at + o..at + o + 4].try_into().expect("4"));
         let (sec, frac, caplen) = (u64::from(word(0)), u64::from(word(4)), word(8) as usize);
-        let Some(frame) = buf.get(at + 16..at + 16 + caplen) else { break };
+        let Some(frame) = buf.get(at + 16..at + 16 + caplen) else {
+            break;
+        };
         let t_us = sec * 1_000_000 + if nanos { frac / 1000 } else { frac };
         if let Some(r) = parse_frame(t_us, frame) {
             out.push(r);
@@ -123,16 +125,32 @@ fn parse_frame(t_us: u64, f: &[u8]) -> Option<Record> {
             Some((be16(l4, 0), be16(l4, 2))),
             (be32(l4, 4), be32(l4, 8), l4[13]),
         ),
-        17 if l4.len() >= 8 => (Some((be16(l4, 0), be16(l4, 2))), (u32::from(be16(l4, 4)), 0, 0)),
+        17 if l4.len() >= 8 => (
+            Some((be16(l4, 0), be16(l4, 2))),
+            (u32::from(be16(l4, 4)), 0, 0),
+        ),
         _ => (None, (0, 0, 0)),
     };
-    Some(Record { t_us, ifindex, outgoing, proto, src, dst, ports, ip_id: be16(ip, 4), l4: fp })
+    Some(Record {
+        t_us,
+        ifindex,
+        outgoing,
+        proto,
+        src,
+        dst,
+        ports,
+        ip_id: be16(ip, 4),
+        l4: fp,
+    })
 }
 
 /// The interfaces of namespace `ns`: index → name (`ip -o link`).
 #[must_use]
 pub fn iface_names(ns: &str) -> HashMap<u32, String> {
-    let out = Command::new("ip").args(["-n", ns, "-o", "link", "show"]).output().expect("ip link");
+    let out = Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show"])
+        .output()
+        .expect("ip link");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -143,6 +161,10 @@ pub fn iface_names(ns: &str) -> HashMap<u32, String> {
         })
         .collect()
 }
+
+/// IPv4, not on `lo` (index 1 in every namespace): libpcap drops the outgoing copy of a
+/// loopback frame after the kernel counted it, which would pass for a frame left unread.
+const FILTER: &str = "ip and not ifindex 1";
 
 /// How long tcpdump may take to start listening.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -165,7 +187,23 @@ impl Capture {
         let dir = std::env::temp_dir().join(format!("pktrace-capture-{}-{n}", std::process::id()));
         fs::create_dir_all(&dir).expect("capture dir");
         let pcap = dir.join("all.pcap").display().to_string();
-        let args = ["-p", "-i", "any", "-y", "LINUX_SLL2", "-U", "-n", "-s", "128", "-w", &pcap, "ip"];
+        // --immediate-mode: frames leave the kernel's ring at once, not when a block fills or
+        // times out, so none is still in the ring when SIGINT ends the loop.
+        let args = [
+            "-p",
+            "-i",
+            "any",
+            "-y",
+            "LINUX_SLL2",
+            "--immediate-mode",
+            "-U",
+            "-n",
+            "-s",
+            "128",
+            "-w",
+            &pcap,
+            FILTER,
+        ];
         let stderr = fs::File::create(dir.join("stderr")).expect("stderr file");
         let child = in_ns(ns, "tcpdump", args)
             .stdout(Stdio::null())
@@ -173,13 +211,39 @@ impl Capture {
             .stdin(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting tcpdump (cargo xtask setup installs it): {e}"));
-        let me = Self { child: Some(child), dir };
+        let me = Self {
+            child: Some(child),
+            dir,
+        };
         let start = Instant::now();
         while !me.stderr().contains("listening on") {
-            assert!(start.elapsed() < LISTEN_TIMEOUT, "tcpdump does not listen:\n{}", me.stderr());
+            assert!(
+                start.elapsed() < LISTEN_TIMEOUT,
+                "tcpdump does not listen:\n{}",
+                me.stderr()
+            );
             sleep(Duration::from_millis(20));
         }
         me
+    }
+
+    /// Waits until tcpdump has read every frame its filter passed (SIGUSR1 makes it print
+    /// both counts): SIGINT ends its loop at once, and a frame still in the kernel's ring then
+    /// is never written.
+    fn catch_up(&self) {
+        let Some(pid) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) else {
+            return;
+        };
+        let start = Instant::now();
+        while start.elapsed() < LISTEN_TIMEOUT {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe { libc::kill(pid, libc::SIGUSR1) };
+            sleep(Duration::from_millis(100));
+            let (read, passed, _) = counts(&self.stderr());
+            if read.is_some() && read == passed {
+                return;
+            }
+        }
     }
 
     fn stderr(&self) -> String {
@@ -189,9 +253,10 @@ impl Capture {
     /// Stops tcpdump (SIGINT) and returns every IPv4 frame it captured.
     ///
     /// # Panics
-    /// If tcpdump does not stop, its file cannot be read, or the kernel dropped frames.
+    /// If tcpdump does not stop, its file cannot be read, or frames were dropped or left unread.
     #[must_use]
     pub fn stop(mut self) -> Vec<Record> {
+        self.catch_up();
         let mut child = self.child.take().expect("running");
         // SAFETY: plain kill(2) on our own child (`ip netns exec` execs tcpdump).
         unsafe { libc::kill(i32::try_from(child.id()).unwrap_or(0), libc::SIGINT) };
@@ -204,11 +269,32 @@ impl Capture {
             sleep(Duration::from_millis(20));
         }
         let stderr = self.stderr();
-        let dropped = stderr.lines().find_map(|l| l.trim().strip_suffix(" packets dropped by kernel"));
-        assert_eq!(dropped, Some("0"), "tcpdump lost frames:\n{stderr}");
+        let (read, passed, dropped) = counts(&stderr);
+        assert_eq!(dropped, Some(0), "tcpdump lost frames:\n{stderr}");
+        assert_eq!(read, passed, "tcpdump left frames unread:\n{stderr}");
         let buf = fs::read(self.dir.join("all.pcap")).expect("reading the capture");
         parse_pcap(&buf).unwrap_or_else(|e| panic!("the capture: {e}\n{stderr}"))
     }
+}
+
+/// The latest (captured, received by filter, dropped by kernel) counts tcpdump printed, on
+/// exit (one line each) or on SIGUSR1 (one line, comma-separated).
+fn counts(stderr: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let mut out = (None, None, None);
+    for part in stderr.lines().flat_map(|l| l.split(',')) {
+        let part = part.trim().trim_start_matches("tcpdump: ");
+        let Some((n, what)) = part.split_once(' ') else {
+            continue;
+        };
+        let Ok(n) = n.parse() else { continue };
+        match what {
+            "packets captured" => out.0 = Some(n),
+            "packets received by filter" => out.1 = Some(n),
+            "packets dropped by kernel" => out.2 = Some(n),
+            _ => {}
+        }
+    }
+    out
 }
 
 impl Drop for Capture {
@@ -228,7 +314,14 @@ mod tests {
     fn pcap(frames: &[(u32, u8, Vec<u8>)]) -> Vec<u8> {
         let mut b = Vec::new();
         // magic, version (two u16 the reader skips), zone, sigfigs, snaplen, link type.
-        for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, LINKTYPE_LINUX_SLL2] {
+        for w in [
+            0xa1b2_c3d4u32,
+            0x0004_0002,
+            0,
+            0,
+            65535,
+            LINKTYPE_LINUX_SLL2,
+        ] {
             b.extend_from_slice(&w.to_ne_bytes());
         }
         for (i, (ifindex, pkttype, ip)) in frames.iter().enumerate() {
@@ -239,7 +332,12 @@ mod tests {
             f.extend_from_slice(&1u16.to_be_bytes());
             f.extend_from_slice(&[*pkttype, 6, 0, 0, 0, 0, 0, 0, 0, 0]);
             f.extend_from_slice(ip);
-            for w in [7u32, u32::try_from(i).unwrap(), f.len() as u32, f.len() as u32] {
+            for w in [
+                7u32,
+                u32::try_from(i).unwrap(),
+                f.len() as u32,
+                f.len() as u32,
+            ] {
                 b.extend_from_slice(&w.to_ne_bytes());
             }
             b.extend_from_slice(&f);
@@ -248,20 +346,59 @@ mod tests {
     }
 
     fn tcp_syn(id: u16) -> Vec<u8> {
-        let mut ip = vec![0x45, 0, 0, 40, (id >> 8) as u8, id as u8, 0x40, 0, 64, 6, 0, 0];
+        let mut ip = vec![
+            0x45,
+            0,
+            0,
+            40,
+            (id >> 8) as u8,
+            id as u8,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+        ];
         ip.extend_from_slice(&[10, 13, 76, 46, 10, 0, 159, 58]);
-        ip.extend_from_slice(&[0xa0, 0x12, 0, 80, 0, 0, 0, 9, 0, 0, 0, 0, 0x50, 0x02, 0, 0, 0, 0, 0, 0]);
+        ip.extend_from_slice(&[
+            0xa0, 0x12, 0, 80, 0, 0, 0, 9, 0, 0, 0, 0, 0x50, 0x02, 0, 0, 0, 0, 0, 0,
+        ]);
         ip
     }
 
     #[test]
     fn frames_carry_interface_direction_tuple_and_id() {
-        let got = parse_pcap(&pcap(&[(5, 0, tcp_syn(0xbeef)), (3, PACKET_OUTGOING, tcp_syn(0xbeef))])).unwrap();
+        let got = parse_pcap(&pcap(&[
+            (5, 0, tcp_syn(0xbeef)),
+            (3, PACKET_OUTGOING, tcp_syn(0xbeef)),
+        ]))
+        .unwrap();
         assert_eq!(got.len(), 2);
-        assert_eq!((got[0].ifindex, got[0].outgoing, got[1].outgoing), (5, false, true));
-        assert_eq!((got[0].src_ep().as_str(), got[0].dst_ep().as_str()), ("10.13.76.46:40978", "10.0.159.58:80"));
-        assert_eq!((got[0].ip_id, got[0].proto, got[0].l4), (0xbeef, 6, (9, 0, 0x02)));
+        assert_eq!(
+            (got[0].ifindex, got[0].outgoing, got[1].outgoing),
+            (5, false, true)
+        );
+        assert_eq!(
+            (got[0].src_ep().as_str(), got[0].dst_ep().as_str()),
+            ("10.13.76.46:40978", "10.0.159.58:80")
+        );
+        assert_eq!(
+            (got[0].ip_id, got[0].proto, got[0].l4),
+            (0xbeef, 6, (9, 0, 0x02))
+        );
         assert_eq!(got[1].t_us, 7_000_001);
+    }
+
+    #[test]
+    fn counts_are_read_from_exit_and_sigusr1_lines() {
+        let exit = "tcpdump: listening on any\n75 packets captured\n99 packets received by filter\n0 packets dropped by kernel\n";
+        assert_eq!(counts(exit), (Some(75), Some(99), Some(0)));
+        let usr1 = format!(
+            "{exit}tcpdump: 99 packets captured, 99 packets received by filter, 0 packets dropped by kernel\n"
+        );
+        assert_eq!(counts(&usr1), (Some(99), Some(99), Some(0)));
+        assert_eq!(counts(""), (None, None, None));
     }
 
     #[test]

@@ -43,7 +43,11 @@ fn proto_name(proto: u8) -> &'static str {
 
 fn flow_of(r: &Record, ct: &[CtEntry]) -> Flow {
     let (src, dst) = (r.src_ep(), r.dst_ep());
-    for (i, e) in ct.iter().enumerate().filter(|(_, e)| e.proto == proto_name(r.proto)) {
+    for (i, e) in ct
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.proto == proto_name(r.proto))
+    {
         let orig = [e.orig_src_ep(), e.reply_dst_ep()].contains(&src)
             && [e.orig_dst_ep(), e.reply_src_ep()].contains(&dst);
         let reply = [e.reply_src_ep(), e.orig_dst_ep()].contains(&src)
@@ -77,7 +81,8 @@ pub fn forwarded(
         let key = (r.proto, flow_of(r, ct), r.ip_id, r.l4);
         let list = groups.entry(key).or_default();
         let repeat = list.last().is_some_and(|p| {
-            p.iter().any(|o| o.ifindex == r.ifindex && o.outgoing == r.outgoing)
+            p.iter()
+                .any(|o| o.ifindex == r.ifindex && o.outgoing == r.outgoing)
         });
         if list.is_empty() || repeat {
             list.push(Vec::new());
@@ -88,7 +93,10 @@ pub fn forwarded(
         .into_values()
         .flatten()
         .filter(|f| f.iter().any(|r| !r.outgoing) && f.iter().any(|r| r.outgoing))
-        .filter(|f| f.iter().any(|r| subject.contains(&r.src) || subject.contains(&r.dst)))
+        .filter(|f| {
+            f.iter()
+                .any(|r| subject.contains(&r.src) || subject.contains(&r.dst))
+        })
         .map(|frames| Packet { frames })
         .collect();
     out.sort_by_key(|p| p.frames[0].t_us);
@@ -143,11 +151,20 @@ impl<'a> Judge<'a> {
     pub fn new(journeys: &'a [&'a Value], names: &'a HashMap<u32, String>) -> Self {
         let mut by_hop: HashMap<HopKey, Vec<usize>> = HashMap::new();
         for (i, j) in journeys.iter().enumerate() {
-            for key in j["steps"].as_array().into_iter().flatten().filter_map(step_key) {
+            for key in j["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(step_key)
+            {
                 by_hop.entry(key).or_default().push(i);
             }
         }
-        Self { journeys, by_hop, names }
+        Self {
+            journeys,
+            by_hop,
+            names,
+        }
     }
 
     /// The verdict on one packet.
@@ -178,7 +195,11 @@ impl<'a> Judge<'a> {
         if tc.first() != keys.first() || tc.last() != keys.last() {
             return Verdict::Partial(j, "does not start and end where the packet did".into());
         }
-        match nat_chain(self.journeys[j], &p.frames[0], &p.frames[p.frames.len() - 1]) {
+        match nat_chain(
+            self.journeys[j],
+            &p.frames[0],
+            &p.frames[p.frames.len() - 1],
+        ) {
             Ok(()) => {}
             Err(why) => return Verdict::Partial(j, why),
         }
@@ -190,12 +211,26 @@ impl<'a> Judge<'a> {
 /// turn the packet as it entered (`first`) into the packet as it left (`last`).
 fn nat_chain(j: &Value, first: &Record, last: &Record) -> Result<(), String> {
     let mut now = (first.src_ep(), first.dst_ep());
-    let nat = j["steps"].as_array().into_iter().flatten().filter(|s| matches!(s["point"].as_str(), Some("dnat" | "snat")));
+    let nat = j["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| matches!(s["point"].as_str(), Some("dnat" | "snat")));
     for s in nat {
         let text = |k: &str| s[k].as_str().unwrap_or("?").to_owned();
-        let (orig, new) = ((text("orig_src"), text("orig_dst")), (text("src"), text("dst")));
+        let (orig, new) = (
+            (text("orig_src"), text("orig_dst")),
+            (text("src"), text("dst")),
+        );
         if orig != now {
-            return Err(format!("{} step rewrote {} > {}, not {} > {}", text("point"), orig.0, orig.1, now.0, now.1));
+            return Err(format!(
+                "{} step rewrote {} > {}, not {} > {}",
+                text("point"),
+                orig.0,
+                orig.1,
+                now.0,
+                now.1
+            ));
         }
         now = new;
     }
@@ -203,7 +238,10 @@ fn nat_chain(j: &Value, first: &Record, last: &Record) -> Result<(), String> {
     if now == left {
         Ok(())
     } else {
-        Err(format!("no NAT step for {} > {} -> {} > {}", now.0, now.1, left.0, left.1))
+        Err(format!(
+            "no NAT step for {} > {} -> {} > {}",
+            now.0, now.1, left.0, left.1
+        ))
     }
 }
 
@@ -231,7 +269,10 @@ impl Tally {
     #[must_use]
     pub fn of(packets: &[Packet], journeys: &[&Value], names: &HashMap<u32, String>) -> Self {
         let judge = Judge::new(journeys, names);
-        let mut t = Self { total: packets.len(), ..Self::default() };
+        let mut t = Self {
+            total: packets.len(),
+            ..Self::default()
+        };
         for p in packets {
             let v = judge.judge(p);
             match &v {
@@ -269,7 +310,11 @@ impl fmt::Display for Tally {
 }
 
 fn describe(p: &Packet, v: &Verdict, journeys: &[&Value], names: &HashMap<u32, String>) -> String {
-    let hops: Vec<String> = p.frames.iter().map(|r| hop_text(&frame_key(r, names))).collect();
+    let hops: Vec<String> = p
+        .frames
+        .iter()
+        .map(|r| hop_text(&frame_key(r, names)))
+        .collect();
     let shown: Vec<usize> = match v {
         Verdict::Split(js) => js.clone(),
         Verdict::Partial(j, _) => vec![*j],
@@ -289,8 +334,15 @@ fn shape_text(j: &Value) -> String {
         .flatten()
         .map(|s| {
             let point = s["point"].as_str().unwrap_or("?");
-            let iface = s["iface"].as_str().map(|i| format!(" {i}")).unwrap_or_default();
-            format!("{point}{iface} {}>{}", s["src"].as_str().unwrap_or("?"), s["dst"].as_str().unwrap_or("?"))
+            let iface = s["iface"]
+                .as_str()
+                .map(|i| format!(" {i}"))
+                .unwrap_or_default();
+            format!(
+                "{point}{iface} {}>{}",
+                s["src"].as_str().unwrap_or("?"),
+                s["dst"].as_str().unwrap_or("?")
+            )
         })
         .collect();
     let ending = j["ending"].as_str().unwrap_or("?");

@@ -33,9 +33,16 @@ const NO_CRICTL: (&str, &str) = ("PKTRACE_CRICTL", "/nonexistent/crictl");
 /// Connections per outside client to the Local service (bounded traffic).
 const LB_CONNECTIONS: usize = 2;
 
-/// Traces `args` entered by `entry` while `traffic` runs and the node is captured; judges
-/// every forwarded packet touching `subject`.
-fn judged(entry: Entry, args: &[&str], env: &[(&str, &str)], subject: &[Ipv4Addr], traffic: impl FnOnce()) -> Tally {
+/// Traces `args` entered by `entry` while `traffic` (`requests` answered requests) runs and
+/// the node is captured; judges every forwarded packet touching `subject`.
+fn judged(
+    entry: Entry,
+    args: &[&str],
+    env: &[(&str, &str)],
+    subject: &[Ipv4Addr],
+    requests: usize,
+    traffic: impl FnOnce(),
+) -> Tally {
     let capture = Capture::start(NODE_NS);
     let pk = Pktrace::start_entered(entry, args, env);
     traffic();
@@ -47,7 +54,16 @@ fn judged(entry: Entry, args: &[&str], env: &[(&str, &str)], subject: &[Ipv4Addr
     assert_eq!(trace.summary()["lost_events"], 0, "{}", trace.dump());
     let names = iface_names(NODE_NS);
     let packets = forwarded(&frames, &conntrack(), &names, subject);
-    Tally::of(&packets, &trace.journeys(), &names)
+    let journeys = trace.journeys();
+    eprintln!(
+        "one-journey: {} frames captured, {} forwarded packets of {subject:?}, {} journeys",
+        frames.len(),
+        packets.len(),
+        journeys.len()
+    );
+    // Each answered request is at least a packet there and one back.
+    assert!(packets.len() >= 2 * requests, "the capture missed packets: {} for {requests} requests", packets.len());
+    Tally::of(&packets, &journeys, &names)
 }
 
 fn tcp_from(ns: &str, addr: impl std::fmt::Display) {
@@ -64,7 +80,7 @@ fn ubuntu(variant: Variant, entry: Entry) -> Tally {
         env.push(NO_CRICTL);
     }
     let ns = pod.netns();
-    judged(entry, &args, &env, &[pod.ip], || {
+    judged(entry, &args, &env, &[pod.ip], 3, || {
         tcp_from(&ns, WHEREAMI_CLUSTER_IP);
         tcp_from(&ns, INET_HOST.addr());
         lab::client_udp(&ns, DNS_CLUSTER_IP).unwrap_or_else(|e| panic!("dns from {ns}: {e:#}"));
@@ -90,7 +106,7 @@ fn local_lb(variant: Variant, entry: Entry) -> Tally {
     let backends = local_backends(variant);
     let ips: Vec<String> = backends.iter().map(ToString::to_string).collect();
     let list = ips.join(",");
-    judged(entry, &["--pod-ip", &list], &[], &backends, || {
+    judged(entry, &["--pod-ip", &list], &[], &backends, 2 * LB_CONNECTIONS, || {
         for _ in 0..LB_CONNECTIONS {
             for host in [&INET_HOST, &PEER_HOST] {
                 tcp_from(host.netns, WHEREAMI_LOCAL_LB_VIP);

@@ -7,10 +7,16 @@ const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 159, 58);
 const BACKEND: Ipv4Addr = Ipv4Addr::new(10, 13, 76, 26);
 
 fn names() -> HashMap<u32, String> {
-    [(1, "lo"), (2, "eth0"), (3, "azure0"), (4, "azvpod"), (5, "azvback")]
-        .into_iter()
-        .map(|(i, n)| (i, n.to_owned()))
-        .collect()
+    [
+        (1, "lo"),
+        (2, "eth0"),
+        (3, "azure0"),
+        (4, "azvpod"),
+        (5, "azvback"),
+    ]
+    .into_iter()
+    .map(|(i, n)| (i, n.to_owned()))
+    .collect()
 }
 
 fn ct() -> Vec<CtEntry> {
@@ -27,8 +33,25 @@ fn ct() -> Vec<CtEntry> {
     }]
 }
 
-fn frame(t: u64, ifindex: u32, outgoing: bool, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), id: u16) -> Record {
-    Record { t_us: t, ifindex, outgoing, proto: 6, src: src.0, dst: dst.0, ports: Some((src.1, dst.1)), ip_id: id, l4: (1, 0, 2) }
+fn frame(
+    t: u64,
+    ifindex: u32,
+    outgoing: bool,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    id: u16,
+) -> Record {
+    Record {
+        t_us: t,
+        ifindex,
+        outgoing,
+        proto: 6,
+        src: src.0,
+        dst: dst.0,
+        ports: Some((src.1, dst.1)),
+        ip_id: id,
+        l4: (1, 0, 2),
+    }
 }
 
 /// A SYN from the pod to the ClusterIP, DNATed to the backend: in on the pod's veth, through
@@ -99,7 +122,10 @@ fn missing_hops_nat_steps_and_journeys_are_told_apart() {
     let mut other = whole_journey(7);
     other["steps"][2]["orig_dst"] = json!("10.0.159.59:80");
     let t = tally(&syn(10, 7), &[other]);
-    assert!(t.bad[0].contains("dnat step rewrote 10.13.76.46:40000 > 10.0.159.59:80"), "{t}");
+    assert!(
+        t.bad[0].contains("dnat step rewrote 10.13.76.46:40000 > 10.0.159.59:80"),
+        "{t}"
+    );
     // Another IP id: no journey.
     let t = tally(&syn(10, 7), &[whole_journey(8)]);
     assert_eq!(t.missing, 1, "{t}");
