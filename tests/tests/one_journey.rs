@@ -132,21 +132,21 @@ fn one_packet_one_journey(variant: Variant) {
 }
 
 #[test]
-fn azure_bridge() {
+fn one_journey_azure_bridge() {
     one_packet_one_journey(Variant::AzureBridge);
 }
 
 #[test]
-fn azure_transparent() {
+fn one_journey_azure_transparent() {
     one_packet_one_journey(Variant::AzureTransparent);
 }
 
 #[test]
-fn kubenet() {
+fn one_journey_kubenet() {
     one_packet_one_journey(Variant::Kubenet);
 }
 
 #[test]
-fn calico() {
+fn one_journey_calico() {
     one_packet_one_journey(Variant::Calico);
 }
