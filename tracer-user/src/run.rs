@@ -697,7 +697,7 @@ impl Hot<'_> {
                             self.failed.remove(&iface.index);
                             correlator.set_iface(
                                 iface.index,
-                                tc::host_if(&iface.name, tc::role_of(iface.index)),
+                                tc::host_if(&iface.name, tc::role_of(iface.index, &iface.name)),
                             );
                             if self.verbose {
                                 eprintln!(
@@ -715,7 +715,7 @@ impl Hot<'_> {
                 }
                 Action::Rename { index, name } => {
                     self.tc.rename(index, &name);
-                    correlator.set_iface(index, tc::host_if(&name, tc::role_of(index)));
+                    correlator.set_iface(index, tc::host_if(&name, tc::role_of(index, &name)));
                 }
                 Action::Detach { index, name } => {
                     self.tc.detach(self.ebpf, index);

@@ -124,10 +124,20 @@ pub fn host_if(name: &str, role: Role) -> HostIf {
 }
 
 /// The role of one interface of this namespace, as [`host_ifs`] reads it; an edge when it
-/// cannot be read (gone already, or netlink failed).
+/// is gone already, or when netlink fails (said on stderr).
 #[must_use]
-pub fn role_of(index: u32) -> Role {
-    roles::of(index).ok().flatten().unwrap_or(Role::Uplink)
+pub fn role_of(index: u32, name: &str) -> Role {
+    match roles::of(index) {
+        Ok(role) => role.unwrap_or(Role::Uplink),
+        Err(e) => {
+            eprintln!(
+                "pktrace: warning: reading the kind of {} over rtnetlink failed ({e}): it counts \
+                 as an edge, so a packet routed through it would show as two journeys",
+                crate::output::safe(name)
+            );
+            Role::Uplink
+        }
+    }
 }
 
 /// The programs' names and where each goes.
