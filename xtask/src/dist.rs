@@ -182,33 +182,21 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
 /// dynamic loader (`file` says "statically linked" or "static-pie linked").
 ///
 /// # Errors
-/// `elf` is not a 64-bit little-endian ELF file.
+/// `elf` is not a 64-bit little-endian ELF file, or its program headers are cut short.
 pub fn is_static_elf(elf: &[u8]) -> Result<bool> {
-    const PT_INTERP: u32 = 3;
-    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
-        bail!("not a 64-bit little-endian ELF file");
-    }
-    let u16_at = |o: usize| elf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    let u32_at = |o: usize| {
-        elf.get(o..o + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))
+    use object::{
+        LittleEndian,
+        elf::{FileHeader64, PT_INTERP},
+        read::elf::{FileHeader as _, ProgramHeader as _},
     };
-    let u64_at = |o: usize| {
-        elf.get(o..o + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
-    };
-    let bad = || anyhow::anyhow!("truncated ELF header");
-    let phoff = usize::try_from(u64_at(0x20).ok_or_else(bad)?)?;
-    let (entsize, count) = (
-        usize::from(u16_at(0x36).ok_or_else(bad)?),
-        u16_at(0x38).ok_or_else(bad)?,
-    );
-    for i in 0..usize::from(count) {
-        if u32_at(phoff + i * entsize).ok_or_else(bad)? == PT_INTERP {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    let header = FileHeader64::<LittleEndian>::parse(elf)
+        .ok()
+        .filter(|h| h.endian().is_ok_and(|e| e == LittleEndian))
+        .context("not a 64-bit little-endian ELF file")?;
+    let headers = header
+        .program_headers(LittleEndian, elf)
+        .map_err(|e| anyhow::anyhow!("reading the program headers: {e}"))?;
+    Ok(!headers.iter().any(|h| h.p_type(LittleEndian) == PT_INTERP))
 }
 
 /// Man pages and completions from `pktrace --generate`.
@@ -258,7 +246,8 @@ mod tests {
 
     fn elf(headers: &[u32]) -> Vec<u8> {
         let mut e = vec![0u8; 64 + headers.len() * 56];
-        e[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        // Magic, ELFCLASS64, ELFDATA2LSB, EV_CURRENT.
+        e[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
         e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
         e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
         e[0x38..0x3a].copy_from_slice(&u16::try_from(headers.len()).unwrap().to_le_bytes());
@@ -277,6 +266,9 @@ mod tests {
             "PT_INTERP: dynamic"
         );
         assert!(is_static_elf(b"#!/bin/sh\n").is_err());
+        let mut big_endian = elf(&[1]);
+        big_endian[5] = 2;
+        assert!(is_static_elf(&big_endian).is_err());
         let mut truncated = elf(&[1, 3]);
         truncated.truncate(80);
         assert!(is_static_elf(&truncated).is_err());
