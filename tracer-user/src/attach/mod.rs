@@ -160,9 +160,17 @@ fn has_btf_relocations(object: &[u8]) -> bool {
     aya_obj::Object::parse(object).map_or(true, |o| o.has_btf_relocations())
 }
 
+/// Whether a syscall under `e` failed with `EPERM` or `EACCES` (the kernel's "not allowed"):
+/// the first `io::Error` in its chain of sources decides.
 fn is_permission(e: &aya::EbpfError) -> bool {
-    let text = format!("{e:?}");
-    text.contains("PermissionDenied") || text.contains("Operation not permitted")
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(io.raw_os_error(), Some(libc::EPERM | libc::EACCES));
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Where a verifier log says why it rejected the program: its last non-empty line that is not
@@ -173,7 +181,9 @@ pub fn verifier_reason(log: &str) -> &str {
     let stats = ["processed ", "verification time ", "stack depth "];
     let mut lines = log.lines().map(str::trim).filter(|l| !l.is_empty());
     let last = lines.clone().next_back().unwrap_or("");
-    lines.rfind(|l| !stats.iter().any(|s| l.starts_with(s))).unwrap_or(last)
+    lines
+        .rfind(|l| !stats.iter().any(|s| l.starts_with(s)))
+        .unwrap_or(last)
 }
 
 /// The in-kernel filter's address map (`TRACKED_ADDRS`).
@@ -199,7 +209,9 @@ pub fn track_addrs(ebpf: &mut Ebpf, addrs: &[std::net::IpAddr]) -> Result<(), Lo
 /// `TRACKED_ADDRS`, in three writes that a program reading concurrently never sees mixed:
 /// "ask the map" with the old addresses, the new addresses still saying so, then "exact".
 fn sync_v4_set(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let map = ebpf.map("TRACKED_ADDRS").ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
+    let map = ebpf
+        .map("TRACKED_ADDRS")
+        .ok_or(LoadError::MissingMap("TRACKED_ADDRS"))?;
     let addrs: BpfHashMap<_, AddrKey, u32> = BpfHashMap::try_from(map).map_err(LoadError::Seed)?;
     let mut v4: Vec<[u8; 4]> = Vec::new();
     for key in addrs.keys() {
@@ -210,14 +222,18 @@ fn sync_v4_set(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     }
     v4.sort_unstable();
     let new = AddrSetV4::of(&v4);
-    let map = ebpf.map_mut("TRACKED_V4").ok_or(LoadError::MissingMap("TRACKED_V4"))?;
+    let map = ebpf
+        .map_mut("TRACKED_V4")
+        .ok_or(LoadError::MissingMap("TRACKED_V4"))?;
     let mut set: BpfArray<_, AddrSetV4> = BpfArray::try_from(map).map_err(LoadError::Seed)?;
     let old = set.get(&0, 0).map_err(LoadError::Seed)?;
     if old == new {
         return Ok(());
     }
-    set.set(0, AddrSetV4 { exact: 0, ..old }, 0).map_err(LoadError::Seed)?;
-    set.set(0, AddrSetV4 { exact: 0, ..new }, 0).map_err(LoadError::Seed)?;
+    set.set(0, AddrSetV4 { exact: 0, ..old }, 0)
+        .map_err(LoadError::Seed)?;
+    set.set(0, AddrSetV4 { exact: 0, ..new }, 0)
+        .map_err(LoadError::Seed)?;
     if new.exact == 1 {
         set.set(0, new, 0).map_err(LoadError::Seed)?;
     }
@@ -257,13 +273,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn permission_is_told_by_the_errno_under_the_error() {
+        let map = |errno| {
+            aya::EbpfError::MapError(aya::maps::MapError::CreateError {
+                name: "EVENTS".into(),
+                io_error: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(is_permission(&map(libc::EPERM)));
+        assert!(is_permission(&map(libc::EACCES)));
+        assert!(!is_permission(&map(libc::EINVAL)));
+        let program = aya::EbpfError::ProgramError(aya::programs::ProgramError::SyscallError(
+            aya::sys::SyscallError {
+                call: "bpf_prog_load",
+                io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+            },
+        ));
+        assert!(is_permission(&program));
+        assert!(!is_permission(&aya::EbpfError::NoBTF));
+    }
+
+    #[test]
     fn the_verifier_reason_is_the_line_before_its_statistics() {
         // Debian 6.1 booted with `lockdown=confidentiality`, nat_kprobe_enter.
         let log = "44: (85) call bpf_probe_read#4\nunknown func bpf_probe_read#4\n\
                    verification time 1711 usec\nstack depth 40+0+0\n\
                    processed 42 insns (limit 1000000) max_states_per_insn 0 total_states 1\n\n";
         assert_eq!(verifier_reason(log), "unknown func bpf_probe_read#4");
-        assert_eq!(verifier_reason("R1 invalid mem access 'scalar'\n"), "R1 invalid mem access 'scalar'");
+        assert_eq!(
+            verifier_reason("R1 invalid mem access 'scalar'\n"),
+            "R1 invalid mem access 'scalar'"
+        );
         // Nothing but statistics: those, rather than nothing.
         assert_eq!(verifier_reason("processed 1 insns\n"), "processed 1 insns");
         assert_eq!(verifier_reason(""), "");

@@ -362,9 +362,11 @@ fn attach_one(
                 if let Err(e) = tc::qdisc_add_clsact(iface) {
                     // Someone created one between the check and ours: theirs, not ours.
                     created.forget(index);
-                    let exists = matches!(&e, tc::TcError::IoError(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
-                        || format!("{e:?}").contains("AlreadyExists")
-                        || format!("{e:?}").contains("File exists");
+                    let exists = match &e {
+                        tc::TcError::IoError(io) => io.raw_os_error() == Some(libc::EEXIST),
+                        tc::TcError::NetlinkError(nl) => nl.raw_os_error() == Some(libc::EEXIST),
+                        _ => false,
+                    };
                     if !exists {
                         return Err(e.into());
                     }

@@ -162,5 +162,4 @@ processed 42 insns (limit 1000000) max_states_per_insn 0 total_states 1 peak_sta
         assert!(lockdown_refusal(locked, other).is_none());
         assert!(lockdown_refusal(locked, "R1 invalid mem access 'scalar'").is_none());
     }
-
 }

@@ -17,11 +17,12 @@ use std::{collections::HashSet, fs, io, os::unix::fs::MetadataExt as _, time::Du
 
 pub use caps::Capability;
 use caps::{
-    CapSet, CapsHashSet,
+    CapSet,
     Capability::{
         CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW, CAP_PERFMON, CAP_SETPCAP, CAP_SYS_ADMIN,
         CAP_SYS_CHROOT, CAP_SYS_PTRACE,
     },
+    CapsHashSet,
 };
 pub use lockdown::{LockdownRefusal, lockdown_refusal, read_lockdown};
 
@@ -119,7 +120,11 @@ fn check(effective: &CapsHashSet, root: bool, known: &CapsHashSet) -> Result<(),
     let missing: Vec<&str> = NEEDS
         .iter()
         // Kernels before 5.8 have neither CAP_BPF nor CAP_PERFMON: CAP_SYS_ADMIN it is.
-        .filter(|n| !n.any_of.iter().any(|c| known.contains(c) && effective.contains(c)))
+        .filter(|n| {
+            !n.any_of
+                .iter()
+                .any(|c| known.contains(c) && effective.contains(c))
+        })
         .map(|n| {
             if !known.contains(&n.any_of[0]) {
                 "CAP_SYS_ADMIN"
@@ -347,13 +352,19 @@ mod tests {
 
     /// The capabilities of a kernel whose `cap_last_cap` is `last`.
     fn up_to(last: u8) -> CapsHashSet {
-        caps::all().into_iter().filter(|c| c.index() <= last).collect()
+        caps::all()
+            .into_iter()
+            .filter(|c| c.index() <= last)
+            .collect()
     }
 
     #[test]
     fn names_and_display() {
         assert_eq!(CAP_BPF.to_string(), "CAP_BPF");
-        assert_eq!(names(&set_of(&[CAP_BPF, CAP_NET_RAW])), "CAP_NET_RAW,CAP_BPF");
+        assert_eq!(
+            names(&set_of(&[CAP_BPF, CAP_NET_RAW])),
+            "CAP_NET_RAW,CAP_BPF"
+        );
         assert_eq!(names(&CapsHashSet::default()), "none");
     }
 
@@ -418,6 +429,9 @@ mod tests {
         let effective = caps::read(None, CapSet::Effective).expect("capget");
         let permitted = caps::read(None, CapSet::Permitted).expect("capget");
         // The effective set is always within the permitted set.
-        assert!(effective.is_subset(&permitted), "{effective:?} {permitted:?}");
+        assert!(
+            effective.is_subset(&permitted),
+            "{effective:?} {permitted:?}"
+        );
     }
 }

@@ -134,7 +134,11 @@ mod tests {
     #[ignore = "needs root; makes a throwaway network namespace"]
     fn moves_with_every_commit() {
         // SAFETY: unshare affects only this test thread's network namespace.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: run as root");
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_NEWNET) },
+            0,
+            "unshare: run as root"
+        );
         let before = current().expect("generation");
         let started = std::time::Instant::now();
         for _ in 0..100 {

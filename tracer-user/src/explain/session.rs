@@ -9,8 +9,8 @@
 
 use std::{
     collections::HashMap,
-    rc::Rc,
     net::IpAddr,
+    rc::Rc,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
