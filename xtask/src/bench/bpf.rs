@@ -3,27 +3,27 @@
 //!
 //! Programs and maps are found through the process's own file descriptors
 //! (`/proc/<pid>/fdinfo`: `prog_id`, `map_id`), so other pktrace processes on the machine (the
-//! integration tests, another bench) never mix in; `bpftool -j` reads them by id.
+//! integration tests, another bench) never mix in; programs are read by id through aya, maps
+//! by `bpftool -j`.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    os::fd::{FromRawFd as _, OwnedFd},
+    os::fd::OwnedFd,
 };
 
 use anyhow::{Context as _, Result, bail};
+use aya::programs::{ProgramError, ProgramInfo, loaded_programs};
 use serde_json::Value;
 
 use crate::cmd::{command, output};
 
 /// `kernel.bpf_stats_enabled`, the global switch of BPF run-time statistics.
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
-/// `BPF_ENABLE_STATS` (include/uapi/linux/bpf.h, v5.8) and `BPF_STATS_RUN_TIME`.
-const BPF_ENABLE_STATS: libc::c_long = 32;
 
 /// BPF run-time statistics, on while this lives.
 ///
-/// Taken with `BPF_ENABLE_STATS`: the kernel counts the holder of the returned fd as one more
+/// Taken with `BPF_ENABLE_STATS` (aya's `enable_stats`): the kernel counts the holder of the returned fd as one more
 /// reason to keep statistics on and forgets it when the fd closes, even if the bench is
 /// SIGKILLed. The sysctl `kernel.bpf_stats_enabled` is never written and keeps showing its own
 /// value (the kernel keeps the fd holders apart from it, kernel/bpf/syscall.c and
@@ -37,21 +37,8 @@ pub enum RunStats {
 
 impl RunStats {
     pub fn enable() -> Result<Self> {
-        let mut attr = [0u64; 16];
-        // `attr.enable_stats.type` is the first u32: BPF_STATS_RUN_TIME is 0, already there.
-        // SAFETY: bpf(2) reads at most `size_of_val(&attr)` bytes of a valid, zeroed buffer.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_ENABLE_STATS,
-                attr.as_mut_ptr(),
-                size_of_val(&attr),
-            )
-        };
-        if fd >= 0 {
-            let fd = i32::try_from(fd).context("fd out of range")?;
-            // SAFETY: the kernel just returned this fd to us; nothing else owns it.
-            return Ok(Self::Fd(unsafe { OwnedFd::from_raw_fd(fd) }));
+        if let Ok(fd) = aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            return Ok(Self::Fd(fd));
         }
         let previous = fs::read_to_string(STATS_SYSCTL)
             .with_context(|| format!("BPF_ENABLE_STATS failed and {STATS_SYSCTL} is unreadable"))?;
@@ -118,38 +105,42 @@ fn stats_name(name: &str) -> String {
 }
 
 /// Run statistics of the programs `ids`, by program name ([`stats_name`]; programs sharing a
-/// name add up).
+/// name add up): `run_time_ns` and `run_cnt` of each program's `bpf_prog_info`.
 pub fn prog_runs(ids: &BTreeSet<u32>) -> Result<BTreeMap<String, ProgRun>> {
-    let json: Value =
-        serde_json::from_str(&output(&mut command("bpftool", ["-j", "prog", "show"]))?)
-            .context("parsing `bpftool -j prog show`")?;
     let mut runs: BTreeMap<String, ProgRun> = BTreeMap::new();
-    for prog in json.as_array().into_iter().flatten() {
-        let id = prog.get("id").and_then(Value::as_u64).unwrap_or(0);
-        if !u32::try_from(id).is_ok_and(|id| ids.contains(&id)) {
-            continue;
-        }
-        let name = stats_name(prog.get("name").and_then(Value::as_str).unwrap_or("?"));
-        let entry = runs.entry(name).or_default();
-        entry.run_time_ns += prog.get("run_time_ns").and_then(Value::as_u64).unwrap_or(0);
-        entry.run_cnt += prog.get("run_cnt").and_then(Value::as_u64).unwrap_or(0);
+    for prog in programs(ids)? {
+        let entry = runs
+            .entry(stats_name(prog.name_as_str().unwrap_or("?")))
+            .or_default();
+        entry.run_time_ns += u64::try_from(prog.run_time().as_nanos()).unwrap_or(u64::MAX);
+        entry.run_cnt += prog.run_count();
     }
     Ok(runs)
 }
 
 /// The id of the program named `name` among `ids`.
 pub fn prog_id_named(ids: &BTreeSet<u32>, name: &str) -> Result<u32> {
-    let json: Value =
-        serde_json::from_str(&output(&mut command("bpftool", ["-j", "prog", "show"]))?)
-            .context("parsing `bpftool -j prog show`")?;
-    json.as_array()
+    programs(ids)?
         .into_iter()
-        .flatten()
-        .filter(|p| p.get("name").and_then(Value::as_str) == Some(name))
-        .filter_map(|p| p.get("id").and_then(Value::as_u64))
-        .filter_map(|id| u32::try_from(id).ok())
-        .find(|id| ids.contains(id))
+        .find(|p| p.name_as_str() == Some(name))
+        .map(|p| p.id())
         .with_context(|| format!("pktrace holds no program named {name}"))
+}
+
+/// The loaded programs whose ids are in `ids` (a program unloaded meanwhile is left out).
+fn programs(ids: &BTreeSet<u32>) -> Result<Vec<ProgramInfo>> {
+    let mut found = Vec::new();
+    for prog in loaded_programs() {
+        match prog {
+            Ok(info) if ids.contains(&info.id()) => found.push(info),
+            Ok(_) => {}
+            // Gone between listing its id and opening it.
+            Err(ProgramError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e).context("listing the loaded BPF programs"),
+        }
+    }
+    Ok(found)
 }
 
 /// The kernel counters of one pktrace (`COUNTERS`, summed over CPUs), indexed like

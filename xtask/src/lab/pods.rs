@@ -19,7 +19,9 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use super::{
     lock, netns, servers, state_file,
-    topology::{BRIDGE, GATEWAY_IP, LAB_DIR, NODE_IP, NODE_NS, POD_SUBNET, PODS, Pod, STATE_FILE, Server},
+    topology::{
+        BRIDGE, GATEWAY_IP, LAB_DIR, NODE_IP, NODE_NS, POD_SUBNET, PODS, Pod, STATE_FILE, Server,
+    },
     wiring,
 };
 
@@ -79,21 +81,37 @@ pub fn add(name: &str) -> Result<AddedPod> {
         !added.iter().any(|p| p.name == name) && !PODS.iter().any(|p| p.name == name),
         "pod {NAMESPACE}/{name} exists already: `lab pod del {name}` first"
     );
-    let last = fs::read_to_string(dir().join(LAST_FILE)).ok().and_then(|s| s.trim().parse().ok());
-    let taken: Vec<Ipv4Addr> = PODS.iter().map(|p| p.ip).chain(added.iter().map(|p| p.ip)).collect();
+    let last = fs::read_to_string(dir().join(LAST_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let taken: Vec<Ipv4Addr> = PODS
+        .iter()
+        .map(|p| p.ip)
+        .chain(added.iter().map(|p| p.ip))
+        .collect();
     let ip = free_ip(last, &taken).context("no free address left in the pod subnet")?;
-    let pod = AddedPod { name: name.to_owned(), ip, host_if: host_if_name(NAMESPACE, name) };
+    let pod = AddedPod {
+        name: name.to_owned(),
+        ip,
+        host_if: host_if_name(NAMESPACE, name),
+    };
     fs::create_dir_all(dir()).with_context(|| format!("creating {}", dir().display()))?;
     fs::write(dir().join(LAST_FILE), ip.to_string()).context("recording the last pod address")?;
     build(&pod).inspect_err(|_| {
         let _ = unwire(&pod);
     })?;
-    fs::write(record_path(name), format!("{} {}\n", pod.ip, pod.host_if)).context("recording the pod")?;
+    fs::write(record_path(name), format!("{} {}\n", pod.ip, pod.host_if))
+        .context("recording the pod")?;
     write_state_file().inspect_err(|_| {
         let _ = unwire(&pod);
         let _ = fs::remove_file(record_path(name));
     })?;
-    eprintln!("lab: pod {} added: {} on {}", pod.full_name(), pod.ip, pod.host_if);
+    eprintln!(
+        "lab: pod {} added: {} on {}",
+        pod.full_name(),
+        pod.ip,
+        pod.host_if
+    );
     Ok(pod)
 }
 
@@ -108,25 +126,42 @@ pub fn del(name: &str) -> Result<AddedPod> {
     fs::remove_file(record_path(name)).context("removing the pod's record")?;
     write_state_file()?;
     unwire(&pod)?;
-    eprintln!("lab: pod {} deleted ({} on {})", pod.full_name(), pod.ip, pod.host_if);
+    eprintln!(
+        "lab: pod {} deleted ({} on {})",
+        pod.full_name(),
+        pod.ip,
+        pod.host_if
+    );
     Ok(pod)
 }
 
 /// Pods added so far.
 pub fn recorded() -> Result<Vec<AddedPod>> {
-    let Ok(entries) = fs::read_dir(dir()) else { return Ok(Vec::new()) };
+    let Ok(entries) = fs::read_dir(dir()) else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
     for entry in entries {
         let entry = entry?;
-        let Some(name) = entry.file_name().to_str().and_then(|n| n.strip_suffix(".pod")).map(str::to_owned) else {
+        let Some(name) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix(".pod"))
+            .map(str::to_owned)
+        else {
             continue;
         };
         let text = fs::read_to_string(entry.path())?;
         let mut words = text.split_whitespace();
-        let (Some(ip), Some(host_if)) = (words.next().and_then(|w| w.parse().ok()), words.next()) else {
+        let (Some(ip), Some(host_if)) = (words.next().and_then(|w| w.parse().ok()), words.next())
+        else {
             bail!("{} is not `IP HOST_IF`", entry.path().display());
         };
-        out.push(AddedPod { name, ip, host_if: host_if.to_owned() });
+        out.push(AddedPod {
+            name,
+            ip,
+            host_if: host_if.to_owned(),
+        });
     }
     out.sort_by_key(|p| p.ip);
     Ok(out)
@@ -135,7 +170,8 @@ pub fn recorded() -> Result<Vec<AddedPod>> {
 fn build(pod: &AddedPod) -> Result<()> {
     netns::create(&pod.netns()).with_context(|| format!("creating namespace {}", pod.netns()))?;
     let variant = super::current_variant().unwrap_or_default();
-    wiring::pod_link(variant, &pod.as_pod()).with_context(|| format!("wiring pod {}", pod.full_name()))
+    wiring::pod_link(variant, &pod.as_pod())
+        .with_context(|| format!("wiring pod {}", pod.full_name()))
 }
 
 /// Removes what [`build`] made; what is already gone is skipped.
@@ -177,9 +213,14 @@ fn record_path(name: &str) -> PathBuf {
 fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= NAME_MAX
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-');
-    ensure!(ok, "pod name {name:?}: use up to {NAME_MAX} of a-z, 0-9 and '-' (a DNS label)");
+    ensure!(
+        ok,
+        "pod name {name:?}: use up to {NAME_MAX} of a-z, 0-9 and '-' (a DNS label)"
+    );
     Ok(())
 }
 
@@ -192,10 +233,17 @@ pub fn free_ip(last: Option<Ipv4Addr>, taken: &[Ipv4Addr]) -> Option<Ipv4Addr> {
     let size = 1u32 << (32 - u32::from(prefix));
     // Added pods start in the upper half, away from the lab's own pods.
     let start = last.map_or(size / 2, |ip| u32::from(ip).wrapping_sub(base) + 1);
-    (0..size).map(|i| base + (start + i) % size).map(Ipv4Addr::from).find(|ip| {
-        let host = u32::from(*ip) - base;
-        host != 0 && host != size - 1 && *ip != NODE_IP && *ip != GATEWAY_IP && !taken.contains(ip)
-    })
+    (0..size)
+        .map(|i| base + (start + i) % size)
+        .map(Ipv4Addr::from)
+        .find(|ip| {
+            let host = u32::from(*ip) - base;
+            host != 0
+                && host != size - 1
+                && *ip != NODE_IP
+                && *ip != GATEWAY_IP
+                && !taken.contains(ip)
+        })
 }
 
 /// The host veth's name: `azv` and 11 hex digits of a hash of the pod's namespace and name
@@ -203,7 +251,9 @@ pub fn free_ip(last: Option<Ipv4Addr>, taken: &[Ipv4Addr]) -> Option<Ipv4Addr> {
 #[must_use]
 pub fn host_if_name(namespace: &str, name: &str) -> String {
     let key = format!("{namespace}{name}");
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     format!("azv{:011x}", hash & 0x0fff_ffff_ffff)
 }
 
@@ -215,9 +265,15 @@ mod tests {
     fn addresses_move_on_and_skip_what_is_taken() {
         let first = free_ip(None, &[]).unwrap();
         assert_eq!(first, Ipv4Addr::new(10, 13, 76, 128));
-        assert_eq!(free_ip(Some(first), &[]), Some(Ipv4Addr::new(10, 13, 76, 129)));
+        assert_eq!(
+            free_ip(Some(first), &[]),
+            Some(Ipv4Addr::new(10, 13, 76, 129))
+        );
         // A recreation (the old address free again) still gets the next one.
-        assert_eq!(free_ip(Some(Ipv4Addr::new(10, 13, 76, 129)), &[first]), Some(Ipv4Addr::new(10, 13, 76, 130)));
+        assert_eq!(
+            free_ip(Some(Ipv4Addr::new(10, 13, 76, 129)), &[first]),
+            Some(Ipv4Addr::new(10, 13, 76, 130))
+        );
         // Wraps past the broadcast address, the network address and the gateway.
         let wrapped = free_ip(Some(Ipv4Addr::new(10, 13, 76, 254)), &[]).unwrap();
         assert_eq!(wrapped, Ipv4Addr::new(10, 13, 76, 2));
@@ -231,7 +287,10 @@ mod tests {
     fn host_interfaces_look_like_azure_cni_ones() {
         let name = host_if_name("default", "x");
         assert_eq!(name.len(), 14);
-        assert!(name.starts_with("azv") && name[3..].bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
+        assert!(
+            name.starts_with("azv") && name[3..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name}"
+        );
         assert_eq!(name, host_if_name("default", "x"));
         assert_ne!(name, host_if_name("default", "y"));
     }
