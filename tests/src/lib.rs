@@ -1,6 +1,21 @@
 //! Integration tests for pktrace (root, lab namespaces): see `tests/`. Run them with
 //! `cargo xtask integration-test`, which builds the binaries and sets `PKTRACE_BIN` and
 //! `PKTRACE_XTASK_BIN`.
+//!
+//! # The root tier
+//! Every test that needs root or this machine's kernel is in the root tier, run by
+//! `cargo xtask integration-test [-- FILTER]`; plain `cargo test` (no root) has none, and none
+//! of its tests passes by skipping. The root tier has two parts, always run together:
+//! - the tests here (`tests/*.rs`), which drive the `pktrace` binary against the lab;
+//! - tests that need private items of tracer-user (loading its kernel object, its netfilter
+//!   and fentry/kprobe attach code, its nfnetlink readers in a throwaway namespace, the
+//!   running kernel's BTF). They stay beside the code as `#[ignore = "root tier: …"]` unit
+//!   tests, so `cargo test` lists them as ignored, and the root tier runs them first with
+//!   `cargo test -p tracer-user -- --ignored` (tracer-user's `test_support` module).
+//!
+//! A root-tier test fails when not run as root, and fails when the feature it tests is
+//! missing on a kernel new enough to have it; only a kernel too old for the feature ends a
+//! test early (saying so).
 
 pub mod capture;
 pub mod leftovers;

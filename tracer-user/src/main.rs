@@ -31,6 +31,8 @@ mod resolve;
 mod run;
 mod summary;
 mod sys;
+#[cfg(test)]
+mod test_support;
 
 use std::{io::IsTerminal as _, process::ExitCode};
 

@@ -1,6 +1,7 @@
 //! The test tiers: `cargo xtask test` runs setup, the plain `cargo test` tier and the
 //! integration tier in order, stopping at the first failure; `cargo xtask integration-test`
-//! runs the root-only tests against the lab.
+//! runs the root-only tests: tracer-user's ignored unit tests (the ones that need private
+//! items; see the `tests` crate's doc), then the `tests` crate against the lab.
 
 use std::{
     process::Command,
@@ -15,10 +16,15 @@ use crate::{
     setup, target_dir, workspace_root,
 };
 
-/// Builds pktrace and xtask, then runs the `tests` crate (one test at a time) with
-/// `PKTRACE_BIN` and `PKTRACE_XTASK_BIN` set; `extra` goes to the test harness.
+/// Runs tracer-user's root-tier unit tests (`cargo test -- --ignored`: they load programs and
+/// make throwaway network namespaces of their own, none of the lab's), then builds pktrace and
+/// xtask and runs the `tests` crate (one test at a time) with `PKTRACE_BIN` and
+/// `PKTRACE_XTASK_BIN` set; `extra` goes to both test harnesses.
 pub fn integration_test(extra: &[String]) -> Result<()> {
     require_root("`cargo xtask integration-test` (it builds network namespaces and loads eBPF)")?;
+    let mut unit = cargo_command(&["test", "-p", "tracer-user", "--", "--ignored"]);
+    unit.args(extra);
+    run(&mut unit).context("tracer-user's root-tier unit tests failed")?;
     cargo(&["build", "--release", "-p", "tracer-user"]).context("building pktrace")?;
     cargo(&["build", "-p", "xtask"]).context("building xtask")?;
     // The static binary that ships (tests/tests/dist.rs runs it in the lab); a

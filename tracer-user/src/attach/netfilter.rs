@@ -1051,81 +1051,22 @@ pub fn probe_netfilter_links() -> Result<(), AttachError> {
 
 #[cfg(test)]
 mod tests {
-    use std::{fs, net::UdpSocket, os::fd::AsRawFd as _, thread, time::Duration};
+    use std::{fs, net::UdpSocket, os::fd::AsRawFd as _, time::Duration};
 
     use tracer_common::{KernelOffsets, hook};
 
     use super::*;
-    use crate::btf::{Btf, kernel_offsets};
+    use crate::{
+        btf::{Btf, kernel_offsets},
+        test_support::in_new_netns,
+    };
 
-    /// Why these tests cannot run here, if they cannot: they need root and Linux 6.4+.
-    fn skip_reason() -> Option<String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Some("needs root (CAP_BPF, CAP_NET_ADMIN) to load and attach".into());
-        }
-        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut parts = release
-            .trim()
-            .split(['.', '-'])
-            .map(|p| p.parse::<u32>().unwrap_or(0));
-        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        (version < (6, 4))
-            .then(|| format!("kernel {} < 6.4 has no BPF netfilter links", release.trim()))
-    }
-
-    /// The calling thread's network namespace (inode of /proc/thread-self/ns/net).
-    fn netns() -> String {
-        fs::read_link("/proc/thread-self/ns/net")
-            .unwrap()
-            .display()
-            .to_string()
-    }
-
-    /// Runs `f` on a thread in a new, empty network namespace with `lo` up. Only that thread
-    /// moves (`unshare(CLONE_NEWNET)` replaces the calling task's nsproxy, kernel/nsproxy.c,
-    /// v6.1); the namespace goes away with the thread once no link holds it. Never touches the
-    /// host's namespace: it panics before `f` if the move did not happen.
-    fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-        thread::scope(|s| {
-            s.spawn(|| {
-                let before = netns();
-                // SAFETY: unshare has no memory-safety preconditions.
-                assert_eq!(
-                    unsafe { libc::unshare(libc::CLONE_NEWNET) },
-                    0,
-                    "{}",
-                    io::Error::last_os_error()
-                );
-                assert_ne!(
-                    netns(),
-                    before,
-                    "unshare(CLONE_NEWNET) did not move this thread"
-                );
-                set_lo_up();
-                f()
-            })
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
-    }
-
-    fn set_lo_up() {
-        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
-        // SAFETY: an all-zero ifreq is valid; the ioctls read and write only that struct.
-        unsafe {
-            let mut ifr: libc::ifreq = std::mem::zeroed();
-            ifr.ifr_name[..2].copy_from_slice(&[b'l'.cast_signed(), b'o'.cast_signed()]);
-            assert_eq!(
-                libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &raw mut ifr),
-                0
-            );
-            ifr.ifr_ifru.ifru_flags |= libc::c_short::try_from(libc::IFF_UP).unwrap();
-            assert_eq!(
-                libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &raw mut ifr),
-                0
-            );
-        }
+    /// Why these tests cannot run here: a kernel before 6.4 has no BPF netfilter links (the
+    /// only case that ends a root-tier test early). Not being root fails the test.
+    fn too_old() -> Option<String> {
+        crate::test_support::require_root();
+        let (new_enough, release) = crate::test_support::kernel_at_least(6, 4);
+        (!new_enough).then(|| format!("kernel {release} < 6.4 has no BPF netfilter links"))
     }
 
     /// Sends `n` UDP datagrams of `payload` bytes with socket mark `mark` over loopback and
@@ -1206,9 +1147,10 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "root tier: loads and attaches netfilter programs"]
     fn links_count_packets_in_a_new_namespace_until_dropped() {
-        if let Some(why) = skip_reason() {
-            println!("skipped: {why}");
+        if let Some(why) = too_old() {
+            println!("not applicable: {why}");
             return;
         }
         let o = kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap();
@@ -1241,9 +1183,10 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "root tier: loads and attaches netfilter programs"]
     fn link_and_load_errors_say_why() {
-        if let Some(why) = skip_reason() {
-            println!("skipped: {why}");
+        if let Some(why) = too_old() {
+            println!("not applicable: {why}");
             return;
         }
         let accept = [insn(0xb7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)];
@@ -1465,13 +1408,16 @@ mod tests {
     /// The conntrack offsets from this kernel's BTF, where it has `struct nf_conn`: the reply
     /// tuple is one `nf_conntrack_tuple_hash` after the original, both before `status`.
     #[test]
+    #[ignore = "root tier: reads the running kernel's BTF"]
     fn conntrack_offsets_from_this_kernel() {
-        let Ok(btf) = Btf::from_sys_fs() else {
-            println!("skipped: no /sys/kernel/btf/vmlinux");
-            return;
-        };
+        let btf = Btf::from_sys_fs().expect("the running kernel's BTF");
         let Some(o) = ConnOffsets::from_btf(&btf).unwrap() else {
-            println!("skipped: no struct nf_conn in vmlinux BTF");
+            // nf_conntrack built as a module: its types are in the module's BTF, not vmlinux's.
+            assert!(
+                std::path::Path::new("/sys/kernel/btf/nf_conntrack").exists(),
+                "no struct nf_conn in vmlinux BTF, and no nf_conntrack module BTF either"
+            );
+            println!("not applicable: nf_conntrack is a module (its BTF is not vmlinux's)");
             return;
         };
         let stride = btf.struct_size("nf_conntrack_tuple_hash").unwrap();
@@ -1555,14 +1501,15 @@ mod tests {
     /// attached around the nat priorities in a new namespace; every packet must pass `nf_enter`
     /// once per hook and find its pending entry in `nf_exit` there.
     #[test]
+    #[ignore = "root tier: loads pktrace's kernel object"]
     fn the_kernel_object_loads_and_its_brackets_pair_up() {
         let object = crate::attach::object();
-        if let Some(why) = skip_reason().or_else(|| {
-            object
-                .is_empty()
-                .then(|| "built with AYA_BUILD_SKIP=1".into())
-        }) {
-            println!("skipped: {why}");
+        assert!(
+            !object.is_empty(),
+            "built with AYA_BUILD_SKIP=1: no kernel object"
+        );
+        if let Some(why) = too_old() {
+            println!("not applicable: {why}");
             return;
         }
         let offsets = crate::btf::kernel_offsets_bytes(

@@ -110,47 +110,29 @@ mod tests {
     use super::*;
 
     fn answer(attrs: &[(u16, &[u8])], kind: u16) -> Vec<u8> {
-        let mut body = vec![0u8; NFGENMSG];
-        for (t, v) in attrs {
-            let alen = u16::try_from(4 + v.len()).unwrap();
-            body.extend(alen.to_ne_bytes());
-            body.extend(t.to_ne_bytes());
-            body.extend(*v);
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-        }
-        let mut msg = Vec::new();
-        msg.extend(u32::try_from(NLMSG_HDR + body.len()).unwrap().to_ne_bytes());
-        msg.extend(kind.to_ne_bytes());
-        msg.extend([0u8; 10]);
-        msg.extend(body);
-        msg
+        crate::test_support::nfnl_msg(kind, 0, attrs)
     }
 
-    /// Root only (`cargo test -- --ignored`): the generation moves with a commit, in a
-    /// network namespace of this test thread's own.
+    /// The generation moves with a commit (iptables-nft making a chain), in a network
+    /// namespace of the test's own.
     #[test]
-    #[ignore = "needs root; makes a throwaway network namespace"]
+    #[ignore = "root tier: makes a throwaway network namespace"]
     fn moves_with_every_commit() {
-        // SAFETY: unshare affects only this test thread's network namespace.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_NEWNET) },
-            0,
-            "unshare: run as root"
-        );
-        let before = current().expect("generation");
-        let started = std::time::Instant::now();
-        for _ in 0..100 {
-            assert_eq!(current(), Some(before));
-        }
-        eprintln!("genid: {:?} per check", started.elapsed() / 100);
-        let ok = std::process::Command::new("nft")
-            .args(["add", "table", "ip", "pktrace_genid_test"])
-            .status()
-            .expect("nft");
-        assert!(ok.success());
-        assert!(current().is_some_and(|g| g != before));
+        crate::test_support::require_root();
+        crate::test_support::in_new_netns(|| {
+            let before = current().expect("generation");
+            let started = std::time::Instant::now();
+            for _ in 0..100 {
+                assert_eq!(current(), Some(before));
+            }
+            eprintln!("genid: {:?} per check", started.elapsed() / 100);
+            let ok = std::process::Command::new("iptables-nft")
+                .args(["-t", "nat", "-N", "PKTRACE-GENID-TEST"])
+                .status()
+                .expect("iptables-nft");
+            assert!(ok.success());
+            assert!(current().is_some_and(|g| g != before));
+        });
     }
 
     #[test]

@@ -157,43 +157,25 @@ mod tests {
     use super::*;
 
     fn msg(kind: u16, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
-        let mut body = vec![family, 0, 0, 0];
-        for (t, v) in attrs {
-            let alen = u16::try_from(4 + v.len()).unwrap();
-            body.extend(alen.to_ne_bytes());
-            body.extend(t.to_ne_bytes());
-            body.extend(*v);
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-        }
-        let mut m = Vec::new();
-        m.extend(u32::try_from(NLMSG_HDR + body.len()).unwrap().to_ne_bytes());
-        m.extend(kind.to_ne_bytes());
-        m.extend([0u8; 10]);
-        m.extend(body);
-        m
+        crate::test_support::nfnl_msg(kind, family, attrs)
     }
 
-    /// Root only (`cargo test -- --ignored`): in a network namespace of this test thread's
-    /// own, no tables, then iptables-nft's nat table once a chain is made in it.
+    /// In a network namespace of the test's own, no tables, then iptables-nft's nat table once
+    /// a chain is made in it.
     #[test]
-    #[ignore = "needs root; makes a throwaway network namespace"]
+    #[ignore = "root tier: makes a throwaway network namespace"]
     fn lists_the_kernels_tables() {
-        // SAFETY: unshare affects only this test thread's network namespace.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_NEWNET) },
-            0,
-            "unshare: run as root"
-        );
-        assert_eq!(list(), Some(Vec::new()));
-        let ok = std::process::Command::new("iptables-nft")
-            .args(["-t", "nat", "-N", "PKTRACE-TEST"])
-            .output()
-            .expect("iptables-nft");
-        assert!(ok.status.success());
-        let tables = list().expect("tables");
-        assert!(tables.contains(&("ip".into(), "nat".into())), "{tables:?}");
+        crate::test_support::require_root();
+        crate::test_support::in_new_netns(|| {
+            assert_eq!(list(), Some(Vec::new()));
+            let ok = std::process::Command::new("iptables-nft")
+                .args(["-t", "nat", "-N", "PKTRACE-TEST"])
+                .output()
+                .expect("iptables-nft");
+            assert!(ok.status.success());
+            let tables = list().expect("tables");
+            assert!(tables.contains(&("ip".into(), "nat".into())), "{tables:?}");
+        });
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! tests-data/, each file says from where and how): which chain and rule, SNAT or not, which
 //! service, and the one-line why.
 
+use crate::test_support::t;
 use tracer_common::{PROTO_ICMP, PROTO_TCP};
 
 use super::*;
-use crate::journey::{Ending, tuple};
+use crate::journey::Ending;
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED000: &str = include_str!("../../tests-data/iptables-seed000-calico.txt");
@@ -23,14 +24,6 @@ fn ruleset(dump: &str, ipsets: Option<&str>) -> Ruleset {
         ipsets: ipsets.map(str::to_owned),
         ..ruleset::Raw::default()
     })
-}
-
-fn t(proto: u8, src: &str, dst: &str) -> Tuple {
-    let ep = |s: &str| {
-        s.parse()
-            .unwrap_or_else(|_| std::net::SocketAddr::new(s.parse().unwrap(), 0))
-    };
-    tuple(proto, ep(src), ep(dst))
 }
 
 fn ctx(node: &str, out: &str) -> PacketCtx {

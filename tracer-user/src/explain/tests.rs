@@ -1,12 +1,13 @@
 //! Attribution against the real-shaped nat table of an AKS node (Azure CNI, kube-proxy
 //! iptables mode, ip-masq-agent) and the rules quoted in the seeds.
 
+use crate::test_support::t;
 use std::net::IpAddr;
 
 use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 
 use super::{rules::Target, *};
-use crate::journey::{Ending, tuple};
+use crate::journey::Ending;
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED001: &str = include_str!("../../tests-data/iptables-seed001-azure-cni.txt");
@@ -32,14 +33,6 @@ COMMIT
 const LOOP: &str = "-A POSTROUTING -j A\n-A A -j B\n-A B -j A\n-A B -j MASQUERADE\n";
 
 const NODE: &str = "10.13.76.4";
-
-fn t(proto: u8, src: &str, dst: &str) -> Tuple {
-    let ep = |s: &str| {
-        s.parse()
-            .unwrap_or_else(|_| std::net::SocketAddr::new(s.parse().unwrap(), 0))
-    };
-    tuple(proto, ep(src), ep(dst))
-}
 
 fn ctx(mark: u32, out_iface: Option<&str>) -> PacketCtx {
     PacketCtx {

@@ -183,7 +183,7 @@ pub(crate) mod test_support {
 
     use tracer_common::Tuple;
 
-    use crate::journey::{Point, Step, tuple};
+    use crate::journey::{Point, Step};
 
     /// A `Write` whose bytes the test can read afterwards.
     #[derive(Clone, Default)]
@@ -209,10 +209,7 @@ pub(crate) mod test_support {
         }
     }
 
-    /// A tuple from `ip:port` texts.
-    pub fn t(proto: u8, src: &str, dst: &str) -> Tuple {
-        tuple(proto, src.parse().unwrap(), dst.parse().unwrap())
-    }
+    pub use crate::test_support::t;
 
     /// A tc step.
     pub fn tc(point: Point, iface: &str, tuple: Tuple, ktime_ns: u64) -> Step {
