@@ -377,6 +377,10 @@ impl Drop for RingReader {
 }
 
 #[cfg(test)]
+#[path = "collect_ring_tests.rs"]
+mod ring_tests;
+
+#[cfg(test)]
 mod tests {
     use super::flows_evicted;
 
