@@ -310,9 +310,8 @@ mod tests {
 
     #[test]
     fn the_state_file_is_read_again_when_it_changes_or_a_link_appears() {
-        let dir = std::env::temp_dir().join(format!("pktrace-follow-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("azure-vnet.json");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("azure-vnet.json");
         std::fs::write(&file, "{}").unwrap();
         let mut w = PodWatch::new("default/x".into(), vec![], file.clone());
         assert!(!w.due());
@@ -322,6 +321,5 @@ mod tests {
         w.dirty = true;
         assert!(w.due());
         assert!(!w.due());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

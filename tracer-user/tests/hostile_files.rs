@@ -15,25 +15,21 @@ use std::{
 const FAST: Duration = Duration::from_secs(10);
 
 /// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("pktrace-{tag}-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("pktrace-{tag}-"))
+            .tempdir()
+            .unwrap();
         Self(dir)
     }
 
     fn file(&self, name: &str, content: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
+        let path = self.0.path().join(name);
         fs::write(&path, content).unwrap();
         path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -79,15 +75,19 @@ fn pktrace(state_file: &Path, pod: &str, namespace: &str) -> (i32, String) {
 #[test]
 fn broken_state_files_exit_1_with_what_to_do() {
     let dir = Scratch::new("hostile-files");
-    let sparse = dir.0.join("sparse.json");
+    let sparse = dir.0.path().join("sparse.json");
     File::create(&sparse).unwrap().set_len(1 << 30).unwrap();
     let cases: Vec<(&str, PathBuf, &str)> = vec![
         (
             "missing",
-            dir.0.join("absent.json"),
+            dir.0.path().join("absent.json"),
             "absent.json: not found;",
         ),
-        ("a directory", dir.0.clone(), ": cannot read it: "),
+        (
+            "a directory",
+            dir.0.path().to_path_buf(),
+            ": cannot read it: ",
+        ),
         (
             "corrupt",
             dir.file(
@@ -171,7 +171,7 @@ fn pktrace_fails_fast_when_the_api_server_is_not_there() {
         )
         .as_bytes(),
     );
-    let absent = dir.0.join("absent.json");
+    let absent = dir.0.path().join("absent.json");
     let (code, stderr) = run(
         env!("CARGO_BIN_EXE_pktrace"),
         &[

@@ -58,21 +58,21 @@ mod tests {
             command_in(Path::new("/"), Path::new("/"), "sh").is_none(),
             "same root"
         );
-        let dir = std::env::temp_dir().join(format!("pktrace-host-root-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join("usr/sbin")).unwrap();
         std::os::unix::fs::symlink(
             "/etc/alternatives/iptables-save",
             dir.join("usr/sbin/iptables-save"),
         )
         .unwrap();
-        let (name, cmd) = command_in(Path::new("/"), &dir, "iptables-save").expect("found");
+        let (name, cmd) = command_in(Path::new("/"), dir, "iptables-save").expect("found");
         assert_eq!(
             cmd.get_program(),
             "/usr/sbin/iptables-save",
             "a path inside the host's root"
         );
         assert!(name.contains("the node's"), "{name}");
-        assert!(command_in(Path::new("/"), &dir, "nft").is_none());
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(command_in(Path::new("/"), dir, "nft").is_none());
     }
 }

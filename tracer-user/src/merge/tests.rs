@@ -387,8 +387,8 @@ fn input_names_and_errors() {
 
 #[test]
 fn run_reads_files_and_rejects_duplicate_nodes() {
-    let dir = std::env::temp_dir().join(format!("pktrace-merge-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let (ra, rb) = request(1_000_000, 40 * US, 1);
     let (pa, pb) = reply(1_300_000, 60 * US, 2);
     let (fa, fb) = (dir.join("node-a.jsonl"), dir.join("node-b.jsonl"));
@@ -433,5 +433,4 @@ fn run_reads_files_and_rejects_duplicate_nodes() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("missing.jsonl"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

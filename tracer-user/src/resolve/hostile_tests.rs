@@ -5,7 +5,6 @@
 use std::{
     fs::{self, File},
     io::{BufWriter, Write as _},
-    sync::atomic::{AtomicU32, Ordering},
 };
 
 use super::*;
@@ -14,27 +13,22 @@ use crate::{
     summary::Summary,
 };
 
-/// A fresh path in the temp dir, removed on drop.
-struct Temp(PathBuf);
+/// A fresh file in the temp dir, removed on drop.
+struct Temp(tempfile::TempPath);
 
 impl Temp {
     fn new(tag: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let name = format!("pktrace-hostile-{tag}-{}-{n}", std::process::id());
-        Self(std::env::temp_dir().join(name))
+        let file = tempfile::Builder::new()
+            .prefix(&format!("pktrace-hostile-{tag}-"))
+            .tempfile()
+            .unwrap();
+        Self(file.into_temp_path())
     }
 
     fn with(tag: &str, content: &[u8]) -> Self {
         let t = Self::new(tag);
         fs::write(&t.0, content).unwrap();
         t
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
     }
 }
 
