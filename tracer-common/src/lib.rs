@@ -153,6 +153,11 @@ pub mod flag {
     pub const NAT_HOOK_TIMED: u8 = 4;
     /// NAT event whose latency was not measured.
     pub const NAT_UNTIMED: u8 = 8;
+    /// tc ingress event of a connection's first packet, which tc ingress noted without knowing
+    /// it traced and the NAT program emitted when DNAT made it a traced pod's
+    /// ([`crate::parse::first`]): the hook saw the packet at or before `ktime_ns` (the start of
+    /// the NAT step), not at it.
+    pub const TC_CLAIMED: u8 = 16;
 }
 
 /// Conntrack `ctinfo` values (`enum ip_conntrack_info`, include/uapi/linux/netfilter/

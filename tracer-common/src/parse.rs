@@ -13,6 +13,8 @@ use crate::{
     PROTO_UDP, Tuple, flag,
 };
 
+pub mod first;
+
 /// The parser's input: a fixed window of packet bytes.
 pub type Window = [u8; PKT_WINDOW];
 

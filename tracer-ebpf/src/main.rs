@@ -2,7 +2,9 @@
 //!
 //! - `tc_ingress` / `tc_egress`: tc classifiers (tcx or clsact) on every chosen interface. They
 //!   copy the packet's first bytes, parse them with the shared parser, and emit one event per
-//!   packet of a tracked pod address or flow. They never change a packet's fate.
+//!   packet of a tracked pod address or flow. They never change a packet's fate. tc ingress
+//!   also notes the last packet it let pass that may open a connection, for the NAT programs
+//!   to claim when DNAT makes it a traced pod's (`first`).
 //! - `nf_enter` / `nf_exit`: BPF netfilter programs bracketing the nat table in each of the
 //!   four hooks it runs in (`nf_enter` just before its priority, `nf_exit` just after; one
 //!   program per side, attached four times). The pair sees the packet before and after NAT and
@@ -16,6 +18,7 @@
 #![no_main]
 
 mod emit;
+mod first;
 mod nat;
 mod probe;
 mod tc;

@@ -34,9 +34,12 @@ use tracer_common::{
     Tuple, counter, ct, flag, hook, kind, nf_patch, parse,
 };
 
-use crate::emit::{
-    count, emit, flow_addr_maybe, flow_followed, flow_v4_maybe, flows_present, has_tracked_addr,
-    is_tracked, scratch, trace_all, track_flow, v4_set, v4_tracked, word4,
+use crate::{
+    emit::{
+        count, emit, flow_addr_maybe, flow_followed, flow_v4_maybe, flows_present,
+        has_tracked_addr, is_tracked, scratch, trace_all, track_flow, v4_set, v4_tracked, word4,
+    },
+    first,
 };
 
 /// `NF_ACCEPT`: netfilter programs must return `NF_DROP` or `NF_ACCEPT`; we never drop.
@@ -540,6 +543,7 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         before,
         after,
     };
+    first::claim(&rewrite);
     emit_step(&rewrite, &m);
     Ok(())
 }
@@ -706,7 +710,9 @@ fn report_checked(r: &Rewrite<'_>, meta: impl FnOnce() -> Meta) {
     if !has_tracked_addr(before) {
         track_flow(before);
     }
-    emit_step(r, &meta());
+    let m = meta();
+    first::claim(r);
+    emit_step(r, &m);
 }
 
 /// The event of a step as the full [`Event`].

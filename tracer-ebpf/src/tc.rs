@@ -13,9 +13,12 @@ use tracer_common::{
     parse::{self, FAST_ETH_BYTES, Parsed},
 };
 
-use crate::emit::{
-    count, emit, flow_addr_maybe, flow_followed, flow_followed_hashed, flow_hash_maybe,
-    flow_hash_v4, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked,
+use crate::{
+    emit::{
+        count, emit, flow_addr_maybe, flow_followed, flow_followed_hashed, flow_hash_maybe,
+        flow_hash_v4, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked,
+    },
+    first,
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
@@ -139,6 +142,9 @@ fn parse_in_place<'a>(
 fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     let verdict = fast_verdict(ctx);
     if verdict == Verdict::Outside {
+        if event_kind == kind::TC_INGRESS {
+            first::note(ctx);
+        }
         return Ok(());
     }
     // Not counted before the fast verdict: the per-CPU counter's cache line would be one more
@@ -160,6 +166,8 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         };
         if tracked {
             emit_event(ctx, event_kind, len, parsed);
+        } else if event_kind == kind::TC_INGRESS {
+            first::note(ctx);
         }
         return Ok(());
     }

@@ -323,6 +323,7 @@ mod tests {
             ktime_ns,
             ip_id: None,
             attribution: None,
+            time_bound: false,
         };
         let j = Journey {
             steps: vec![

@@ -386,3 +386,61 @@ fn fast_ports_agree_with_the_fast_parse() {
     // Not vacuous: the TCP and UDP frames are answered at their full length and beyond.
     assert!(answered >= 6, "{answered}");
 }
+
+/// [`first::first_key_fast`] answers for the SYNs, UDP datagrams and ICMP echo requests that
+/// [`parse_ethernet_fast`] parses, with the fast parse's tuple and IP id, and for nothing else:
+/// not a SYN-ACK or a later TCP segment, an echo reply, a fragment, IP options or VLAN tags.
+#[test]
+fn first_keys_agree_with_the_fast_parse() {
+    let mut fragment = eth(0x0800);
+    let l4 = udp(7, 8, &[0; 32]);
+    fragment.extend(ipv4(PROTO_UDP, l4.len(), 5, 0x2000, &[], SRC, DST));
+    fragment.extend(&l4);
+    let mut tagged = eth(0x8100);
+    vlan(&mut tagged, 0x0800);
+    tagged.extend(ipv4(PROTO_UDP, 12, 1, 0, &[], SRC, DST));
+    tagged.extend(udp(7, 8, b"abcd"));
+    let candidates = [
+        v4_frame(&tcp(40000, 80, 1, 0, 0x02, 512), PROTO_TCP),
+        v4_frame(&tcp(40000, 80, 1, 0, 0x02 | 0x40 | 0x80, 512), PROTO_TCP),
+        v4_frame(&udp(5353, 53, &[0x5a; 40]), PROTO_UDP),
+        v4_frame(&icmp_echo(8, 77, 1, &[1; 20]), PROTO_ICMP),
+    ];
+    let others = [
+        v4_frame(&tcp(80, 40000, 1, 2, 0x12, 512), PROTO_TCP),
+        v4_frame(&tcp(40000, 80, 1, 2, 0x10, 512), PROTO_TCP),
+        v4_frame(&tcp(40000, 80, 1, 2, 0x18, 512), PROTO_TCP),
+        v4_frame(&icmp_echo(0, 77, 1, &[1; 20]), PROTO_ICMP),
+        fragment,
+        tagged,
+    ];
+    let pad = |frame: &Vec<u8>| {
+        let mut padded = frame.clone();
+        padded.resize(padded.len().max(FAST_ETH_BYTES), 0xee);
+        padded
+    };
+    for frame in &candidates {
+        let padded = pad(frame);
+        let head: &[u8; FAST_ETH_BYTES] = padded[..FAST_ETH_BYTES].try_into().unwrap();
+        let len = u32::try_from(frame.len()).unwrap();
+        let mut slot = MaybeUninit::uninit();
+        let p = *parse_ethernet_fast(head, len, &mut slot).expect("fast parse");
+        let key = first::first_key_fast(head, len).unwrap_or_else(|| panic!("{frame:02x?}"));
+        assert!(key.is(&p.tuple, p.fp.ip_id), "{key:?} vs {p:?}");
+        assert_eq!(u32::from(key.ip_id), p.fp.ip_id);
+        // Another packet of the flow (another IP id) or another flow is not this one.
+        assert!(!key.is(&p.tuple, p.fp.ip_id ^ 1));
+        let mut other = p.tuple;
+        other.sport ^= 1;
+        assert!(!key.is(&other, p.fp.ip_id));
+        // Cut short of its L4 header, the frame is no candidate.
+        assert_eq!(first::first_key_fast(head, 14 + 20 + 4), None);
+    }
+    for frame in &others {
+        let padded = pad(frame);
+        let head: &[u8; FAST_ETH_BYTES] = padded[..FAST_ETH_BYTES].try_into().unwrap();
+        for len in (0..=frame.len() as u32).chain([1500, 65_000]) {
+            assert_eq!(first::first_key_fast(head, len), None, "{frame:02x?}, len {len}");
+        }
+    }
+}

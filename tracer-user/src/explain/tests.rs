@@ -57,6 +57,7 @@ fn nat_step(point: Point, orig: Tuple, tuple: Tuple, reply: bool) -> Step {
         ktime_ns: 0,
         ip_id: None,
         attribution: None,
+        time_bound: false,
     }
 }
 
@@ -71,6 +72,7 @@ fn tc_step(point: Point, tuple: Tuple) -> Step {
         ktime_ns: 0,
         ip_id: None,
         attribution: None,
+        time_bound: false,
     }
 }
 

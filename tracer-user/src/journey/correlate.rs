@@ -188,6 +188,7 @@ impl Correlator {
             ktime_ns: ev.ktime_ns,
             ip_id: ip_id(ev),
             attribution: None,
+            time_bound: ev.flags & tracer_common::flag::TC_CLAIMED != 0,
         };
         let hop = Some((ev.ktime_ns, ev.ifindex));
         let entering = ingress && edge;
@@ -424,6 +425,7 @@ fn nat_step(ev: &Event) -> Step {
         ktime_ns: ev.ktime_ns,
         ip_id: ip_id(ev),
         attribution: None,
+        time_bound: false,
     }
 }
 

@@ -68,6 +68,10 @@ pub struct Step {
     pub latency_ns: Option<u64>,
     /// Kernel monotonic time of the observation.
     pub ktime_ns: u64,
+    /// True when the hook saw the packet at or before `ktime_ns` rather than at it: the
+    /// uplink ingress of a connection's first packet, which the NAT program emitted when DNAT
+    /// made it a traced pod's, with the NAT step's start as its time (`flag::TC_CLAIMED`).
+    pub time_bound: bool,
     /// IPv4 identification of the packet (unchanged by NAT; with the tuple on the wire it
     /// joins one node's uplink egress to the next node's ingress in `pktrace merge`).
     pub ip_id: Option<u32>,

@@ -4,7 +4,9 @@
 //! Lines: `{"type":"journey",…}` per journey, `{"type":"loss",…}` when events were lost, and
 //! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending`, `transit_ns` and
 //! `start_ktime_ns` (the kernel's monotonic clock at the first step), steps carry `ip_id`
-//! (IPv4), and NAT steps `why` when attribution explains itself. `start_ktime_ns` and `ip_id`
+//! (IPv4), `t_at_or_before: true` when the hook saw the packet at or before `t_ns` (the uplink
+//! ingress of a connection's first packet, emitted at its DNAT), and NAT steps `why` when
+//! attribution explains itself. `start_ktime_ns` and `ip_id`
 //! are what `pktrace merge` joins nodes by.
 //!
 //! Journey lines, one per traced packet, are written by hand into one reused buffer (no
@@ -285,6 +287,9 @@ fn write_step(buf: &mut Vec<u8>, step: &Step, start_ns: u64, written: &mut Writt
     }
     key!(buf, "t_ns");
     num(buf, step.ktime_ns.saturating_sub(start_ns));
+    if step.time_bound {
+        buf.extend_from_slice(b",\"t_at_or_before\":true");
+    }
     if let Some(id) = step.ip_id {
         key!(buf, "ip_id");
         num(buf, u64::from(id));
@@ -402,6 +407,8 @@ struct StepOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     latency_ns: Option<Option<u64>>,
     t_ns: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    t_at_or_before: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     ip_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -487,6 +494,7 @@ fn step_out(step: &Step, start_ns: u64) -> StepOut<'_> {
         reply: nat.then_some(step.reply),
         latency_ns: nat.then_some(step.latency_ns),
         t_ns: step.ktime_ns.saturating_sub(start_ns),
+        t_at_or_before: step.time_bound,
         ip_id: step.ip_id,
         rule: attribution
             .map(|a| a.rule.as_str())

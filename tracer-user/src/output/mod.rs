@@ -223,6 +223,7 @@ pub(crate) mod test_support {
             ktime_ns,
             ip_id: None,
             attribution: None,
+            time_bound: false,
         }
     }
 
@@ -244,6 +245,7 @@ pub(crate) mod test_support {
             ktime_ns,
             ip_id: None,
             attribution: None,
+            time_bound: false,
         }
     }
 }
