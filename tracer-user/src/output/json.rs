@@ -688,7 +688,14 @@ mod tests {
         }));
         let mut no_iface = tc(Point::Egress, "", v6, 70);
         no_iface.iface = None;
+        let mut claimed = tc(Point::Ingress, "eth0", icmp, 10);
+        claimed.time_bound = true;
         let cases: Vec<(Step, Value)> = vec![
+            (
+                claimed,
+                json!({"point":"ingress","iface":"eth0","src":"10.13.76.46",
+                       "dst":"203.0.113.80","t_ns":0,"t_at_or_before":true}),
+            ),
             (
                 tc(Point::Ingress, "azv47c3ee9d512", icmp, 10),
                 json!({"point":"ingress","iface":"azv47c3ee9d512","src":"10.13.76.46",
@@ -835,7 +842,10 @@ mod tests {
                 steps: vec![
                     tc(Point::Ingress, "a", edges, 1),
                     tc(Point::Egress, "b", icmp, 2),
-                    tc(Point::Ingress, "c", v6, 3),
+                    Step {
+                        time_bound: true,
+                        ..tc(Point::Ingress, "c", v6, 3)
+                    },
                     nat(Point::Snat, edges, icmp, 4, None),
                     tc(Point::Egress, "d", edges, 5),
                 ],

@@ -389,3 +389,45 @@ fn recycled_step_lists_start_empty_and_are_reused() {
     }
     assert_eq!(c.open_count(), 0);
 }
+
+/// A connection's first packet from outside to a LoadBalancer VIP: its uplink ingress comes
+/// claimed by the NAT program (`TC_CLAIMED`, timed at the NAT step's start, emitted just before
+/// the NAT event), the next packet's at tc ingress itself. Each is one journey from the uplink
+/// to the backend, with one ingress step.
+#[test]
+fn a_claimed_first_packet_ingress_starts_its_journey_at_the_uplink() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let vip = t(PROTO_TCP, "203.0.113.80:41000", "203.0.113.252:80");
+    let pod = t(PROTO_TCP, "203.0.113.80:41000", "10.13.76.26:80");
+    let packet = |f: Fingerprint, base: u64, claimed: bool| {
+        let mut ingress = tc(kind::TC_INGRESS, ETH0, vip, f, base);
+        if claimed {
+            ingress.flags = tracer_common::flag::TC_CLAIMED;
+        }
+        vec![
+            ingress,
+            nat(hook::PRE_ROUTING, ct::NEW, vip, pod, f, base + 2000),
+            tc(kind::TC_EGRESS, AZURE0, pod, f, base + 3000),
+            tc(kind::TC_EGRESS, AZV_BACKEND, pod, f, base + 3100),
+        ]
+    };
+    let mut events = packet(fp(1), 1000, true);
+    events.extend(packet(fp(2), 9000, false));
+    let done = run(&mut c, &events);
+    assert_eq!(done.len(), 2, "{done:#?}");
+    for (j, claimed) in done.iter().zip([true, false]) {
+        assert_eq!(
+            points(j),
+            vec![
+                (Point::Ingress, Some("eth0"), false),
+                (Point::Dnat, None, false),
+                (Point::Egress, Some("azure0"), false),
+                (Point::Egress, Some("azva4124965a9b"), false),
+            ]
+        );
+        let bound: Vec<bool> = j.steps.iter().map(|s| s.time_bound).collect();
+        assert_eq!(bound, [claimed, false, false, false]);
+        assert_eq!(j.ending, Ending::Left);
+    }
+    assert_eq!(c.open_count(), 0);
+}
