@@ -15,9 +15,10 @@ use crate::{cmd::describe, target_dir, workspace_root};
 /// fentry) or on a kernel without tcx. The rest (pod resolution, lab variants, following
 /// interfaces, the safety suite) exercise user space and the tc path, which the host's
 /// integration tier covers; under TCG they would add tens of minutes per hook.
-pub const VM_TESTS: [&str; 6] = [
+pub const VM_TESTS: [&str; 7] = [
     "tests",
     "journeys",
+    "first_packet",
     "nat_hooks",
     "lifecycle",
     "attribution",
