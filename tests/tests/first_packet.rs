@@ -82,12 +82,27 @@ fn first_packets_start_at_the_uplink(vip: &str, service: &str, nat: &[(&str, boo
         let all = dnated(&trace, ct);
         let from_uplink = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
         // SYN, ACK, request, FIN and ACK at least; none of them starts at its DNAT step.
-        assert!(all.len() >= 3, "too few packets of {ct:?}\n{}", trace.dump());
-        assert_eq!(all.len(), from_uplink.len(), "a journey of {ct:?} does not start at the uplink\n{}", trace.dump());
+        assert!(
+            all.len() >= 3,
+            "too few packets of {ct:?}\n{}",
+            trace.dump()
+        );
+        assert_eq!(
+            all.len(),
+            from_uplink.len(),
+            "a journey of {ct:?} does not start at the uplink\n{}",
+            trace.dump()
+        );
         for j in &from_uplink {
             assert_path(j, "eth0", nat, veth_of(&backend), BRIDGE);
-            let times: Vec<u64> = steps(j).iter().map(|s| s["t_ns"].as_u64().expect("t_ns")).collect();
-            assert!(times.windows(2).all(|w| w[0] <= w[1]), "steps out of time order: {j}");
+            let times: Vec<u64> = steps(j)
+                .iter()
+                .map(|s| s["t_ns"].as_u64().expect("t_ns"))
+                .collect();
+            assert!(
+                times.windows(2).all(|w| w[0] <= w[1]),
+                "steps out of time order: {j}"
+            );
             let dnat = &nat_steps(j)[0];
             assert_eq!(dnat["rule"], rule.as_str(), "{j}");
             assert_eq!(dnat["service"], service, "{j}");
@@ -100,7 +115,12 @@ fn first_packets_start_at_the_uplink(vip: &str, service: &str, nat: &[(&str, boo
             .expect("a journey");
         for j in &from_uplink {
             let claimed = steps(j)[0]["t_at_or_before"] == true;
-            assert_eq!(claimed, std::ptr::eq(*j, *first), "only the first packet's ingress is claimed: {j}\n{}", trace.dump());
+            assert_eq!(
+                claimed,
+                std::ptr::eq(*j, *first),
+                "only the first packet's ingress is claimed: {j}\n{}",
+                trace.dump()
+            );
         }
     }
 }
@@ -108,11 +128,19 @@ fn first_packets_start_at_the_uplink(vip: &str, service: &str, nat: &[(&str, boo
 /// `default/whereami`'s VIP (externalTrafficPolicy=Cluster): DNAT, then masquerade to the node.
 #[test]
 fn first_packet_to_lb_vip_starts_at_the_uplink() {
-    first_packets_start_at_the_uplink(&WHEREAMI_LB_VIP.to_string(), "default/whereami", &[("dnat", false), ("snat", false)]);
+    first_packets_start_at_the_uplink(
+        &WHEREAMI_LB_VIP.to_string(),
+        "default/whereami",
+        &[("dnat", false), ("snat", false)],
+    );
 }
 
 /// `default/whereami-local`'s VIP (externalTrafficPolicy=Local): DNAT only.
 #[test]
 fn first_packet_to_local_policy_vip_starts_at_the_uplink() {
-    first_packets_start_at_the_uplink(&WHEREAMI_LOCAL_LB_VIP.to_string(), "default/whereami-local", &[("dnat", false)]);
+    first_packets_start_at_the_uplink(
+        &WHEREAMI_LOCAL_LB_VIP.to_string(),
+        "default/whereami-local",
+        &[("dnat", false)],
+    );
 }

@@ -440,7 +440,11 @@ fn first_keys_agree_with_the_fast_parse() {
         let padded = pad(frame);
         let head: &[u8; FAST_ETH_BYTES] = padded[..FAST_ETH_BYTES].try_into().unwrap();
         for len in (0..=frame.len() as u32).chain([1500, 65_000]) {
-            assert_eq!(first::first_key_fast(head, len), None, "{frame:02x?}, len {len}");
+            assert_eq!(
+                first::first_key_fast(head, len),
+                None,
+                "{frame:02x?}, len {len}"
+            );
         }
     }
 }

@@ -67,7 +67,10 @@ impl TextSink {
     fn step_lines(&self, step: &Step, start_ns: u64, out: &mut String) {
         // A step the hook saw at or before its time (a first packet's claimed ingress).
         let bound = if step.time_bound { "≤" } else { "" };
-        let dt = format!("{bound}+{}", human_ns(step.ktime_ns.saturating_sub(start_ns)));
+        let dt = format!(
+            "{bound}+{}",
+            human_ns(step.ktime_ns.saturating_sub(start_ns))
+        );
         let point = step.point.as_str();
         let line = if step.point.is_nat() {
             format!("  {dt:<8} {point:<7} {}", nat_detail(step))
