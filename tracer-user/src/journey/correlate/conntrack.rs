@@ -32,6 +32,7 @@ fn steps_between(chain: &Chain, from: usize, to: usize, ktime: u64, ip: Option<u
             reply: chain.hops[i].reply,
             latency_ns: None,
             ktime_ns: ktime,
+            time_bound: false,
             ip_id: ip,
             attribution: None,
         })
