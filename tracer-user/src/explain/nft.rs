@@ -264,51 +264,8 @@ fn match_cond(m: &Value) -> Vec<Cond> {
     let (Some(left), Some(right)) = (m.get("left"), m.get("right")) else {
         return vec![unknown(m)];
     };
-    let cond = |test| Cond { negated, test };
-    // `meta mark & 0x4000 == 0x4000`, `ct mark & …`.
-    if let Some(args) = left.get("&").and_then(Value::as_array)
-        && let (Some(what), Some(mask), Some(value)) =
-            (args.first(), args.get(1).and_then(number), number(right))
-    {
-        return match mark_key(what) {
-            Some(true) => vec![cond(Test::Mark { value, mask })],
-            Some(false) => vec![cond(Test::CtMark { value, mask })],
-            None => vec![unknown(m)],
-        };
-    }
-    if let Some(meta) = mark_key(left) {
-        let Some(value) = number(right) else {
-            return vec![unknown(m)];
-        };
-        let mask = u32::MAX;
-        return vec![cond(if meta {
-            Test::Mark { value, mask }
-        } else {
-            Test::CtMark { value, mask }
-        })];
-    }
-    if let Some(fib) = left.get("fib") {
-        let dst = fib.to_string().contains("daddr");
-        return match right.as_str() {
-            Some(kind) if fib.get("result").and_then(Value::as_str) == Some("type") => {
-                vec![cond(Test::AddrType {
-                    dst,
-                    kind: kind.to_ascii_uppercase(),
-                })]
-            }
-            _ => vec![unknown(m)],
-        };
-    }
-    if left
-        .get("ct")
-        .is_some_and(|c| c.get("key").and_then(Value::as_str) == Some("state"))
-    {
-        // nat chains only see a connection's first packet: `ct state new` holds.
-        let new = right.to_string().contains("new");
-        return vec![Cond {
-            negated: false,
-            test: Test::Proto(if new != negated { 0 } else { 255 }),
-        }];
+    if let Some(conds) = mark_fib_or_state(m, left, right, negated) {
+        return conds;
     }
     let keys = keys_of(left);
     if keys.iter().any(|k| matches!(k, Key::Other(_))) {
@@ -326,34 +283,9 @@ fn match_cond(m: &Value) -> Vec<Cond> {
             keys,
             set: SetRef::Named(s[1..].to_owned()),
         },
-        ([key], v) if v.get("set").is_none() => match (key, value(v)) {
-            (Key::Saddr, Some(Val::Net(c))) => Test::Src(c),
-            (Key::Daddr, Some(Val::Net(c))) => Test::Dst(c),
-            (Key::Saddr | Key::Daddr, Some(Val::Range(lo, hi))) => Test::Range {
-                dst: *key == Key::Daddr,
-                lo,
-                hi,
-            },
-            (Key::L4proto, Some(Val::Num(p, _))) => Test::Proto(u8::try_from(p).unwrap_or(255)),
-            (Key::Dport | Key::Sport, Some(Val::Num(lo, hi))) => {
-                let r = vec![(port(lo), port(hi))];
-                if *key == Key::Dport {
-                    Test::Dport(r)
-                } else {
-                    Test::Sport(r)
-                }
-            }
-            (Key::Oifname | Key::Iifname, Some(Val::Str(name))) => {
-                let pat = name
-                    .strip_suffix('*')
-                    .map_or(name.clone(), |p| format!("{p}+"));
-                if *key == Key::Oifname {
-                    Test::OutIface(pat)
-                } else {
-                    Test::InIface(pat)
-                }
-            }
-            _ => return vec![unknown(m)],
+        ([key], v) if v.get("set").is_none() => match key_test(key, v) {
+            Some(test) => test,
+            None => return vec![unknown(m)],
         },
         (_, v) => Test::InSet {
             keys,
@@ -361,8 +293,92 @@ fn match_cond(m: &Value) -> Vec<Cond> {
         },
     };
     let mut out = implied;
-    out.push(cond(test));
+    out.push(Cond { negated, test });
     out
+}
+
+/// The conditions of a mark, `fib … type` or `ct state` match; `None` for any other match.
+fn mark_fib_or_state(m: &Value, left: &Value, right: &Value, negated: bool) -> Option<Vec<Cond>> {
+    let cond = |test| Cond { negated, test };
+    // `meta mark & 0x4000 == 0x4000`, `ct mark & …`.
+    if let Some(args) = left.get("&").and_then(Value::as_array)
+        && let (Some(what), Some(mask), Some(value)) =
+            (args.first(), args.get(1).and_then(number), number(right))
+    {
+        return Some(match mark_key(what) {
+            Some(true) => vec![cond(Test::Mark { value, mask })],
+            Some(false) => vec![cond(Test::CtMark { value, mask })],
+            None => vec![unknown(m)],
+        });
+    }
+    if let Some(meta) = mark_key(left) {
+        let Some(value) = number(right) else {
+            return Some(vec![unknown(m)]);
+        };
+        let mask = u32::MAX;
+        return Some(vec![cond(if meta {
+            Test::Mark { value, mask }
+        } else {
+            Test::CtMark { value, mask }
+        })]);
+    }
+    if let Some(fib) = left.get("fib") {
+        let dst = fib.to_string().contains("daddr");
+        return Some(match right.as_str() {
+            Some(kind) if fib.get("result").and_then(Value::as_str) == Some("type") => {
+                vec![cond(Test::AddrType {
+                    dst,
+                    kind: kind.to_ascii_uppercase(),
+                })]
+            }
+            _ => vec![unknown(m)],
+        });
+    }
+    if left
+        .get("ct")
+        .is_some_and(|c| c.get("key").and_then(Value::as_str) == Some("state"))
+    {
+        // nat chains only see a connection's first packet: `ct state new` holds.
+        let new = right.to_string().contains("new");
+        return Some(vec![Cond {
+            negated: false,
+            test: Test::Proto(if new != negated { 0 } else { 255 }),
+        }]);
+    }
+    None
+}
+
+/// The test of one key against one value (not a set); `None` when pktrace does not model it.
+fn key_test(key: &Key, v: &Value) -> Option<Test> {
+    Some(match (key, value(v)) {
+        (Key::Saddr, Some(Val::Net(c))) => Test::Src(c),
+        (Key::Daddr, Some(Val::Net(c))) => Test::Dst(c),
+        (Key::Saddr | Key::Daddr, Some(Val::Range(lo, hi))) => Test::Range {
+            dst: *key == Key::Daddr,
+            lo,
+            hi,
+        },
+        (Key::L4proto, Some(Val::Num(p, _))) => Test::Proto(u8::try_from(p).unwrap_or(255)),
+        (Key::Dport | Key::Sport, Some(Val::Num(lo, hi))) => {
+            let r = vec![(port(lo), port(hi))];
+            if *key == Key::Dport {
+                Test::Dport(r)
+            } else {
+                Test::Sport(r)
+            }
+        }
+        (Key::Oifname | Key::Iifname, Some(Val::Str(name))) => {
+            let pat = name
+                .strip_suffix('*')
+                .map_or(name.clone(), |p| format!("{p}+"));
+            if *key == Key::Oifname {
+                Test::OutIface(pat)
+            } else {
+                Test::InIface(pat)
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// `Some(true)` for `meta mark`, `Some(false)` for `ct mark`.
