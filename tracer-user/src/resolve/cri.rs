@@ -214,6 +214,43 @@ impl Crictl {
     /// without an address.
     pub fn resolve(&self, namespace: &str, name: &str) -> Result<PodTarget, CriError> {
         let label = format!("{namespace}/{name}");
+        let ready_id = self.ready_sandbox(namespace, name, &label)?;
+        let inspect_args = ["inspectp", "-o", "json", ready_id.as_str()];
+        let out = self.run(&inspect_args)?;
+        let inspected: Inspect = parse(&inspect_args, &out)?;
+        let status = inspected.status;
+        let network = status.network.unwrap_or_default();
+        let mut ips: Vec<IpAddr> = Vec::new();
+        let all = std::iter::once(network.ip.as_str())
+            .chain(network.additional_ips.iter().map(|a| a.ip.as_str()));
+        for ip in all.filter_map(|s| s.trim().parse::<IpAddr>().ok()) {
+            if !ips.contains(&ip) {
+                ips.push(ip);
+            }
+        }
+        if ips.is_empty() {
+            let host = status
+                .linux
+                .and_then(|l| l.namespaces)
+                .and_then(|n| n.options)
+                .is_some_and(|o| o.network == "NODE");
+            return Err(if host {
+                CriError::HostNetwork { label }
+            } else {
+                CriError::NoAddress { label }
+            });
+        }
+        Ok(PodTarget {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            ips,
+            host_ifname: None,
+        })
+    }
+
+    /// The id of the newest ready sandbox of pod `namespace/name` (`label`).
+    fn ready_sandbox(&self, namespace: &str, name: &str, label: &str) -> Result<String, CriError> {
+        let label = label.to_owned();
         let filter = format!("^{}$", regex_escape(namespace));
         let list_args = ["pods", "--namespace", &filter, "-o", "json"];
         let out = self.run(&list_args)?;
@@ -254,37 +291,7 @@ impl Crictl {
                 state: named[0].state.clone(),
             });
         };
-        let inspect_args = ["inspectp", "-o", "json", ready.id.as_str()];
-        let out = self.run(&inspect_args)?;
-        let inspected: Inspect = parse(&inspect_args, &out)?;
-        let status = inspected.status;
-        let network = status.network.unwrap_or_default();
-        let mut ips: Vec<IpAddr> = Vec::new();
-        let all = std::iter::once(network.ip.as_str())
-            .chain(network.additional_ips.iter().map(|a| a.ip.as_str()));
-        for ip in all.filter_map(|s| s.trim().parse::<IpAddr>().ok()) {
-            if !ips.contains(&ip) {
-                ips.push(ip);
-            }
-        }
-        if ips.is_empty() {
-            let host = status
-                .linux
-                .and_then(|l| l.namespaces)
-                .and_then(|n| n.options)
-                .is_some_and(|o| o.network == "NODE");
-            return Err(if host {
-                CriError::HostNetwork { label }
-            } else {
-                CriError::NoAddress { label }
-            });
-        }
-        Ok(PodTarget {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            ips,
-            host_ifname: None,
-        })
+        Ok(ready.id.clone())
     }
 }
 
