@@ -2,12 +2,12 @@
 //! nftables-mode table and an ip-masq-agent-like table next to an iptables-nft `ip nat`
 //! table (tests-data/nft-kube-proxy.nft says how the JSON was made).
 
-use crate::test_support::t;
 use std::net::IpAddr;
 
 use tracer_common::{PROTO_TCP, PROTO_UDP};
 
 use super::{super::*, *};
+use crate::test_support::t;
 
 const JSON: &str = include_str!("../../../tests-data/nft-kube-proxy.json");
 const AZURE: &str = include_str!("../../../tests-data/iptables-save-azure-cni.txt");
