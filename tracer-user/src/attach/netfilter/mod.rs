@@ -8,8 +8,8 @@
 //! ([`crate::sys`]). aya also lists these programs as `SchedClassifier`s; never load them
 //! through aya. Before loading, their placeholders ([`tracer_common::nf_patch`]: member offsets
 //! of typed loads, the kfunc `bpf_rdonly_cast` and its struct type ids) are patched from the
-//! running kernel's BTF ([`rewrite::patch_instructions`], strict: anything unknown or missing is an
-//! error).
+//! running kernel's BTF ([`rewrite::patch_instructions`], strict: anything unknown or missing
+//! is an error).
 //!
 //! A [`NetfilterLink`] hooks a program into netfilter in the network namespace of the
 //! **calling thread** at attach time (`current->nsproxy->net_ns`, `bpf_nf_link_attach`,

@@ -50,41 +50,20 @@ pub fn patch_instructions(
     for (index, insn) in insns.iter_mut().enumerate() {
         let code = insn.code;
         let class = code & CLASS_MASK;
-        let fail = |what: String| Err((index, what));
         if load_range.contains(&insn.off) && matches!(class, CLASS_LDX | CLASS_ST | CLASS_STX) {
-            if class != CLASS_LDX || code & MODE_MASK != MODE_MEM {
-                return fail(format!(
-                    "placeholder offset {:#x} in a store or a non-plain load (code {code:#04x})",
-                    insn.off
-                ));
-            }
-            let Some(p) = patches.loads.iter().find(|p| p.placeholder == insn.off) else {
-                return fail(format!("unknown placeholder offset {:#x}", insn.off));
-            };
-            let bytes = access_bytes(code);
-            if bytes != p.bytes {
-                return fail(format!(
-                    "{}: a {bytes}-byte load of a {}-byte member",
-                    p.what, p.bytes
-                ));
-            }
-            used.loads.insert(p.placeholder);
-            match p.offset {
-                Some(off) => insn.off = off,
-                None => {
-                    let dst = insn.dst_reg();
-                    *insn = mov64_imm(dst, 0);
-                }
-            }
+            patch_load(insn, patches, used).map_err(|what| (index, what))?;
             continue;
         }
         let op = code & OP_MASK;
         let alu = matches!(class, CLASS_ALU | CLASS_ALU64) && code & SRC_X == 0;
         if alu && op == OP_ADD && i16::try_from(insn.imm).is_ok_and(|imm| load_range.contains(&imm))
         {
-            return fail(format!(
-                "placeholder offset {:#x} added to a register instead of folded into a load",
-                insn.imm
+            return Err((
+                index,
+                format!(
+                    "placeholder offset {:#x} added to a register instead of folded into a load",
+                    insn.imm
+                ),
             ));
         }
         if code == CALL && insn.src_reg() == 0 && insn.imm == nf_patch::RDONLY_CAST {
@@ -99,12 +78,44 @@ pub fn patch_instructions(
             debug_assert!(matches!(code, MOV64_IMM | MOV32_IMM));
             let placeholder = insn.imm;
             let Some(&(_, what, id)) = patches.types.iter().find(|t| t.0 == placeholder) else {
-                return fail(format!("unknown type placeholder {placeholder:#x}"));
+                return Err((index, format!("unknown type placeholder {placeholder:#x}")));
             };
             insn.imm = i32::try_from(id)
                 .map_err(|_| (index, format!("the BTF id of {what} is too large")))?;
             used.types.insert(placeholder);
             continue;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites placeholder load `insn` (its offset is a placeholder, its class a load or store):
+/// the member's offset, or `dst = 0` for a member this kernel lacks. Errors say what is wrong
+/// with it: a store or non-plain load, an unknown placeholder, or the wrong size.
+fn patch_load(insn: &mut bpf_insn, patches: &NfPatches, used: &mut Used) -> Result<(), String> {
+    let code = insn.code;
+    if code & CLASS_MASK != CLASS_LDX || code & MODE_MASK != MODE_MEM {
+        return Err(format!(
+            "placeholder offset {:#x} in a store or a non-plain load (code {code:#04x})",
+            insn.off
+        ));
+    }
+    let Some(p) = patches.loads.iter().find(|p| p.placeholder == insn.off) else {
+        return Err(format!("unknown placeholder offset {:#x}", insn.off));
+    };
+    let bytes = access_bytes(code);
+    if bytes != p.bytes {
+        return Err(format!(
+            "{}: a {bytes}-byte load of a {}-byte member",
+            p.what, p.bytes
+        ));
+    }
+    used.loads.insert(p.placeholder);
+    match p.offset {
+        Some(off) => insn.off = off,
+        None => {
+            let dst = insn.dst_reg();
+            *insn = mov64_imm(dst, 0);
         }
     }
     Ok(())
