@@ -13,12 +13,12 @@ use std::net::IpAddr;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use pktrace_fuzz::{
+use pktrace_fuzz::terminal_safe;
+use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
+use tracer_user::{
     explain::{NatDecision, NatRules, PacketCtx},
     output::safe,
-    terminal_safe,
 };
-use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 
 /// Addresses the dictionary and the seed dumps use, so packets meet the rules.
 const KNOWN: [&str; 12] = [

@@ -12,23 +12,27 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use pktrace_fuzz::{output::safe, resolve, terminal_safe};
+use pktrace_fuzz::terminal_safe;
+use tracer_user::{output::safe, resolve::state_file};
 
 /// Lookups per input (each parses the file again).
 const LOOKUPS: usize = 6;
 
 fuzz_target!(|data: &[u8]| {
     let path = Path::new("/var/run/azure-vnet.json");
-    let pods = match resolve::parse_pods(path, data) {
+    let pods = match state_file::parse_pods(path, data) {
         Ok(pods) => pods,
         Err(e) => {
-            assert!(matches!(e, resolve::StateFileError::Corrupt { .. }), "{e:?}");
+            assert!(
+                matches!(e, state_file::StateFileError::Corrupt { .. }),
+                "{e:?}"
+            );
             assert_one_safe_line(&e.to_string());
             return;
         }
     };
     for pair in pods.windows(2) {
-        let key = |p: &resolve::PodTarget| (p.namespace.clone(), p.name.clone());
+        let key = |p: &state_file::PodTarget| (p.namespace.clone(), p.name.clone());
         assert!(key(&pair[0]) < key(&pair[1]), "not sorted or not unique");
     }
     for pod in &pods {
@@ -39,9 +43,9 @@ fuzz_target!(|data: &[u8]| {
         assert_one_safe_line(&safe(&pod.label()));
     }
     for pod in pods.iter().take(LOOKUPS) {
-        match resolve::find_pod(path, data, &pod.namespace, &pod.name) {
+        match state_file::find_pod(path, data, &pod.namespace, &pod.name) {
             Ok(found) => assert_eq!(&found, pod),
-            Err(e @ resolve::StateFileError::NoAddress { .. }) => {
+            Err(e @ state_file::StateFileError::NoAddress { .. }) => {
                 assert!(pod.ips.is_empty());
                 assert_one_safe_line(&e.to_string());
             }
@@ -56,14 +60,14 @@ fuzz_target!(|data: &[u8]| {
             (pod.namespace.as_str(), ""),
         ];
         for (namespace, name) in lookups {
-            if let Err(e) = resolve::find_pod(path, data, namespace, name) {
-                assert!(e.is_usage() || matches!(e, resolve::StateFileError::NoAddress { .. }));
+            if let Err(e) = state_file::find_pod(path, data, namespace, name) {
+                assert!(e.is_usage() || matches!(e, state_file::StateFileError::NoAddress { .. }));
                 assert_one_safe_line(&e.to_string());
             }
         }
     }
     if pods.is_empty() {
-        let e = resolve::find_pod(path, data, "default", "ubuntu").unwrap_err();
+        let e = state_file::find_pod(path, data, "default", "ubuntu").unwrap_err();
         assert!(e.is_usage());
         assert_one_safe_line(&e.to_string());
     }

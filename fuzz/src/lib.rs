@@ -1,46 +1,12 @@
 //! Fuzz targets for what pktrace reads from the outside world: packets (the parser the kernel
 //! programs run, from tracer-common), the Azure CNI state file and `iptables-save` output.
 //!
-//! tracer-user is a binary crate; its pure modules are compiled into this library with
-//! `#[path]` (no change to its layout), so the targets call the very code `pktrace` runs.
-//! `output` needs only `config::Format` from the configuration, whose module pulls in the
-//! whole CLI: [`config`] is a stand-in holding just that enum.
+//! The targets call tracer-user's library (`tracer_user::{explain, resolve, output}`), the
+//! very code `pktrace` runs; this crate adds only the properties they check.
+//! `.cargo/config.toml` sets `AYA_BUILD_SKIP`: the targets need no eBPF object.
 //!
 //! Run with `cargo xtask fuzz` (every target, briefly) or, in this directory,
 //! `cargo +nightly fuzz run <target> corpus/<target> seeds/<target> -- -dict=dicts/<target>.dict`.
-
-// `rustfmt::skip`: formatting fuzz/ must not reach into tracer-user's files.
-#[rustfmt::skip]
-#[path = "../../tracer-user/src"]
-#[allow(
-    dead_code,
-    unfulfilled_lint_expectations,
-    reason = "only what the targets call is used"
-)]
-mod user {
-    pub mod explain;
-    pub mod journey;
-    pub mod output;
-    // Only the state file parser: the rest of `resolve` (crictl, the Kubernetes API) needs
-    // processes and a network.
-    #[path = "resolve/state_file.rs"]
-    pub mod resolve;
-    pub mod summary;
-}
-
-pub use user::{explain, journey, output, resolve, summary};
-
-/// Stand-in for tracer-user's `config` module (which needs the CLI): the output format only.
-pub mod config {
-    /// How journeys are printed (`-o`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Format {
-        /// Text blocks for people.
-        Text,
-        /// JSON lines.
-        Json,
-    }
-}
 
 /// True when `s` holds nothing a terminal would act on: no control character (a line break
 /// included: messages are one line), no bidi control or zero-width character (the Trojan

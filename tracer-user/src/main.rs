@@ -1,42 +1,12 @@
-//! pktrace: trace a Kubernetes pod's packets hop by hop through the node's NAT.
+//! `pktrace`: trace a Kubernetes pod's packets hop by hop through the node's NAT.
 //!
-//! Where a packet enters, is joined and is printed: [`attach`] (kernel programs on tc and the
-//! NAT hooks), [`collect`] (ring buffer → events), [`journey`] (events → one packet's
-//! journey), [`explain`] (which iptables rule did each NAT step), [`output`] (text or JSON
-//! lines), [`summary`] (latency percentiles on exit). [`run`] ties them together.
-//!
-//! Besides tracing: `pktrace merge` ([`merge`]: journeys across nodes from several nodes'
-//! JSON lines) and the hidden `--generate` ([`generate`]: man pages, shell completions).
-
-mod attach;
-mod btf;
-mod caps;
-mod cli;
-mod collect;
-mod config;
-mod conntrack;
-mod explain;
-mod follow;
-mod generate;
-mod journey;
-#[expect(
-    dead_code,
-    reason = "shared with kubectl-pktrace; pktrace only reads pods (resolve::kube)"
-)]
-mod kube;
-mod merge;
-mod nat;
-mod output;
-mod resolve;
-mod run;
-mod summary;
-mod sys;
-#[cfg(test)]
-mod test_support;
+//! The binary parses the command line and maps results to exit codes; the work is in the
+//! `tracer_user` library ([`run::run`], [`merge::run`], [`generate::generate`]).
 
 use std::{io::IsTerminal as _, process::ExitCode};
 
 use clap::Parser as _;
+use tracer_user::{cli, config, generate, merge, run};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -163,5 +163,4 @@ fn set_addr(t: &mut Tuple, source: bool, a: IpAddr) {
 }
 
 #[cfg(test)]
-#[path = "parse_tests.rs"]
 mod tests;

@@ -66,10 +66,15 @@ impl Api {
     /// A client for `access`: its CA (or no verification when `insecure-skip-tls-verify`),
     /// client certificate and bearer token. Connecting and each non-streaming call (name
     /// resolution included) end after `call_timeout` ([`CALL_TIMEOUT`] for most callers).
+    /// The User-Agent is `program/VERSION` (`program`: the calling binary's name).
     ///
     /// # Errors
     /// A certificate or key is not PEM.
-    pub fn new(access: &ClusterAccess, call_timeout: Duration) -> Result<Self, ApiError> {
+    pub fn new(
+        access: &ClusterAccess,
+        call_timeout: Duration,
+        program: &str,
+    ) -> Result<Self, ApiError> {
         let mut tls = TlsConfig::builder().disable_verification(access.insecure_skip_tls_verify);
         if let Some(ca) = &access.ca_pem {
             let certs = certificates(ca, "certificate authority")?;
@@ -86,11 +91,7 @@ impl Api {
             .http_status_as_error(false)
             .timeout_connect(Some(call_timeout))
             .timeout_resolve(Some(call_timeout))
-            .user_agent(concat!(
-                env!("CARGO_BIN_NAME"),
-                "/",
-                env!("CARGO_PKG_VERSION")
-            ))
+            .user_agent(format!("{program}/{}", env!("CARGO_PKG_VERSION")))
             .build();
         Ok(Self {
             agent: config.new_agent(),

@@ -400,3 +400,6 @@ fn run_exec(exec: &Exec, dir: &Path, access: &mut ClusterAccess) -> Result<(), K
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,6 @@
 //! The Kubernetes API client shared by `pktrace` (pod resolution through the API) and
-//! `kubectl-pktrace` (which includes this folder with `#[path]`): [`kubeconfig`] finds the
-//! server and credentials, [`api`] makes the calls.
+//! `kubectl-pktrace` ([`crate::kubectl`]): [`kubeconfig`] finds the server and credentials,
+//! [`api`] makes the calls.
 
 pub mod api;
 #[cfg(test)]

@@ -411,5 +411,4 @@ fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D:
 }
 
 #[cfg(test)]
-#[path = "cri_tests.rs"]
 pub(super) mod tests;

@@ -245,7 +245,7 @@ impl KubeApi {
     pub fn resolve(&self, namespace: &str, name: &str) -> Result<(PodTarget, String), KubeError> {
         let access = self.access()?;
         let server = access.server.clone();
-        let api = Api::new(&access, self.timeout).map_err(|e| KubeError::Call {
+        let api = Api::new(&access, self.timeout, "pktrace").map_err(|e| KubeError::Call {
             server: server.clone(),
             reason: e.to_string(),
         })?;
@@ -451,5 +451,4 @@ fn call_reason(e: &ApiError, timeout: Duration) -> String {
 }
 
 #[cfg(test)]
-#[path = "kube_tests.rs"]
 pub(super) mod tests;

@@ -119,13 +119,6 @@ impl StateFileError {
     /// True when the user asked for something that is not there (exit 2); false for a
     /// problem with the node's files (exit 1).
     #[must_use]
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the resolver classifies by variant; the fuzz target uses it"
-        )
-    )]
     pub const fn is_usage(&self) -> bool {
         matches!(self, Self::PodNotFound(_))
     }
@@ -391,10 +384,6 @@ fn nonempty(s: Option<&String>) -> Option<&str> {
 ///
 /// # Errors
 /// The file is missing, unreadable, too large or corrupt.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")
-)]
 pub fn list_pods(state_file: &Path) -> Result<Vec<PodTarget>, StateFileError> {
     Ok(pods(&load(state_file)?))
 }
@@ -517,10 +506,6 @@ fn distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
 /// The CNI's mode and bridge, from the first network of the state file that names a mode;
 /// `None` when the file cannot be read or names none.
 #[must_use]
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "for interface auto-detection per CNI (issue 4)")
-)]
 pub fn cni_layout(state_file: &Path) -> Option<CniLayout> {
     let state = load(state_file).ok()?;
     networks(&state).find_map(|(ext, net)| {
@@ -531,7 +516,6 @@ pub fn cni_layout(state_file: &Path) -> Option<CniLayout> {
 }
 
 #[cfg(test)]
-#[path = "hostile_tests.rs"]
 mod hostile_tests;
 #[cfg(test)]
 mod tests {

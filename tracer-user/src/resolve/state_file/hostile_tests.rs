@@ -125,7 +125,7 @@ fn the_limit_is_inclusive() {
 
 #[test]
 fn corrupt_state_files() {
-    const FIXTURE: &[u8] = include_bytes!("../../tests-data/azure-vnet.json");
+    const FIXTURE: &[u8] = include_bytes!("../../../tests-data/azure-vnet.json");
     let nested = "[".repeat(100_000);
     let mut cases: Vec<(String, Vec<u8>)> = vec![
         ("empty".into(), Vec::new()),

@@ -1,31 +1,22 @@
 //! `kubectl pktrace POD [-n NS] [-- PKTRACE FLAGS]`: runs pktrace on the node of a pod.
 //!
-//! Finds the pod's node through the Kubernetes API ([`kubeconfig`], [`api`]), starts pktrace
-//! there in a short-lived privileged pod ([`pod_spec`], like `kubectl debug node/…`), streams
-//! its output and deletes the pod when pktrace ends or on Ctrl-C ([`session`]).
-
-#[path = "../../kube/mod.rs"]
-mod kube;
-mod pod_spec;
-mod session;
-
-#[cfg(test)]
-mod tests;
+//! The command line, signals and exit codes; the plugin itself is
+//! [`tracer_user::kubectl`] (its node lookup, pod and session).
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Parser;
 
-use crate::{
-    api::Api,
-    kube::{api, kubeconfig},
-    kubeconfig::{ClusterAccess, Kubeconfig},
-    session::{Plan, Stop},
+use tracer_user::{
+    kube::{
+        api::{self, Api},
+        kubeconfig::{self, ClusterAccess, Kubeconfig},
+    },
+    kubectl::{
+        DEFAULT_IMAGE,
+        session::{self, Plan, Stop},
+    },
 };
-
-/// The image when neither `--image` nor `$PKTRACE_IMAGE` names one: `deploy/Dockerfile` built
-/// from `cargo xtask dist` and pushed under this name.
-const DEFAULT_IMAGE: &str = concat!("ghcr.io/pktrace/pktrace:", env!("CARGO_PKG_VERSION"));
 
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -102,7 +93,7 @@ fn main() -> ExitCode {
         Err(_) if cli.dry_run && cli.node.is_some() => ClusterAccess::default(),
         Err(e) => return fail(&anyhow::Error::new(e), 1),
     };
-    let api = match Api::new(&access, api::CALL_TIMEOUT) {
+    let api = match Api::new(&access, api::CALL_TIMEOUT, env!("CARGO_BIN_NAME")) {
         Ok(api) => Arc::new(api),
         Err(e) => return fail(&anyhow::Error::new(e), 1),
     };

@@ -1,18 +1,16 @@
 //! The plugin against a fake API server ([`crate::kube::fake_api`]): which node it picks, the pod it
 //! creates, the arguments it passes, that it always cleans up, and how it logs in.
 
-mod kubeconfig_tests;
-
 use std::{sync::Arc, thread, time::Duration};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::{
-    api::{Api, ApiError},
-    kube::fake_api::{FakeApi, Request, SUFFIX, Scenario, Tls},
+use super::session::{self, Plan, SessionError, Stop};
+use crate::kube::{
+    api::{self, Api, ApiError},
+    fake_api::{FakeApi, Request, SUFFIX, Scenario, Tls},
     kubeconfig::{ClusterAccess, Kubeconfig},
-    session::{self, Plan, SessionError, Stop},
 };
 
 const TOKEN: &str = "t0k3n";
@@ -56,7 +54,7 @@ fn api_for(fake: &FakeApi) -> Arc<Api> {
         token: Some(TOKEN.into()),
         ..ClusterAccess::default()
     };
-    Arc::new(Api::new(&access, crate::api::CALL_TIMEOUT).unwrap())
+    Arc::new(Api::new(&access, api::CALL_TIMEOUT, "kubectl-pktrace").unwrap())
 }
 
 /// Runs the plugin's session against `fake`: (result, stdout).
@@ -340,7 +338,7 @@ fn dry_run_prints_the_manifest_and_creates_nothing() {
 #[test]
 fn the_daemonset_mounts_what_the_plugins_pod_mounts() {
     use serde::Deserialize as _;
-    let text = include_str!("../../../../deploy/daemonset.yaml");
+    let text = include_str!("../../../deploy/daemonset.yaml");
     let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| Value::deserialize(d).expect("YAML"))
         .collect();
@@ -349,7 +347,7 @@ fn the_daemonset_mounts_what_the_plugins_pod_mounts() {
         .find(|d| d["kind"] == "DaemonSet")
         .expect("a DaemonSet");
     let spec = &ds["spec"]["template"]["spec"];
-    let pod = crate::pod_spec::DebugPod {
+    let pod = super::pod_spec::DebugPod {
         node: "n".into(),
         namespace: "pktrace".into(),
         image: "i".into(),
@@ -375,7 +373,7 @@ fn the_daemonset_mounts_what_the_plugins_pod_mounts() {
         image.ends_with(&format!(":{}", env!("CARGO_PKG_VERSION"))),
         "release image: {image}"
     );
-    assert_eq!(image, crate::DEFAULT_IMAGE);
+    assert_eq!(image, super::DEFAULT_IMAGE);
 }
 
 #[test]
@@ -423,7 +421,7 @@ fn kubeconfig(server: &str, cluster: &str, user: &str) -> Kubeconfig {
 
 fn run_with(config: &Kubeconfig) -> Result<u8, SessionError> {
     let access = config.access(None).unwrap();
-    let api = Arc::new(Api::new(&access, crate::api::CALL_TIMEOUT)?);
+    let api = Arc::new(Api::new(&access, api::CALL_TIMEOUT, "kubectl-pktrace")?);
     session::run(&plan(&[]), &api, &Stop::default(), &mut Vec::new())
 }
 

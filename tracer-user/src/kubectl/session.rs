@@ -12,10 +12,8 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    api::{Api, ApiError},
-    pod_spec::{CONTAINER, DebugPod},
-};
+use super::pod_spec::{CONTAINER, DebugPod};
+use crate::kube::api::{Api, ApiError};
 
 /// How often the pod's status is polled while it starts and ends.
 const POLL: Duration = Duration::from_millis(300);

@@ -3,7 +3,7 @@
 
 use std::{fs, path::PathBuf};
 
-use crate::kubeconfig::{Kubeconfig, KubeconfigError, paths};
+use super::{Kubeconfig, KubeconfigError, paths};
 
 fn dir(name: &str) -> PathBuf {
     let dir =

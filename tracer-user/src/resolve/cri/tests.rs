@@ -10,8 +10,8 @@ use std::{
 
 use super::*;
 
-const PODS: &str = include_str!("testdata/crictl-pods.json");
-const INSPECT: &str = include_str!("testdata/crictl-inspectp.json");
+const PODS: &str = include_str!("../testdata/crictl-pods.json");
+const INSPECT: &str = include_str!("../testdata/crictl-inspectp.json");
 const READY_ID: &str = "9d1b6c0e2f4a4e0c8a1f3b5d7e9c2a4b6d8f0a1c3e5b7d9f1a3c5e7b9d1f3a5c";
 
 /// A temp dir holding a fake crictl, removed on drop.
