@@ -17,7 +17,7 @@ use pktrace_fuzz::terminal_safe;
 use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 use tracer_user::{
     explain::{NatDecision, NatRules, PacketCtx},
-    output::safe,
+    util::safe,
 };
 
 /// Addresses the dictionary and the seed dumps use, so packets meet the rules.

@@ -5,7 +5,7 @@
 //! out sorted, unique, named, with unique addresses; each is found by its own name (or has no
 //! address yet); and every message — not found, did you mean, other namespaces, the pods of a
 //! namespace, no address, corrupt — is one line in which no name from the file can move the
-//! cursor, recolour the terminal or reorder text (`output::safe` everywhere), as is the pod's
+//! cursor, recolour the terminal or reorder text (`util::safe` everywhere), as is the pod's
 //! label once escaped for the start-up line and the text summary.
 #![no_main]
 
@@ -13,7 +13,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use pktrace_fuzz::terminal_safe;
-use tracer_user::{output::safe, resolve::state_file};
+use tracer_user::{resolve::state_file, util::safe};
 
 /// Lookups per input (each parses the file again).
 const LOOKUPS: usize = 6;

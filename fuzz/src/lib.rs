@@ -1,7 +1,7 @@
 //! Fuzz targets for what pktrace reads from the outside world: packets (the parser the kernel
 //! programs run, from tracer-common), the Azure CNI state file and `iptables-save` output.
 //!
-//! The targets call tracer-user's library (`tracer_user::{explain, resolve, output}`), the
+//! The targets call tracer-user's library (`tracer_user::{explain, resolve, util}`), the
 //! very code `pktrace` runs; this crate adds only the properties they check.
 //! `.cargo/config.toml` sets `AYA_BUILD_SKIP`: the targets need no eBPF object.
 //!
@@ -10,7 +10,7 @@
 
 /// True when `s` holds nothing a terminal would act on: no control character (a line break
 /// included: messages are one line), no bidi control or zero-width character (the Trojan
-/// Source set of CVE-2021-42574, and friends). Stated here independently of `output::safe`,
+/// Source set of CVE-2021-42574, and friends). Stated here independently of `util::safe`,
 /// whose output must satisfy it.
 #[must_use]
 pub fn terminal_safe(s: &str) -> bool {

@@ -12,8 +12,7 @@ use std::{
 
 use crate::{
     attach::{links::LinkEvent, tc::Iface},
-    config::iface_matches,
-    output::safe,
+    util::{iface_matches, safe},
 };
 
 /// What to do about one link event.

@@ -11,7 +11,7 @@
 //! The binaries are thin: `pktrace` (`src/main.rs`) parses [`cli`], checks it into a
 //! [`config`] and calls [`run`], [`merge`] or [`generate`]; `kubectl-pktrace`
 //! (`src/bin/kubectl-pktrace.rs`) calls [`kubectl`]. The fuzz targets (`fuzz/`) call
-//! [`explain`], [`resolve`] and [`output`]. Everything else is private to the library.
+//! [`explain`], [`resolve`] and [`util`]. Everything else is private to the library.
 
 mod attach;
 mod btf;
@@ -28,10 +28,11 @@ pub mod kube;
 pub mod kubectl;
 pub mod merge;
 mod nat;
-pub mod output;
+mod output;
 pub mod resolve;
 pub mod run;
 mod summary;
 mod sys;
 #[cfg(test)]
 mod test_support;
+pub mod util;

@@ -36,6 +36,7 @@ use crate::{
     output::{self, Sink},
     resolve,
     summary::Summary,
+    util,
 };
 
 /// How often the collector drains the ring buffer when the kernel did not wake it.
@@ -110,7 +111,7 @@ fn subject(cfg: &Config) -> Result<Subject, RunError> {
             if !found.fallbacks.is_empty() || cfg.verbose > 0 {
                 eprintln!(
                     "pktrace: pod {} found through {}",
-                    output::safe(&found.pod.label()),
+                    util::safe(&found.pod.label()),
                     found.via
                 );
             }
@@ -171,7 +172,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let choice = crate::config::choose_interfaces(cfg.interfaces.as_deref(), &names);
     let ifaces: Vec<tc::Iface> = all
         .iter()
-        .filter(|i| crate::config::iface_matches(&choice.patterns, &i.name))
+        .filter(|i| util::iface_matches(&choice.patterns, &i.name))
         .cloned()
         .collect();
     if ifaces.is_empty() {
@@ -179,7 +180,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
             patterns: choice.patterns.join(","),
             present: all
                 .iter()
-                .map(|i| output::safe(&i.name))
+                .map(|i| util::safe(&i.name))
                 .collect::<Vec<_>>()
                 .join(" "),
         }
@@ -231,7 +232,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     }
 
     announce(&subject, &ifaces, policy::summary(&modes), &nat_attachment);
-    eprintln!("pktrace: interfaces {}", output::safe(&choice.describe()));
+    eprintln!("pktrace: interfaces {}", util::safe(&choice.describe()));
     eprintln!(
         "pktrace: attach: {}",
         policy.describe(&ifaces, &modes, &choice.patterns)
@@ -347,11 +348,11 @@ fn ignore_broken_pipe(e: io::Error) -> io::Result<()> {
 }
 
 fn announce(subject: &Subject, ifaces: &[tc::Iface], mode: &str, nat: &NatAttachment) {
-    let names: Vec<String> = ifaces.iter().map(|i| output::safe(&i.name)).collect();
+    let names: Vec<String> = ifaces.iter().map(|i| util::safe(&i.name)).collect();
     let addrs: Vec<String> = subject.addrs.iter().map(ToString::to_string).collect();
     eprintln!(
         "pktrace: tracing {} ({}) on {} interfaces ({}): {}",
-        output::safe(&subject.label),
+        util::safe(&subject.label),
         if addrs.is_empty() {
             "every packet".into()
         } else {
@@ -702,7 +703,7 @@ impl Hot<'_> {
                             if self.verbose {
                                 eprintln!(
                                     "pktrace: attached to {} ({})",
-                                    output::safe(&iface.name),
+                                    util::safe(&iface.name),
                                     mode.as_str()
                                 );
                             }
@@ -722,7 +723,7 @@ impl Hot<'_> {
                     if self.verbose {
                         eprintln!(
                             "pktrace: detached from {}: renamed out of --interfaces",
-                            output::safe(&name)
+                            util::safe(&name)
                         );
                     }
                 }
@@ -732,7 +733,7 @@ impl Hot<'_> {
                     if self.verbose {
                         eprintln!(
                             "pktrace: {} is gone",
-                            output::safe(name.as_deref().unwrap_or("?"))
+                            util::safe(name.as_deref().unwrap_or("?"))
                         );
                     }
                 }

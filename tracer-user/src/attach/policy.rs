@@ -20,7 +20,7 @@
 //! An interface keeps the mechanism it was attached with until it goes.
 
 use super::tc::{Iface, TcMode};
-use crate::config::{glob_match, is_glob};
+use crate::util::{glob_match, is_glob};
 
 /// Glob-matched interfaces that still get tcx: 8 links' worth of RCU waits (about 30 ms per
 /// interface, ingress and egress) plus the usual named ones (`eth0`, `azure0`) keep tcx's share
@@ -135,7 +135,7 @@ impl Policy {
             let (named, globbed): (Vec<&Iface>, Vec<&Iface>) =
                 mine.iter().partition(|i| is_named(patterns, &i.name));
             let mut parts: Vec<String> =
-                named.iter().map(|i| crate::output::safe(&i.name)).collect();
+                named.iter().map(|i| crate::util::safe(&i.name)).collect();
             if !globbed.is_empty() {
                 let globs: Vec<&str> = patterns
                     .iter()
@@ -150,7 +150,7 @@ impl Policy {
                 parts.push(format!(
                     "{} {noun} matching {}",
                     globbed.len(),
-                    crate::output::safe(&globs.join(", "))
+                    crate::util::safe(&globs.join(", "))
                 ));
             }
             groups.push(format!("{} on {}", mode.as_str(), parts.join(", ")));

@@ -133,7 +133,7 @@ pub fn role_of(index: u32, name: &str) -> Role {
             eprintln!(
                 "pktrace: warning: reading the kind of {} over rtnetlink failed ({e}): it counts \
                  as an edge, so a packet routed through it would show as two journeys",
-                crate::output::safe(name)
+                crate::util::safe(name)
             );
             Role::Uplink
         }
@@ -217,7 +217,7 @@ impl TcAttachments {
                     }
                     return Err(TcAttachError::Attach {
                         program,
-                        iface: crate::output::safe(&iface.name),
+                        iface: crate::util::safe(&iface.name),
                         source,
                     });
                 }

@@ -33,7 +33,7 @@ pub fn run(program: &str, args: &[&str]) -> Result<Output, ExplainError> {
         };
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            let stderr = crate::output::safe(stderr.lines().next().unwrap_or("").trim());
+            let stderr = crate::util::safe(stderr.lines().next().unwrap_or("").trim());
             failure.get_or_insert(ExplainError::Failed {
                 command,
                 status: out.status.to_string(),

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::{clock::NodeClock, input::NodeJourney};
-use crate::config::iface_matches;
+use crate::util::iface_matches;
 
 /// The packet as seen on the wire between nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -8,14 +8,15 @@
 //!                    via KUBE-SVC-7G2JV7LNOR6DDNIY, 1 of 2 endpoints)
 //!   +9.41µs  egress  azva4124965a9b
 //! ```
-//! Names from the kernel or files go through [`super::safe`]; colours only when asked for.
+//! Names from the kernel or files go through [`crate::util::safe`]; colours only when asked for.
 
 use std::{
     fmt::Write as _,
     io::{self, Write},
 };
 
-use super::{Sink, human_ns, safe};
+use super::{Sink, human_ns};
+use crate::util::safe;
 use crate::{
     journey::{Ending, Journey, Step, endpoint},
     summary::{Stats, Summary},

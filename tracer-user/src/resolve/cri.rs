@@ -25,7 +25,7 @@ use std::{
 use serde::Deserialize;
 
 use super::{PodTarget, state_file};
-use crate::output::safe;
+use crate::util::safe;
 
 /// Environment variable naming the crictl to run (default: `crictl` from `PATH`).
 pub const CRICTL_ENV: &str = "PKTRACE_CRICTL";

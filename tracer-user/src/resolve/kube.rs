@@ -24,7 +24,7 @@ use crate::{
         api::{Api, ApiError},
         kubeconfig::{ClusterAccess, Kubeconfig, KubeconfigError},
     },
-    output::safe,
+    util::safe,
 };
 
 /// The kubelet's kubeconfigs on AKS (and kubeadm) nodes.

@@ -14,7 +14,7 @@ pub mod state_file;
 use std::path::{Path, PathBuf};
 
 pub use self::state_file::{PodTarget, StateFileError};
-use crate::output::safe;
+use crate::util::safe;
 
 /// Where pods are looked up.
 #[derive(Clone, Debug)]

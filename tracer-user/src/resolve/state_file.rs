@@ -18,7 +18,7 @@ use std::{
 
 use serde::Deserialize;
 
-use crate::output::safe;
+use crate::util::safe;
 
 /// Names listed in an error message before "… and N more".
 const LIST_MAX: usize = 12;

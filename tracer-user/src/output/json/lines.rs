@@ -24,7 +24,7 @@ pub(super) fn write_line<T: Serialize>(out: &mut dyn Write, value: &T) -> io::Re
 
 /// serde_json's compact output, plus `\uXXXX` for what JSON may leave raw but a terminal
 /// would obey (C1 controls such as U+009B CSI, DEL, bidi and zero-width characters: the set
-/// [`crate::output::safe`] escapes). Lossless: a reader decodes the very same strings.
+/// [`crate::util::safe`] escapes). Lossless: a reader decodes the very same strings.
 pub(super) struct TerminalSafe;
 
 impl serde_json::ser::Formatter for TerminalSafe {
@@ -35,7 +35,7 @@ impl serde_json::ser::Formatter for TerminalSafe {
     ) -> io::Result<()> {
         let mut start = 0;
         for (i, c) in fragment.char_indices() {
-            if c.is_control() || crate::output::is_invisible_format(c) {
+            if c.is_control() || crate::util::text::is_invisible_format(c) {
                 w.write_all(&fragment.as_bytes()[start..i])?;
                 write!(w, "\\u{:04x}", u32::from(c))?;
                 start = i + c.len_utf8();

@@ -54,7 +54,7 @@ pub(super) fn needs_no_escape_slow(s: &str) -> bool {
         let Some(c) = s.get(i..).and_then(|rest| rest.chars().next()) else {
             return false;
         };
-        if c.is_control() || crate::output::is_invisible_format(c) {
+        if c.is_control() || crate::util::text::is_invisible_format(c) {
             return false;
         }
         i += c.len_utf8();

@@ -1,0 +1,10 @@
+//! Small helpers every layer may use, importing nothing of the crate: [`text`] (printing
+//! names that come from files or the kernel) and [`glob`] (interface name patterns).
+
+pub mod glob;
+pub mod text;
+
+pub use self::{
+    glob::{glob_match, iface_matches, is_glob},
+    text::safe,
+};
