@@ -9,6 +9,7 @@ pub mod deploy;
 pub mod dist;
 pub mod fuzz;
 pub mod lab;
+pub mod layers;
 pub mod runner;
 pub mod setup;
 pub mod vm;
