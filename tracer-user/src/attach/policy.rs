@@ -134,8 +134,7 @@ impl Policy {
             }
             let (named, globbed): (Vec<&Iface>, Vec<&Iface>) =
                 mine.iter().partition(|i| is_named(patterns, &i.name));
-            let mut parts: Vec<String> =
-                named.iter().map(|i| crate::util::safe(&i.name)).collect();
+            let mut parts: Vec<String> = named.iter().map(|i| crate::util::safe(&i.name)).collect();
             if !globbed.is_empty() {
                 let globs: Vec<&str> = patterns
                     .iter()

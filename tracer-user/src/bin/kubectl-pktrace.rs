@@ -6,7 +6,6 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Parser;
-
 use tracer_user::{
     kube::{
         api::{self, Api},

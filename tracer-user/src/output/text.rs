@@ -16,10 +16,10 @@ use std::{
 };
 
 use super::{Sink, human_ns};
-use crate::util::safe;
 use crate::{
     journey::{Ending, Journey, Step, endpoint},
     summary::{Stats, Summary},
+    util::safe,
 };
 
 const WIDTH: usize = 80;
