@@ -377,7 +377,6 @@ impl Drop for RingReader {
 }
 
 #[cfg(test)]
-#[path = "collect_ring_tests.rs"]
 mod ring_tests;
 
 #[cfg(test)]
