@@ -1,9 +1,9 @@
 //! The first packet of a connection from outside the node: noted at tc ingress, claimed at DNAT.
 //!
-//! tc ingress lets a packet pass whose addresses are neither a traced pod's nor a followed
-//! flow's. When DNAT then makes it a traced pod's (a LoadBalancer VIP, a NodePort, any DNAT to
-//! the pod), the flow is followed from that NAT step on, but the packet's own ingress step is
-//! past. So tc ingress notes, per CPU, the last such packet that may open a connection
+//! tc ingress lets a packet pass that has no tracked address and is no followed flow. When
+//! DNAT then makes it a traced pod's (a LoadBalancer VIP, a NodePort, any DNAT to the pod),
+//! the flow is followed from that NAT step on, but the packet's own ingress step is past. So
+//! tc ingress notes, per CPU, the last such packet that may open a connection
 //! ([`first_key_fast`]: a TCP SYN without ACK, UDP, an ICMP echo request) with what its step
 //! needs, and the NAT program that reports its DNAT claims the note and emits the ingress step
 //! ([`claim`]). A packet crosses tc ingress and the PRE_ROUTING nat hook in one softirq on one
@@ -24,7 +24,7 @@ use tracer_common::{
     },
 };
 
-use crate::{emit::emit, nat::Rewrite};
+use crate::{emit::emit, nat::step::Rewrite};
 
 /// A frame tc ingress let pass that may be a connection's first packet.
 #[repr(C)]

@@ -1,26 +1,31 @@
 //! pktrace's kernel programs.
 //!
-//! - `tc_ingress` / `tc_egress`: tc classifiers (tcx or clsact) on every chosen interface. They
-//!   copy the packet's first bytes, parse them with the shared parser, and emit one event per
-//!   packet of a tracked pod address or flow. They never change a packet's fate. tc ingress
-//!   also notes the last packet it let pass that may open a connection, for the NAT programs
-//!   to claim when DNAT makes it a traced pod's (`first`).
-//! - `nf_enter` / `nf_exit`: BPF netfilter programs bracketing the nat table in each of the
-//!   four hooks it runs in (`nf_enter` just before its priority, `nf_exit` just after; one
-//!   program per side, attached four times). The pair sees the packet before and after NAT and
-//!   times the whole step (rule traversal and rewrite). They keep following a flow after NAT
-//!   rewrote it by adding the translated tuples to `TRACKED_FLOWS`.
-//! - `nat_*`: fentry/fexit and kprobe/kretprobe pairs on `nf_nat_manip_pkt`, the function that
-//!   rewrites a packet: the same events as the netfilter pair, timing the rewrite itself.
+//! Words: a *tracked address* is an address of a traced pod, in the filter; a *followed flow*
+//! is a tuple learnt from NAT (both directions), so that a packet stays traced after NAT
+//! rewrote it; a *traced packet* is one the filter lets through (a tracked address, a followed
+//! flow, or every packet with `--trace-all`), and gets an event.
+//!
+//! - [`tc`]: `tc_ingress` / `tc_egress` on every chosen interface: one event per traced packet,
+//!   never changing its fate. tc ingress also notes the last untraced packet that may open a
+//!   connection, for the NAT programs to claim when DNAT makes it a traced pod's ([`first`]).
+//! - [`nat`]: `nf_enter` / `nf_exit`, BPF netfilter programs bracketing the nat table in each
+//!   of the four hooks it runs in, and the `nat_*` fentry/fexit and kprobe/kretprobe pairs on
+//!   `nf_nat_manip_pkt`. Both see a packet before and after NAT, time the step, follow the
+//!   translated flows and emit one event per step, through one report path.
+//! - Shared by both: [`maps`] (every map and global user space knows by name), [`filter`]
+//!   (tracked addresses, and whether a packet is traced), [`followed`] (followed flows: their
+//!   hashes, per-CPU cache and table) and [`emit`] (ring records).
 //!
 //! Everything else (joining, attribution, output) happens in user space.
 #![no_std]
 #![no_main]
 
 mod emit;
+mod filter;
 mod first;
+mod followed;
+mod maps;
 mod nat;
-mod probe;
 mod tc;
 
 #[cfg(not(test))]

@@ -1,7 +1,12 @@
-//! tc classifiers: one event per tracked packet at ingress and egress of each interface.
+//! tc classifiers: one event per traced packet at ingress and egress of each interface.
 //!
-//! # Minimum kernel version
-//! 5.8 with clsact (ring buffer); tcx links need 6.6.
+//! Contract: a packet is traced by [`crate::filter::is_traced`]'s rule, decided as cheaply as
+//! its bytes allow: first on the addresses and ports read in place ([`fast_verdict`]), then on
+//! a parse in place, and only for other frames on a copy and the full parser. A traced packet
+//! is counted (`MATCHED`) and emitted: the compact [`TcEventV4`] for IPv4, else the full
+//! [`Event`]. tc ingress notes an untraced packet that may open a connection
+//! ([`crate::first::note`]). The programs always return `TC_ACT_UNSPEC` (tcx: next), so the
+//! CNI's own programs still run.
 
 use core::mem::MaybeUninit;
 
@@ -14,17 +19,23 @@ use tracer_common::{
 };
 
 use crate::{
-    emit::{
-        count, emit, flow_addr_maybe, flow_followed, flow_followed_hashed, flow_hash_maybe,
-        flow_hash_v4, flows_present, is_tracked, scratch, trace_all, v4_set, v4_tracked,
-    },
+    emit::emit,
+    filter::{is_traced, v4_set, v4_tracked},
     first,
+    followed::{
+        addr_maybe_followed, flow_followed, flow_followed_hashed, flow_hash_v4, flows_present,
+        hash_maybe_followed,
+    },
+    maps::{SCRATCH_TC, count, scratch, trace_all},
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
 const MIN_FRAME: u32 = 14;
 
 /// tc ingress. Returns `TC_ACT_UNSPEC` (tcx: next) whatever happens.
+///
+/// # Minimum kernel version
+/// 5.8 with clsact (the ring buffer); tcx links need 6.6.
 #[classifier]
 pub fn tc_ingress(ctx: TcContext) -> i32 {
     if try_tc(&ctx, kind::TC_INGRESS).is_err() {
@@ -34,6 +45,9 @@ pub fn tc_ingress(ctx: TcContext) -> i32 {
 }
 
 /// tc egress. Returns `TC_ACT_UNSPEC` (tcx: next) whatever happens.
+///
+/// # Minimum kernel version
+/// As [`tc_ingress`].
 #[classifier]
 pub fn tc_egress(ctx: TcContext) -> i32 {
     if try_tc(&ctx, kind::TC_EGRESS).is_err() {
@@ -51,10 +65,10 @@ enum Verdict {
     /// Certainly outside the filter: neither address is tracked and no flow is followed.
     Outside,
     /// One of the two addresses is tracked.
-    Tracked,
-    /// Neither address is tracked, but a followed flow may hold the packet; for TCP and UDP,
-    /// the flow's hash (`flow_hash_v4`), whose followed-flow slot is set.
-    NoAddr(Option<u32>),
+    TrackedAddr,
+    /// Neither address is tracked, but the packet may be a followed flow's; for TCP and UDP,
+    /// the flow's hash (`flow_hash_v4`), whose `FLOW_TUPLES` byte is set.
+    MaybeFollowed(Option<u32>),
     /// No conclusion (not a plain IPv4 frame, no exact set, or every packet traced).
     Unknown,
 }
@@ -94,9 +108,9 @@ fn fast_verdict(ctx: &TcContext) -> Verdict {
         return Verdict::Unknown;
     }
     if v4_tracked(set, saddr, daddr) {
-        return Verdict::Tracked;
+        return Verdict::TrackedAddr;
     }
-    if !flows_present() || !(flow_addr_maybe(saddr) || flow_addr_maybe(daddr)) {
+    if !flows_present() || !(addr_maybe_followed(saddr) || addr_maybe_followed(daddr)) {
         return Verdict::Outside;
     }
     // A followed flow could hold the packet: for TCP and UDP its ports, read in place, and its
@@ -110,13 +124,13 @@ fn fast_verdict(ctx: &TcContext) -> Verdict {
         let head = unsafe { &*(data as *const [u8; FAST_ETH_BYTES]) };
         if let Some((sport, dport)) = parse::ethernet_ports_fast(head, ctx.len()) {
             let h = flow_hash_v4(saddr, daddr, sport, dport);
-            if !flow_hash_maybe(h) {
+            if !hash_maybe_followed(h) {
                 return Verdict::Outside;
             }
-            return Verdict::NoAddr(Some(h));
+            return Verdict::MaybeFollowed(Some(h));
         }
     }
-    Verdict::NoAddr(None)
+    Verdict::MaybeFollowed(None)
 }
 
 /// The frame parsed in place from its linear bytes when [`parse::parse_ethernet_fast`] applies
@@ -156,15 +170,15 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     if let Some(parsed) = parse_in_place(ctx, len, &mut fast) {
         // The tuple's addresses are the bytes the verdict read: it stands for the address
         // half of the filter.
-        let tracked = match verdict {
-            Verdict::Tracked => true,
+        let traced = match verdict {
+            Verdict::TrackedAddr => true,
             // The in-place parse's tuple is the one the verdict hashed (the same addresses and
             // ports); were it not, only the cache would miss: the table lookup is exact.
-            Verdict::NoAddr(Some(h)) => flow_followed_hashed(&parsed.tuple, h),
-            Verdict::NoAddr(None) => flow_followed(&parsed.tuple),
-            _ => is_tracked(&parsed.tuple),
+            Verdict::MaybeFollowed(Some(h)) => flow_followed_hashed(&parsed.tuple, h),
+            Verdict::MaybeFollowed(None) => flow_followed(&parsed.tuple),
+            _ => is_traced(&parsed.tuple),
         };
-        if tracked {
+        if traced {
             emit_event(ctx, event_kind, len, parsed);
         } else if event_kind == kind::TC_INGRESS {
             first::note(ctx);
@@ -179,7 +193,7 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     } else {
         len
     };
-    let scratch = scratch(0).ok_or(())?;
+    let scratch = scratch(SCRATCH_TC).ok_or(())?;
     // SAFETY: `cap` is within 1..=PKT_WINDOW, the size of the per-CPU window.
     let ret = unsafe {
         aya_ebpf::helpers::generated::bpf_skb_load_bytes(
@@ -195,13 +209,13 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     if !parse::parse_ethernet(&scratch.window, cap as usize, &mut scratch.parsed) {
         return Err(());
     }
-    if is_tracked(&scratch.parsed.tuple) {
+    if is_traced(&scratch.parsed.tuple) {
         emit_event(ctx, event_kind, len, &scratch.parsed);
     }
     Ok(())
 }
 
-/// Counts a tracked packet and emits its event.
+/// Counts a traced packet and emits its event.
 #[inline(always)]
 fn emit_event(ctx: &TcContext, event_kind: u8, len: u32, parsed: &Parsed) {
     count(counter::MATCHED);

@@ -5,9 +5,10 @@
 //! (net/netfilter/nf_nat_proto.c, v5.4–v6.x) only when the connection has a translation for
 //! this hook and direction, with `skb->data` at the IP header. An entry program copies the
 //! packet's tuple into a per-CPU pending slot with the time; the exit program parses the packet
-//! again and, when it changed and is tracked, emits a NAT event through the same code as the
-//! netfilter brackets ([`crate::nat::report`]). The latency is the rewrite itself, not rule
-//! traversal.
+//! again and, when it changed and is traced, reports the step through the same path as the
+//! netfilter brackets ([`super::report`]). The latency is the rewrite itself, not rule
+//! traversal. The packet and `skb` are read by probe reads at the offsets user space put in
+//! `OFFSETS` (their loaders patch no instruction, unlike the netfilter programs').
 //!
 //! The event's `hook` is the one whose manipulation `mtype` is (the kernel's `HOOK2MANIP`:
 //! `NF_NAT_MANIP_DST` in PRE_ROUTING, `NF_NAT_MANIP_SRC` in POST_ROUTING), and `ct_info` is
@@ -36,24 +37,24 @@
 //! rewrite and has the hook and `ctinfo` as arguments (the exit would compare the tuples, as
 //! it does now). Not built: the function is global in nf_nat_proto.c and called from
 //! nf_nat_core.c, so only LTO could inline it; Debian's 6.1 has it (nf_nat module, in its BTF).
-//!
-//! # Minimum kernel version
-//! fentry/fexit: 5.5 with BTF (5.11 for module BTF when nf_nat is a module); kprobes: any kernel
-//! with `CONFIG_KPROBES` and the ring buffer (5.8).
 
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::bpf_ktime_get_ns,
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{kprobe, kretprobe, map},
     maps::PerCpuArray,
     programs::{ProbeContext, RetProbeContext},
 };
-use tracer_common::{Tuple, counter, ct, hook};
+use tracer_common::{KernelOffsets, Tuple, counter, ct, hook, parse};
 
 use crate::{
-    emit::{count, offsets},
-    nat::{Rewrite, parse_skb, report},
+    maps::{count, offsets},
+    nat::{
+        packet::{parse_linear, window_cap},
+        report::{report, reported},
+        step::{Meta, Rewrite},
+    },
 };
 
 /// `NF_NAT_MANIP_DST` (`enum nf_nat_manip_type`, include/net/netfilter/nf_nat.h, v6.1).
@@ -84,6 +85,9 @@ pub struct PendingRewrite {
 static MANIP_PENDING: PerCpuArray<PendingRewrite> = PerCpuArray::with_max_entries(1, 0);
 
 /// Entry of `nf_nat_manip_pkt` (kprobe).
+///
+/// # Minimum kernel version
+/// Any kernel with `CONFIG_KPROBES` and the ring buffer (5.8).
 #[kprobe]
 pub fn nat_kprobe_enter(ctx: ProbeContext) -> u32 {
     // The enums are 32-bit: the upper half of their registers is undefined (x86-64 SysV ABI).
@@ -99,6 +103,9 @@ pub fn nat_kprobe_enter(ctx: ProbeContext) -> u32 {
 }
 
 /// Return of `nf_nat_manip_pkt` (kretprobe): the arguments are gone, the slot has them.
+///
+/// # Minimum kernel version
+/// As [`nat_kprobe_enter`].
 #[kretprobe]
 pub fn nat_kretprobe_exit(_ctx: RetProbeContext) -> u32 {
     if exit(None).is_err() {
@@ -115,6 +122,9 @@ fn btf_arg(ctx: *mut c_void, n: usize) -> u64 {
 }
 
 /// Entry of `nf_nat_manip_pkt` (fentry).
+///
+/// # Minimum kernel version
+/// 5.5 with BTF (5.11 for module BTF when nf_nat is a module), and the ring buffer (5.8).
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "classifier")]
 pub extern "C" fn nat_fentry_enter(ctx: *mut c_void) -> i32 {
@@ -128,6 +138,9 @@ pub extern "C" fn nat_fentry_enter(ctx: *mut c_void) -> i32 {
 
 /// Exit of `nf_nat_manip_pkt` (fexit): the arguments are still there, so the slot is checked
 /// against the packet.
+///
+/// # Minimum kernel version
+/// As [`nat_fentry_enter`].
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "classifier")]
 pub extern "C" fn nat_fexit_exit(ctx: *mut c_void) -> i32 {
@@ -185,8 +198,11 @@ fn exit(seen: Option<u64>) -> Result<(), ()> {
     }
     let off = offsets();
     let after = parse_skb(skb, &off)?;
+    let Some(follow) = reported(&pending.before, &after.tuple) else {
+        return Ok(());
+    };
     let ct_info = pending.ct_info;
-    let rewrite = Rewrite {
+    let step = Rewrite {
         skb,
         hook: pending.hook,
         flags: 0,
@@ -195,6 +211,59 @@ fn exit(seen: Option<u64>) -> Result<(), ()> {
         before: &pending.before,
         after,
     };
-    report(&rewrite, &off, || ct_info);
+    report(&step, &follow, || meta(skb, &off, ct_info));
     Ok(())
+}
+
+/// Reads a kernel value at `base + off`.
+#[inline(always)]
+fn read<T>(base: u64, off: u32) -> Result<T, ()> {
+    // SAFETY: bpf_probe_read_kernel copes with any address.
+    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.map_err(|_| ())
+}
+
+/// Where a packet's linear data is and how many bytes of it to read ([`window_cap`]), by probe
+/// reads: the probes' `skb` is a plain number.
+#[inline(always)]
+fn linear_of(skb: u64, off: &KernelOffsets) -> Result<(u64, u32), ()> {
+    // `len` and `data_len` are neighbours in `struct sk_buff` (v4.x–v6.x): one read for both.
+    let (len, data_len) = if off.skb_data_len == off.skb_len + 4 {
+        let both: [u32; 2] = read(skb, off.skb_len)?;
+        (both[0], both[1])
+    } else {
+        (
+            read::<u32>(skb, off.skb_len)?,
+            read::<u32>(skb, off.skb_data_len)?,
+        )
+    };
+    let data: u64 = read(skb, off.skb_data)?;
+    Ok((data, window_cap(len, data_len)?))
+}
+
+/// Parses the packet's L3 and L4 headers from its linear data into the NAT programs' scratch.
+#[inline(always)]
+fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()> {
+    let (data, cap) = linear_of(skb, off)?;
+    parse_linear(data, cap)
+}
+
+/// The event's [`Meta`] of the packet `skb`, by probe reads (a field that cannot be read is
+/// 0), with the `ct_info` the entry program derived from the direction.
+#[inline(always)]
+fn meta(skb: u64, off: &KernelOffsets, ct_info: u8) -> Meta {
+    let dev: u64 = if off.skb_dev == 0 {
+        0
+    } else {
+        read(skb, off.skb_dev).unwrap_or(0)
+    };
+    Meta {
+        ct_info,
+        ifindex: if dev == 0 {
+            0
+        } else {
+            read(dev, off.dev_ifindex).unwrap_or(0)
+        },
+        len: read(skb, off.skb_len).unwrap_or(0),
+        mark: read(skb, off.skb_mark).unwrap_or(0),
+    }
 }
