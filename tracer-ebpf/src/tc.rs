@@ -185,6 +185,18 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
         }
         return Ok(());
     }
+    let parsed = parse_copy(ctx, len)?;
+    if is_traced(&parsed.tuple) {
+        emit_event(ctx, event_kind, len, parsed);
+    }
+    Ok(())
+}
+
+/// The frame copied (its first `PKT_WINDOW` bytes, linear or not) into this CPU's tc scratch
+/// and parsed by the full parser: for frames [`parse_in_place`] does not take (VLAN tags,
+/// IPv6, IP options, fragments, other protocols, short linear data).
+#[inline(always)]
+fn parse_copy(ctx: &TcContext, len: u32) -> Result<&'static Parsed, ()> {
     if len < MIN_FRAME {
         return Err(());
     }
@@ -203,16 +215,10 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
             cap,
         )
     };
-    if ret != 0 {
+    if ret != 0 || !parse::parse_ethernet(&scratch.window, cap as usize, &mut scratch.parsed) {
         return Err(());
     }
-    if !parse::parse_ethernet(&scratch.window, cap as usize, &mut scratch.parsed) {
-        return Err(());
-    }
-    if is_traced(&scratch.parsed.tuple) {
-        emit_event(ctx, event_kind, len, &scratch.parsed);
-    }
-    Ok(())
+    Ok(&scratch.parsed)
 }
 
 /// Counts a traced packet and emits its event.
