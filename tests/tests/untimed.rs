@@ -1,5 +1,5 @@
 //! The netfilter NAT hook on a connection established before pktrace started, which NAT
-//! rewrites into a traced pod's packet (tracer-ebpf `nat.rs`, `conntrack` and `worth_timing`).
+//! rewrites into a traced pod's packet (tracer-ebpf `nat/conntrack.rs`, `conntrack` and `worth_timing`).
 //! Where the enter programs read conntrack entries (`struct nf_conn` in vmlinux BTF), the
 //! entry's reply tuple holds the traced pod, so even the first such packet is timed. Where
 //! they cannot (conntrack as a module; pktrace's NAT hook line then says "every packet is

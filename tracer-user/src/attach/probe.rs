@@ -1,4 +1,4 @@
-//! The `nat_*` programs on `nf_nat_manip_pkt` (tracer-ebpf/src/probe.rs): fentry/fexit, NAT
+//! The `nat_*` programs on `nf_nat_manip_pkt` (tracer-ebpf/src/nat/probe.rs): fentry/fexit, NAT
 //! observation method 1 of DESIGN.md, and kprobe/kretprobe, method 2. Both time the rewrite
 //! itself, not rule traversal.
 //!
