@@ -1,7 +1,7 @@
 //! Followed flows: tuples learnt from NAT, so that a traced packet stays traced after NAT
 //! rewrote it (MASQUERADE, DNAT to a backend) and its replies do too.
 //!
-//! Contract: [`follow_flow`] adds a tuple and its reverse to `TRACKED_FLOWS`; before the
+//! Contract: [`follow_flow`] adds a tuple and its reverse to `FOLLOWED_FLOWS`; before the
 //! inserts it sets the tuple's bytes in two hashes that are never cleared, `FLOW_ADDRS` (each
 //! IPv4 address) and `FLOW_TUPLES` (each direction's addresses and ports), and
 //! `FLOWS_PRESENT`. A tuple whose byte is 0 in either hash is certainly not followed, so the
@@ -15,17 +15,17 @@ use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::PerCpuArray};
 use tracer_common::{FAMILY_IPV4, FLOW_TUPLE_BITS, Tuple, counter, flow_addr_slot, flow_slot_of};
 
 use crate::maps::{
-    FLOW_ADDRS, FLOW_TUPLE_SLOTS, FLOW_TUPLES, FLOWS_PRESENT, TRACKED_FLOWS, count, trace_all,
+    FLOW_ADDRS, FLOW_TUPLE_SLOTS, FLOW_TUPLES, FLOWS_PRESENT, FOLLOWED_FLOWS, count, trace_all,
 };
 
 /// Slots of [`FLOW_CACHE`] per CPU (a power of two).
 const FLOW_CACHE_SLOTS: usize = 256;
 
-/// How many times a [`FLOW_CACHE`] entry answers before `TRACKED_FLOWS` is asked again (the
+/// How many times a [`FLOW_CACHE`] entry answers before `FOLLOWED_FLOWS` is asked again (the
 /// lookup also marks the flow as used in the LRU, which keeps an active flow from eviction).
 const FLOW_CACHE_HITS: u32 = 64;
 
-/// A tuple found in `TRACKED_FLOWS` by a lookup on this CPU.
+/// A tuple found in `FOLLOWED_FLOWS` by a lookup on this CPU.
 #[repr(C)]
 pub struct FlowCacheEntry {
     tuple: Tuple,
@@ -39,7 +39,7 @@ pub struct FlowCacheEntry {
 }
 
 /// A small direct-mapped cache, per CPU, of followed flows: [`flow_followed`] and
-/// [`follow_flow`] ask it before `TRACKED_FLOWS` (a hash of the 40-byte key and a bucket walk,
+/// [`follow_flow`] ask it before `FOLLOWED_FLOWS` (a hash of the 40-byte key and a bucket walk,
 /// both cold under a stream). It only holds tuples a lookup found, and each answers
 /// [`FLOW_CACHE_HITS`] times, so a flow the LRU evicted is still taken as followed for at
 /// most that many packets per CPU, after which the lookup fails and the flow is inserted
@@ -59,7 +59,7 @@ pub fn word4(a: &[u8; 16]) -> u32 {
     u32::from_ne_bytes([a[0], a[1], a[2], a[3]])
 }
 
-/// True when `TRACKED_FLOWS` may hold a flow (`FLOWS_PRESENT`).
+/// True when `FOLLOWED_FLOWS` may hold a flow (`FLOWS_PRESENT`).
 #[inline(always)]
 pub fn flows_present() -> bool {
     // SAFETY: a plain read of a global; programs on other CPUs only ever write 1.
@@ -163,7 +163,7 @@ fn cached(t: &Tuple, h: u32) -> bool {
 }
 
 /// Notes in this CPU's [`FLOW_CACHE`] a tuple (of [`flow_hash`] `h`) a lookup just found in
-/// `TRACKED_FLOWS`.
+/// `FOLLOWED_FLOWS`.
 #[inline(always)]
 fn cache(t: &Tuple, h: u32) {
     if let Some(e) = cache_entry(h) {
@@ -174,7 +174,7 @@ fn cache(t: &Tuple, h: u32) {
     }
 }
 
-/// True when the flow is followed (`TRACKED_FLOWS`; the lookup only once a flow was added,
+/// True when the flow is followed (`FOLLOWED_FLOWS`; the lookup only once a flow was added,
 /// only for a tuple whose `FLOW_TUPLES` byte is set, and only when this CPU's [`FLOW_CACHE`]
 /// cannot answer).
 #[inline(always)]
@@ -188,14 +188,14 @@ pub fn flow_followed(t: &Tuple) -> bool {
 
 /// [`flow_followed`] once flows are followed and the tuple's `FLOW_TUPLES` byte, of its
 /// [`flow_hash`] `h`, was found set (the tc fast verdict asks it before the parse): this CPU's
-/// [`FLOW_CACHE`], then `TRACKED_FLOWS`.
+/// [`FLOW_CACHE`], then `FOLLOWED_FLOWS`.
 #[inline(always)]
 pub fn flow_followed_hashed(t: &Tuple, h: u32) -> bool {
     if cached(t, h) {
         return true;
     }
     // SAFETY: the value is only tested for presence.
-    let found = unsafe { TRACKED_FLOWS.get(t).is_some() };
+    let found = unsafe { FOLLOWED_FLOWS.get(t).is_some() };
     if found {
         cache(t, h);
     }
@@ -217,7 +217,7 @@ pub fn follow_flow(t: &Tuple) {
         return;
     }
     // SAFETY: the value is only tested for presence.
-    if unsafe { TRACKED_FLOWS.get(t).is_some() } {
+    if unsafe { FOLLOWED_FLOWS.get(t).is_some() } {
         cache(t, h);
         return;
     }
@@ -231,11 +231,11 @@ pub fn follow_flow(t: &Tuple) {
     note_tuple(&rev);
     // SAFETY: a plain write of a global; every writer writes the same value.
     unsafe { core::ptr::write_volatile(&raw mut FLOWS_PRESENT, 1) };
-    if TRACKED_FLOWS.insert(t, &1, u64::from(BPF_NOEXIST)).is_ok() {
+    if FOLLOWED_FLOWS.insert(t, &1, u64::from(BPF_NOEXIST)).is_ok() {
         count(counter::FLOW_ENTRIES);
         count(counter::FLOWS_ADDED);
     }
-    if TRACKED_FLOWS
+    if FOLLOWED_FLOWS
         .insert(&rev, &1, u64::from(BPF_NOEXIST))
         .is_ok()
     {

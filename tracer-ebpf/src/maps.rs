@@ -39,10 +39,9 @@ pub static TRACKED_ADDRS: HashMap<AddrKey, u32> = HashMap::with_max_entries(256,
 pub static TRACKED_V4: Array<AddrSetV4> = Array::with_max_entries(1, 0);
 
 /// Followed flows: tuples NAT rewrote a traced packet into or out of (both directions), added
-/// by the NAT programs ([`crate::followed`]) and by user space. The name predates the word
-/// "followed"; user space opens the map by it.
+/// by the NAT programs ([`crate::followed`]) and by user space (`--nat-hook conntrack`).
 #[map]
-pub static TRACKED_FLOWS: LruHashMap<Tuple, u32> = LruHashMap::with_max_entries(65536, 0);
+pub static FOLLOWED_FLOWS: LruHashMap<Tuple, u32> = LruHashMap::with_max_entries(65536, 0);
 
 /// Per-CPU scratch space: a packet's first bytes and what the parser read from them (the BPF
 /// stack is too small for both).
@@ -84,7 +83,7 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     skb_data_len: 0,
 };
 
-/// Set (to 1, never back) once a flow went into `TRACKED_FLOWS`: until then no packet can
+/// Set (to 1, never back) once a flow went into `FOLLOWED_FLOWS`: until then no packet can
 /// match a followed flow and the programs skip that map's lookup. Written by
 /// [`crate::followed`] and by user space.
 #[unsafe(no_mangle)]

@@ -4,7 +4,7 @@
 //! per packet) and wakes it only past a fill threshold, so the collector drains both on
 //! readiness and on a short timer. Losses (ring buffer full) are counted per CPU in the kernel
 //! and reported from here; nothing is lost silently. The same holds for the in-kernel table of
-//! flows followed after NAT (`TRACKED_FLOWS`, an LRU map): the kernel counts the entries it
+//! flows followed after NAT (`FOLLOWED_FLOWS`, an LRU map): the kernel counts the entries it
 //! adds, user space never deletes one, so every entry added and no longer there was evicted.
 
 use std::{
@@ -104,7 +104,7 @@ fn release_startup_memory() {
 }
 
 impl Collector {
-    /// Takes the `EVENTS`, `COUNTERS` and `TRACKED_FLOWS` maps out of the loaded object (the
+    /// Takes the `EVENTS`, `COUNTERS` and `FOLLOWED_FLOWS` maps out of the loaded object (the
     /// programs keep using them).
     ///
     /// The start-up garbage goes back first: mapping the ring buffer puts all of its pages
@@ -127,12 +127,12 @@ impl Collector {
             .max_entries();
         let reader = RingReader::new(ring.fd().as_fd().as_raw_fd(), ring_bytes as usize)?;
         let counters = take_map(ebpf, "COUNTERS")?;
-        let flows: HashMap<MapData, Tuple, u32> = take_map(ebpf, "TRACKED_FLOWS")?;
+        let flows: HashMap<MapData, Tuple, u32> = take_map(ebpf, "FOLLOWED_FLOWS")?;
         let flow_capacity = flows
             .map()
             .info()
             .map_err(|source| CollectError::Map {
-                name: "TRACKED_FLOWS",
+                name: "FOLLOWED_FLOWS",
                 source,
             })?
             .max_entries();

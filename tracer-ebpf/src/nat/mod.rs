@@ -4,7 +4,7 @@
 //!   traversal and rewrite), with [`conntrack`] deciding from the packet's entry which packets
 //!   they need not read, and [`btf`] their typed loads.
 //! - [`probe`]: fentry/fexit and kprobe/kretprobe pairs on `nf_nat_manip_pkt` (the rewrite
-//!   itself), for kernels without netfilter links or where user space chooses them.
+//!   itself). User space loads one kind or the other (`--nat-hook`).
 //!
 //! Both read the packet through [`packet`] and end in [`report`]: a step NAT changed for a
 //! traced packet follows the new tuples ([`crate::followed`]), emits the first packet's

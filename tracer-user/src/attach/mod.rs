@@ -28,7 +28,7 @@ pub const WAKE_BYTES: u64 = 256 << 10;
 /// for tests that overrun it on purpose. Unset: the object's 4 MiB.
 pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
 
-/// Hidden knob: how many entries the followed-flows table (`TRACKED_FLOWS`) holds, for tests
+/// Hidden knob: how many entries the followed-flows table (`FOLLOWED_FLOWS`) holds, for tests
 /// that overrun it on purpose. Unset: the object's 65,536.
 pub const FLOW_TABLE_ENV: &str = "PKTRACE_FLOW_TABLE";
 
@@ -123,7 +123,7 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     {
-        loader.map_max_entries("TRACKED_FLOWS", entries.max(1));
+        loader.map_max_entries("FOLLOWED_FLOWS", entries.max(1));
     }
     loader.load(OBJECT).map_err(|e| {
         if is_permission(&e) {

@@ -1,6 +1,6 @@
 //! Following a flow from user space, as the kernel's NAT programs do (tracer-ebpf `followed.rs`,
 //! `follow_flow`): the tc programs pass a packet of no traced address when its tuple is in
-//! `TRACKED_FLOWS`, and ask that map only past three gates in the object's `.bss`:
+//! `FOLLOWED_FLOWS`, and ask that map only past three gates in the object's `.bss`:
 //! `FLOWS_PRESENT` (set once any flow is followed), `FLOW_ADDRS` (a byte per hashed IPv4
 //! address) and `FLOW_TUPLES` (a byte per hashed tuple). User space sets the gates, then
 //! inserts the tuples.
