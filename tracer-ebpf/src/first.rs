@@ -17,14 +17,14 @@
 
 use aya_ebpf::{macros::map, maps::PerCpuArray, programs::TcContext};
 use tracer_common::{
-    FAMILY_IPV4, TcEventV4, flag, hook, kind,
+    FAMILY_IPV4, TcEventV4, Tuple, flag, hook, kind,
     parse::{
-        FAST_ETH_BYTES,
+        FAST_ETH_BYTES, Parsed,
         first::{FirstKey, first_key_fast},
     },
 };
 
-use crate::{emit::emit, nat::step::Rewrite};
+use crate::emit::emit;
 
 /// A frame tc ingress let pass that may be a connection's first packet.
 #[repr(C)]
@@ -77,13 +77,15 @@ pub fn note(ctx: &TcContext) {
     slot.mark = mark;
 }
 
-/// Emits the ingress step of the packet a reported DNAT step in PRE_ROUTING made a traced
-/// pod's, when tc ingress noted it on this CPU ([`note`]), before the NAT step's own event.
-/// Its time is the NAT step's start, flagged [`flag::TC_CLAIMED`]; its fingerprint and flags
-/// are the NAT step's (NAT does not change them).
+/// Emits the ingress step of the packet `skb` a reported NAT step in hook `hook_num` made a
+/// traced pod's, when the step is PRE_ROUTING's (DNAT) and tc ingress noted the packet on this
+/// CPU ([`note`]), before the NAT step's own event. `before` is the packet's tuple before NAT,
+/// `after` its parse after NAT and `start` the NAT step's start: the claimed step's time,
+/// flagged [`flag::TC_CLAIMED`]; its fingerprint and flags are the NAT step's (NAT does not
+/// change them).
 #[inline(always)]
-pub fn claim(r: &Rewrite<'_>) {
-    if r.hook != hook::PRE_ROUTING || r.before.family != FAMILY_IPV4 {
+pub fn claim(skb: u64, hook_num: u8, before: &Tuple, after: &Parsed, start: u64) {
+    if hook_num != hook::PRE_ROUTING || before.family != FAMILY_IPV4 {
         return;
     }
     let Some(slot) = FIRST_SEEN.get_ptr_mut(0) else {
@@ -91,15 +93,14 @@ pub fn claim(r: &Rewrite<'_>) {
     };
     // SAFETY: this CPU's slot.
     let slot = unsafe { &mut *slot };
-    if slot.skb != r.skb {
+    if slot.skb != skb {
         return;
     }
     slot.skb = 0;
-    let after = r.after;
-    if !slot.key.is(r.before, after.fp.ip_id) {
+    if !slot.key.is(before, after.fp.ip_id) {
         return;
     }
-    let (k, start) = (&slot.key, r.now.saturating_sub(r.nat_ns));
+    let k = &slot.key;
     emit(|ev: &mut TcEventV4| {
         ev.kind = kind::TC_INGRESS;
         ev.flags = (after.flags & (flag::FRAGMENT | flag::TRUNCATED)) | flag::TC_CLAIMED;

@@ -66,6 +66,7 @@ pub fn reported(before: &Tuple, after: &Tuple) -> Option<Follow> {
 pub fn report(r: &Rewrite<'_>, follow: &Follow, meta: impl FnOnce() -> Meta) {
     follow.apply(r.before, &r.after.tuple);
     let m = meta();
-    first::claim(r);
+    let start = r.now.saturating_sub(r.nat_ns);
+    first::claim(r.skb, r.hook, r.before, r.after, start);
     emit_step(r, &m);
 }
