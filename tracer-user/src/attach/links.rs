@@ -11,7 +11,7 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, OwnedFd, RawFd},
 };
 
 const RTMGRP_LINK: u32 = 1;
@@ -66,45 +66,7 @@ pub struct LinkMonitor {
 impl LinkMonitor {
     /// Opens the socket and joins `RTMGRP_LINK` in the current network namespace.
     pub fn open() -> io::Result<Self> {
-        // SAFETY: plain socket(2); the fd is owned from here on.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a new fd nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let rcvbuf = RCVBUF;
-        // SAFETY: setsockopt with a c_int of the right size; a failure only leaves the default.
-        unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&raw const rcvbuf).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-        // SAFETY: sockaddr_nl is plain data; zero is a valid start.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = RTMGRP_LINK;
-        // SAFETY: bind(2) with a sockaddr_nl of its own size.
-        let rc = unsafe {
-            libc::bind(
-                raw,
-                (&raw const addr).cast(),
-                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::util::netlink::subscribe(libc::NETLINK_ROUTE, RTMGRP_LINK, RCVBUF)?;
         Ok(Self { fd })
     }
 

@@ -13,7 +13,7 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, OwnedFd, RawFd},
 };
 
 use super::parse::{Parsed, parse_datagram};
@@ -44,45 +44,7 @@ impl CtMonitor {
     /// # Errors
     /// The socket or the subscription failed (no `nf_conntrack_netlink`, no `CAP_NET_ADMIN`).
     pub fn open() -> io::Result<Self> {
-        // SAFETY: plain socket(2); the fd is owned from here on.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_NETFILTER,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a new fd nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let rcvbuf = RCVBUF;
-        // SAFETY: setsockopt with a c_int of the right size; a failure only leaves the default.
-        unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&raw const rcvbuf).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-        // SAFETY: sockaddr_nl is plain data; zero is a valid start.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = GROUPS;
-        // SAFETY: bind(2) with a sockaddr_nl of its own size.
-        let rc = unsafe {
-            libc::bind(
-                raw,
-                (&raw const addr).cast(),
-                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::util::netlink::subscribe(libc::NETLINK_NETFILTER, GROUPS, RCVBUF)?;
         Ok(Self {
             fd,
             buf: vec![0; 64 << 10],

@@ -1,7 +1,8 @@
 //! Small helpers every layer may use, importing nothing of the crate: [`text`] (printing
-//! names that come from files or the kernel) and [`glob`] (interface name patterns).
+//! names that come from files or the kernel) and [`glob`] (interface name patterns), [`netlink`] (event sockets).
 
 pub mod glob;
+pub mod netlink;
 pub mod text;
 
 pub use self::{
