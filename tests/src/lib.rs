@@ -44,6 +44,7 @@ impl LabGuard {
     /// # Panics
     /// If the lab cannot be brought up (not root, tools missing, a step failed).
     pub fn with_variant(variant: xtask::lab::Variant) -> Self {
+        require_runner();
         if let Err(err) = xtask::lab::up_variant(variant) {
             panic!("bringing the lab up as {variant} failed: {err:#}");
         }
@@ -55,6 +56,7 @@ impl LabGuard {
     /// # Panics
     /// If the lab cannot be brought up (not root, tools missing, a step failed).
     pub fn two_nodes() -> Self {
+        require_runner();
         let variant = xtask::lab::Variant::default();
         if let Err(err) = xtask::lab::up_nodes(variant, 2) {
             panic!("bringing the lab up with two nodes failed: {err:#}");
@@ -66,6 +68,22 @@ impl LabGuard {
     #[must_use]
     pub fn variant(&self) -> xtask::lab::Variant {
         self.0
+    }
+}
+
+/// The lab's namespaces are global to the machine: only `cargo xtask integration-test`, which
+/// holds the machine-wide lab lock for its whole run (and sets `PKTRACE_XTASK_BIN`), may bring
+/// it up. A plain `cargo test -p tests` as root would race another run's lab.
+///
+/// # Panics
+/// When the tests were not started by `cargo xtask integration-test`.
+fn require_runner() {
+    if env::var_os(xtask::XTASK_BIN_ENV).is_none_or(|v| v.is_empty()) {
+        panic!(
+            "the lab tests run via `cargo xtask integration-test` (it holds the lab lock); \
+             {} is not set",
+            xtask::XTASK_BIN_ENV
+        );
     }
 }
 
