@@ -258,7 +258,7 @@ pub struct Tally {
     pub split: usize,
     pub partial: usize,
     pub missing: usize,
-    /// Up to [`Tally::SHOWN`] packets that were not whole, described.
+    /// Up to `Tally::SHOWN` packets that were not whole, described.
     pub bad: Vec<String>,
 }
 

@@ -2,7 +2,7 @@
 //!
 //! The kernel copies up to [`PKT_WINDOW`] bytes of a packet into a scratch buffer and calls
 //! these functions on it; the host's tests and fuzz targets call the very same code. Every read
-//! goes through [`byte`], which masks the index into the window, so the verifier sees a bounded
+//! goes through `byte`, which masks the index into the window, so the verifier sees a bounded
 //! access and the host can never read out of bounds; `cap` (how many bytes are real) bounds
 //! what the parser believes.
 

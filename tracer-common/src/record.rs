@@ -16,7 +16,7 @@ use crate::{Event, FAMILY_IPV4, Fingerprint, Tuple, ct, kind};
 pub struct TcEventV4 {
     /// [`kind::TC_INGRESS`] or [`kind::TC_EGRESS`].
     pub kind: u8,
-    /// Bits of [`flag`].
+    /// Bits of [`crate::flag`].
     pub flags: u8,
     /// IP protocol.
     pub proto: u8,
@@ -80,11 +80,11 @@ impl TcEventV4 {
 pub struct NatEventV4 {
     /// [`kind::NAT`].
     pub kind: u8,
-    /// The netfilter hook ([`hook`]).
+    /// The netfilter hook ([`crate::hook`]).
     pub hook: u8,
     /// Conntrack `ctinfo` ([`ct`]).
     pub ct_info: u8,
-    /// Bits of [`flag`].
+    /// Bits of [`crate::flag`].
     pub flags: u8,
     pub ifindex: u32,
     pub ktime_ns: u64,

@@ -1,9 +1,9 @@
 //! pktrace: trace a Kubernetes pod's packets hop by hop through the node's NAT.
 //!
-//! Where a packet enters, is joined and is printed: [`attach`] (kernel programs on tc and the
-//! NAT hooks), [`collect`] (ring buffer → events), [`journey`] (events → one packet's
-//! journey), [`explain`] (which iptables rule did each NAT step), [`output`] (text or JSON
-//! lines), [`summary`] (latency percentiles on exit). [`run`] ties them together.
+//! Where a packet enters, is joined and is printed: `attach` (kernel programs on tc and the
+//! NAT hooks), `collect` (ring buffer → events), `journey` (events → one packet's
+//! journey), [`explain`] (which iptables rule did each NAT step), `output` (text or JSON
+//! lines), `summary` (latency percentiles on exit). [`run`] ties them together.
 //!
 //! Besides tracing: `pktrace merge` ([`merge`]: journeys across nodes from several nodes'
 //! JSON lines) and the hidden `--generate` ([`generate`]: man pages, shell completions).

@@ -1,6 +1,8 @@
 //! Loading pktrace's kernel programs and attaching them: tc on interfaces ([`tc`]), NAT hooks
-//! ([`netfilter`]). Everything attached here is owned by [`Attached`]: dropping it (or the
-//! process dying, even by SIGKILL, for tcx and netfilter links) detaches it.
+//! ([`netfilter`]). What is attached lives as long as the loaded object (`aya::Ebpf`, which owns
+//! the tc links and filters), the NAT attachment (`crate::nat::NatAttachment`) and the record of
+//! the clsact qdiscs pktrace created ([`clsact::CreatedQdiscs`]): dropping them detaches it (tcx
+//! and netfilter links also die with the process, even by SIGKILL).
 
 pub mod clsact;
 pub mod links;

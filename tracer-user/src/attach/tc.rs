@@ -1,4 +1,4 @@
-//! tc programs on interfaces: tcx links or clsact filters, per interface as [`policy`] decides
+//! tc programs on interfaces: tcx links or clsact filters, per interface as [`super::policy`] decides
 //! (tcx needs 6.6+).
 //!
 //! pktrace attaches at the head of the tcx chain and returns "next", so the CNI's own programs

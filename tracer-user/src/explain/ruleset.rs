@@ -94,7 +94,7 @@ impl Ruleset {
     /// Reads and parses the node's rules.
     ///
     /// # Errors
-    /// See [`Raw::read`].
+    /// See `Raw::read`.
     pub fn load() -> Result<Self, ExplainError> {
         let raw = Raw::read()?;
         read::report(&raw.lost);

@@ -1,12 +1,13 @@
 //! `cargo xtask bench [--short] [--runs N]`: what tracing costs the packets and the node.
 //!
-//! Builds pktrace, then on a simulated node of its own ([`net`], namespaces `pkt-b*`) measures
-//! [`throughput`] retention under five conditions (and, with less of the machine's noise, TCP
-//! retention against an untraced stream beside it: [`paired`]), the [`hooks`]' cost per packet from BPF
-//! run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` ([`micro`]; these two
-//! side by side with a `--baseline` binary when given), the [`collector`]'s capacity on one CPU, and pktrace's memory and
-//! [`startup`] time. Traffic runs on CPU 0, the tracer's user space on CPU 1. Prints the tables
-//! and (full runs) updates `BENCHMARKS.md` and writes the raw samples to `target/bench/`.
+//! Builds pktrace, then on a simulated node of its own (`net`, namespaces `pkt-b*`) measures
+//! `throughput` retention under five conditions (and, with less of the machine's noise, TCP
+//! retention against an untraced stream beside it: `paired`), the `hooks`' cost per packet from
+//! BPF run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` (`micro`; these two
+//! side by side with a `--baseline` binary when given), the `collector`'s capacity on one CPU,
+//! and pktrace's memory and `startup` time. Traffic runs on CPU 0, the tracer's user space on
+//! CPU 1. Prints the tables and (full runs) updates `BENCHMARKS.md` and writes the raw samples
+//! to `target/bench/`.
 //! `--short` runs everything once with 1 s streams: a check that the bench still works.
 
 mod bpf;

@@ -72,7 +72,7 @@ pub enum Test {
 /// What a rule does when it matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// `-j CHAIN` (or an extension pktrace does not know: see [`NatRules::chain`]).
+    /// `-j CHAIN` (or an extension pktrace does not know: see [`super::NatRules::chain`]).
     Jump(String),
     /// `-g CHAIN`.
     Goto(String),
@@ -125,7 +125,7 @@ pub enum Val {
     Str(String),
 }
 
-/// A set a rule tests: by name (in [`NatRules::nft_sets`]) or written in the rule.
+/// A set a rule tests: by name (in [`super::NatRules::nft_sets`]) or written in the rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SetRef {
     Named(String),
@@ -140,7 +140,7 @@ pub enum MapKey {
     Random,
 }
 
-/// A verdict map: by name (in [`NatRules::nft_maps`]) or written in the rule.
+/// A verdict map: by name (in [`super::NatRules::nft_maps`]) or written in the rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapRef {
     Named(String),

@@ -196,7 +196,7 @@ impl Written {
     }
 }
 
-/// Appends one step object, keys in the order of [`StepOut`].
+/// Appends one step object, keys in the order of `lines::StepOut` (the tests' serde reference).
 pub(super) fn write_step(buf: &mut Vec<u8>, step: &Step, start_ns: u64, written: &mut Written) {
     let nat = step.point.is_nat();
     buf.extend_from_slice(point_open(step.point));
@@ -248,7 +248,8 @@ pub(super) fn write_step(buf: &mut Vec<u8>, step: &Step, start_ns: u64, written:
     buf.push(b'}');
 }
 
-/// Appends a journey line (with its newline), keys in the order of [`JourneyLine`].
+/// Appends a journey line (with its newline), keys in the order of `lines::JourneyLine` (the
+/// tests' serde reference).
 pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, first: &Step) {
     let start = first.ktime_ns;
     buf.extend_from_slice(b"{\"type\":\"journey\",\"proto\":");
@@ -277,7 +278,7 @@ pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, fir
     buf.extend_from_slice(b"}\n");
 }
 
-/// [`ending`] as a JSON string.
+/// The `ending` of a journey line as a JSON string.
 pub(super) const fn ending_json(e: Ending) -> &'static [u8] {
     match e {
         Ending::Left => b"\"left\"",
