@@ -91,7 +91,7 @@ const TIERS: [Tier; 6] = [
         run: setup,
     },
     Tier {
-        name: "unit (cargo test, deploy-check)",
+        name: "unit (cargo test, cargo doc, deploy-check)",
         run: unit,
     },
     Tier {
@@ -178,8 +178,24 @@ fn unit() -> Result<()> {
         "--exclude",
         "tracer-ebpf",
     ])?;
+    docs().context("the doc comments (cargo doc)")?;
     // The Kubernetes manifests against the API schemas (no cluster needed).
     crate::deploy::check()
+}
+
+/// Builds every crate's documentation, private items included, with rustdoc's warnings as
+/// errors: a doc link that no longer resolves (an item renamed or moved) fails the unit tier.
+fn docs() -> Result<()> {
+    let mut cmd = cargo_command(&[
+        "doc",
+        "--workspace",
+        "--exclude",
+        "tracer-ebpf",
+        "--no-deps",
+        "--document-private-items",
+    ]);
+    cmd.env("RUSTDOCFLAGS", "-D warnings");
+    run(&mut cmd)
 }
 
 fn cargo(args: &[&str]) -> Result<()> {
