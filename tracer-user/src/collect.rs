@@ -92,9 +92,9 @@ impl AsRawFd for Collector {
 }
 
 /// Gives the start-up garbage back to the system. The collector is made once everything is
-/// loaded and attached; parsing the kernel BTF and loading the object leave about 13 MiB that
-/// glibc's malloc would otherwise keep for the whole session (measured: VmRSS 35.1 → 22.1 MiB
-/// in an idle pktrace). musl returns freed memory by itself.
+/// loaded and attached; parsing the kernel BTF and loading the object leave megabytes that
+/// glibc's malloc would otherwise keep for the whole session (BENCHMARKS.md "Memory"). musl
+/// returns freed memory by itself.
 fn release_startup_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks and trims glibc's own heap.

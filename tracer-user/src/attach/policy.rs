@@ -2,10 +2,9 @@
 //!
 //! tcx links die with the process (also on SIGKILL) and chain cleanly in front of the CNI's
 //! programs, but each attach and each detach waits for an RCU grace period while holding rtnl
-//! (`kernel/bpf/tcx.c`): about 30 ms per interface here, serial whatever the threads (measured,
-//! see BENCHMARKS.md "Start-up"), so 250 pod veths take 8 s to attach and 5 s to detach.
-//! clsact filters go in through netlink without that wait (250 in about 0.3 s, removed in
-//! 0.02 s); they outlive a SIGKILL, and the next pktrace removes them (see [`super::clsact`]).
+//! (`kernel/bpf/tcx.c`), one interface after the other whatever the threads: hundreds of pod
+//! veths take seconds (BENCHMARKS.md "Start-up"). clsact filters go in through netlink without
+//! that wait; they outlive a SIGKILL, and the next pktrace removes them (see [`super::clsact`]).
 //!
 //! The rule, the same at start and for interfaces that appear while following:
 //! - an interface named in `--interfaces` (a pattern without `*` or `?`, such as `eth0`) gets

@@ -11,9 +11,8 @@
 //! receiver (the programs on its hooks included) runs in its sender's context, so the
 //! scheduler gives each stream about the same CPU time and a stream's goodput goes as the
 //! inverse of its cost per byte. A cost `δ` added to a path of cost `c` per byte changes the
-//! ratio by `c / (c + δ)`, the retention the same stream would show alone. On this machine the
-//! untraced ratio spread by about 1 % run to run where a stream alone spread by 10–15 %
-//! (2026-11-22; two plain veth pairs: 0.980–1.017 over 8 runs).
+//! ratio by `c / (c + δ)`, the retention the same stream would show alone, with a small part
+//! of a lone stream's run-to-run spread (BENCHMARKS.md "TCP measure noise").
 
 use std::path::Path;
 
