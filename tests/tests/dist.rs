@@ -1,6 +1,7 @@
-//! Issue 7: the static binary that ships (`cargo xtask dist`, x86_64 musl) runs in the lab
+//! The static binary that ships (`cargo xtask dist`, x86_64 musl) runs in the lab
 //! like the development build: `--pod ubuntu` traces a TCP connection to the ClusterIP with
-//! its DNAT step. Prints its size and start-up time (start → ready file) for the README.
+//! its DNAT step. Prints its size and start-up time (start → ready file) for
+//! docs/TESTING.md ("The release binary").
 
 use std::{
     fs,
@@ -139,7 +140,7 @@ fn dist_binary_traces_pod_ubuntu_to_the_cluster_ip_with_its_dnat() {
     let size = fs::metadata(&bin).map(|m| m.len()).unwrap_or(0);
     let _lab = LabGuard::new();
     // Start-up three times (the last one traces), and the development (glibc) build three
-    // times for comparison; the README quotes the medians.
+    // times for comparison; docs/TESTING.md quotes the medians.
     let mut times = Vec::new();
     for run in 0..2 {
         let s = start(&bin, run);
