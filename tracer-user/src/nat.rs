@@ -302,7 +302,7 @@ fn attach_one(
     if globals.offsets.skb_data == 0 {
         return Err(format!(
             "no kernel BTF for sk_buff offsets ({} cannot be read)",
-            caps::btf_path()
+            btf::btf_path()
         )
         .into());
     }

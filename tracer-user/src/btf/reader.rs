@@ -54,9 +54,9 @@ impl KernelBtf {
 
 impl Btf {
     /// Reads the running kernel's BTF from [`VMLINUX_BTF`] (or the hidden override
-    /// `PKTRACE_BTF_PATH`, see `caps::btf_path`).
+    /// `PKTRACE_BTF_PATH`, see [`super::btf_path`]).
     pub fn from_sys_fs() -> Result<Self, BtfError> {
-        Self::parse(&read_btf_file(Path::new(&crate::caps::btf_path()))?)
+        Self::parse(&read_btf_file(Path::new(&super::btf_path()))?)
     }
 
     /// Reads a kernel module's split BTF (`/sys/kernel/btf/<module>`, e.g. `nf_conntrack` when

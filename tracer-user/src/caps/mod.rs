@@ -26,10 +26,6 @@ use caps::{
 };
 pub use lockdown::{LockdownRefusal, lockdown_refusal, read_lockdown};
 
-/// Hidden override of where the kernel's BTF is looked for (tests of a kernel without BTF:
-/// a missing path makes pktrace run as it would there).
-pub const BTF_PATH_ENV: &str = "PKTRACE_BTF_PATH";
-
 /// A set's names, lowest capability number first, comma-separated (`CAP_NET_RAW,CAP_BPF`);
 /// "none" for the empty set.
 #[must_use]
@@ -103,15 +99,6 @@ pub fn preflight() -> Result<(), PrivilegeError> {
     // SAFETY: geteuid has no failure modes.
     let root = unsafe { libc::geteuid() } == 0;
     check(&effective, root, &known())
-}
-
-/// The vmlinux BTF path: `PKTRACE_BTF_PATH` when set, else `/sys/kernel/btf/vmlinux`.
-#[must_use]
-pub fn btf_path() -> String {
-    std::env::var(BTF_PATH_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| crate::btf::VMLINUX_BTF.to_owned())
 }
 
 /// The pure part of [`preflight`]'s capability check; `known`: the capabilities this kernel
