@@ -502,7 +502,7 @@ impl Session {
         let Some(ct) = self.conntrack.as_mut() else {
             return Ok(());
         };
-        let losses = ct.poll(&mut self.correlator, collector)?;
+        let losses = ct.poll(self.correlator.nat_table_mut(), collector)?;
         if losses.overflows > self.ct_reported.overflows {
             eprintln!(
                 "pktrace: conntrack events lost: the kernel dropped events {} times (socket full); \

@@ -22,13 +22,10 @@ use std::{collections::HashSet, io, net::IpAddr};
 pub use gates::Gates;
 pub use monitor::{CtMonitor, Read};
 pub use parse::CtEntry;
-pub use table::{Chain, NatTable};
-use tracer_common::Tuple;
+pub use table::{Chain, NatTable, Translation};
+use tracer_common::{FAMILY_IPV6, Tuple};
 
-use crate::{
-    collect::Collector,
-    journey::{correlate::Correlator, model},
-};
+use crate::collect::Collector;
 
 /// Most datagrams read per call of [`Conntrack::poll`] (the rest wait for the next).
 const READS: usize = 256;
@@ -77,15 +74,15 @@ impl Conntrack {
         std::os::fd::AsRawFd::as_raw_fd(&self.monitor)
     }
 
-    /// Reads what conntrack reported, notes the NATed connections in the join, and follows the
-    /// traced ones in the kernel. Returns the losses seen so far (a connection that could not be
+    /// Reads what conntrack reported, notes the NATed connections in `table` (the join's, `None`
+    /// when the join does not use them), and follows the traced ones in the kernel. Returns the losses seen so far (a connection that could not be
     /// followed is one of them, not an error: its journeys are still joined).
     ///
     /// # Errors
     /// The socket failed (not `WouldBlock`).
     pub fn poll(
         &mut self,
-        correlator: &mut Correlator,
+        mut table: Option<&mut NatTable>,
         collector: &mut Collector,
     ) -> io::Result<Losses> {
         for _ in 0..READS {
@@ -100,7 +97,7 @@ impl Conntrack {
             };
             self.losses.unreadable += parsed.unreadable;
             for e in parsed.entries {
-                let Some(table) = correlator.nat_table_mut() else {
+                let Some(table) = table.as_deref_mut() else {
                     continue;
                 };
                 if table.insert(e)
@@ -117,7 +114,9 @@ impl Conntrack {
 
     fn is_traced(&self, e: &CtEntry) -> bool {
         [&e.orig, &e.reply].iter().any(|t| {
-            self.traced.contains(&model::src_ip(t)) || self.traced.contains(&model::dst_ip(t))
+            [&t.saddr, &t.daddr]
+                .into_iter()
+                .any(|a| self.traced.contains(&ip(t.family, a)))
         })
     }
 
@@ -137,5 +136,14 @@ impl Conntrack {
             collector.follow(&t.reversed());
         }
         Ok(())
+    }
+}
+
+/// A tuple's address as an [`IpAddr`] (IPv4 in the first four bytes).
+fn ip(family: u8, a: &[u8; 16]) -> IpAddr {
+    if family == FAMILY_IPV6 {
+        IpAddr::from(*a)
+    } else {
+        IpAddr::from([a[0], a[1], a[2], a[3]])
     }
 }

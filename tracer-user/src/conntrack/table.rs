@@ -12,16 +12,24 @@ use foldhash::fast::RandomState;
 use tracer_common::{PROTO_ICMP, PROTO_ICMPV6, Tuple};
 
 use super::parse::CtEntry;
-use crate::journey::model::Point;
 
 /// Most connections kept (the oldest are forgotten first): a busy node's NATed connections
 /// of the last minutes.
 pub const MAX_ENTRIES: usize = 65_536;
 
+/// Which address a NAT step rewrites (`NF_NAT_MANIP_DST`, `NF_NAT_MANIP_SRC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Translation {
+    /// Destination NAT (with `reply`: the reverse translation of a reply to a DNATed flow).
+    Dnat,
+    /// Source NAT (with `reply`: the reverse translation of a reply to a SNATed flow).
+    Snat,
+}
+
 /// One NAT step of a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hop {
-    pub point: Point,
+    pub translation: Translation,
     /// The reverse translation of a reply.
     pub reply: bool,
 }
@@ -48,15 +56,16 @@ impl Chain {
         let icmp = matches!(e.orig.proto, PROTO_ICMP | PROTO_ICMPV6);
         let mut tuples = [Tuple::default(); 3];
         let mut hops = [Hop {
-            point: Point::Dnat,
+            translation: Translation::Dnat,
             reply,
         }; 2];
         let mut len = 1;
-        let mut push = |t: Tuple, point: Point, tuples: &mut [Tuple; 3], len: &mut usize| {
-            hops[*len - 1] = Hop { point, reply };
-            tuples[*len] = t;
-            *len += 1;
-        };
+        let mut push =
+            |t: Tuple, translation: Translation, tuples: &mut [Tuple; 3], len: &mut usize| {
+                hops[*len - 1] = Hop { translation, reply };
+                tuples[*len] = t;
+                *len += 1;
+            };
         if reply {
             tuples[0] = e.reply;
             let mut t = e.reply;
@@ -64,13 +73,13 @@ impl Chain {
                 // Un-SNAT: the reply goes back to the original source.
                 t.daddr = e.orig.saddr;
                 t.dport = if icmp { t.dport } else { e.orig.sport };
-                push(t, Point::Snat, &mut tuples, &mut len);
+                push(t, Translation::Snat, &mut tuples, &mut len);
             }
             if dnat {
                 // Un-DNAT: the reply comes from where the first packet was sent.
                 t.saddr = e.orig.daddr;
                 t.sport = if icmp { t.sport } else { e.orig.dport };
-                push(t, Point::Dnat, &mut tuples, &mut len);
+                push(t, Translation::Dnat, &mut tuples, &mut len);
             }
             tuples[len - 1] = e.orig.reversed();
         } else {
@@ -79,12 +88,12 @@ impl Chain {
             if dnat {
                 t.daddr = e.reply.saddr;
                 t.dport = if icmp { t.dport } else { e.reply.sport };
-                push(t, Point::Dnat, &mut tuples, &mut len);
+                push(t, Translation::Dnat, &mut tuples, &mut len);
             }
             if snat {
                 t.saddr = e.reply.daddr;
                 t.sport = if icmp { t.sport } else { e.reply.dport };
-                push(t, Point::Snat, &mut tuples, &mut len);
+                push(t, Translation::Snat, &mut tuples, &mut len);
             }
             tuples[len - 1] = e.reply.reversed();
         }
@@ -246,8 +255,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            o.hops.map(|h| (h.point, h.reply)),
-            [(Point::Dnat, false), (Point::Snat, false)]
+            o.hops.map(|h| (h.translation, h.reply)),
+            [(Translation::Dnat, false), (Translation::Snat, false)]
         );
         let r = Chain::of(&lb(), true).unwrap();
         assert_eq!(
@@ -259,8 +268,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            r.hops.map(|h| (h.point, h.reply)),
-            [(Point::Snat, true), (Point::Dnat, true)]
+            r.hops.map(|h| (h.translation, h.reply)),
+            [(Translation::Snat, true), (Translation::Dnat, true)]
         );
     }
 
@@ -271,7 +280,7 @@ mod tests {
             ("203.0.113.80:80", "10.13.76.4:41234"),
         );
         let o = Chain::of(&masq, false).unwrap();
-        assert_eq!((o.len, o.hops[0].point), (2, Point::Snat));
+        assert_eq!((o.len, o.hops[0].translation), (2, Translation::Snat));
         let plain = entry(
             ("10.13.76.46:41234", "10.13.1.4:80"),
             ("10.13.1.4:80", "10.13.76.46:41234"),

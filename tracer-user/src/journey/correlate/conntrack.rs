@@ -17,15 +17,24 @@ use tracer_common::{Event, Tuple};
 
 use super::{Correlator, JoinKey, Open, ip_id};
 use crate::{
-    conntrack::{Chain, NatTable},
-    journey::model::{Journey, Step},
+    conntrack::{Chain, NatTable, Translation},
+    journey::model::{Journey, Point, Step},
 };
+
+impl From<Translation> for Point {
+    fn from(t: Translation) -> Self {
+        match t {
+            Translation::Dnat => Self::Dnat,
+            Translation::Snat => Self::Snat,
+        }
+    }
+}
 
 /// The NAT steps that take `chain.tuples[from]` to `chain.tuples[to]`, at `ktime`.
 fn steps_between(chain: &Chain, from: usize, to: usize, ktime: u64, ip: Option<u32>) -> Vec<Step> {
     (from..to)
         .map(|i| Step {
-            point: chain.hops[i].point,
+            point: chain.hops[i].translation.into(),
             iface: None,
             tuple: chain.tuples[i + 1],
             orig: Some(chain.tuples[i]),
