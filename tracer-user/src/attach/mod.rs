@@ -5,6 +5,7 @@
 //! and netfilter links also die with the process, even by SIGKILL).
 
 pub mod clsact;
+pub mod iface;
 pub mod links;
 pub mod netfilter;
 pub mod policy;

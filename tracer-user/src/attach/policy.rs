@@ -18,8 +18,25 @@
 //!
 //! An interface keeps the mechanism it was attached with until it goes.
 
-use super::tc::{Iface, TcMode};
+use super::iface::Iface;
 use crate::util::{glob_match, is_glob};
+
+/// The tc mechanism an interface is attached with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcMode {
+    Tcx,
+    Clsact,
+}
+
+impl TcMode {
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcx => "tcx",
+            Self::Clsact => "clsact",
+        }
+    }
+}
 
 /// Glob-matched interfaces that still get tcx: 8 links' worth of RCU waits (about 30 ms per
 /// interface, ingress and egress) plus the usual named ones (`eth0`, `azure0`) keep tcx's share

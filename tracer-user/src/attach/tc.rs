@@ -8,7 +8,7 @@
 //! # Minimum kernel version
 //! 5.8 (clsact + ring buffer); 6.6 for tcx.
 
-use std::{collections::HashMap, ffi::CStr};
+use std::collections::HashMap;
 
 use aya::{
     Ebpf,
@@ -23,24 +23,11 @@ use super::{
     policy::Policy,
     roles::{self, Role},
 };
+pub use super::{
+    iface::{Iface, list_ifaces},
+    policy::TcMode,
+};
 use crate::journey::correlate::HostIf;
-
-/// How the programs were attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TcMode {
-    Tcx,
-    Clsact,
-}
-
-impl TcMode {
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Tcx => "tcx",
-            Self::Clsact => "clsact",
-        }
-    }
-}
 
 /// Failures to attach the tc programs.
 #[derive(Debug, thiserror::Error)]
@@ -62,38 +49,6 @@ pub enum TcAttachError {
     },
     #[error("no interface matches {patterns}: check --interfaces (interfaces here: {present})")]
     NoInterface { patterns: String, present: String },
-}
-
-/// An interface of this network namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Iface {
-    pub index: u32,
-    pub name: String,
-}
-
-/// The interfaces of the current network namespace.
-#[must_use]
-pub fn list_ifaces() -> Vec<Iface> {
-    let mut out = Vec::new();
-    // SAFETY: if_nameindex returns a array terminated by a zero entry, freed below.
-    unsafe {
-        let head = libc::if_nameindex();
-        if head.is_null() {
-            return out;
-        }
-        let mut p = head;
-        while (*p).if_index != 0 && !(*p).if_name.is_null() {
-            let name = CStr::from_ptr((*p).if_name).to_string_lossy().into_owned();
-            out.push(Iface {
-                index: (*p).if_index,
-                name,
-            });
-            p = p.add(1);
-        }
-        libc::if_freenameindex(head);
-    }
-    out.sort_by_key(|i| i.index);
-    out
 }
 
 /// What the correlator needs to know of the attached interfaces: each one's role read from
