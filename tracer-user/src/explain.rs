@@ -14,6 +14,7 @@
 //! Conditions pktrace cannot check (ipsets, connmark, unknown interfaces, …) are assumed to
 //! hold, and the `why` text says so.
 
+mod addr;
 mod decide;
 mod eval;
 mod genid;

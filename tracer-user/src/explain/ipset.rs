@@ -10,7 +10,7 @@
 
 use std::{collections::BTreeMap, net::IpAddr};
 
-use super::rules::{Cidr, in_range};
+use super::addr::{Cidr, in_range};
 
 /// Deepest `list:set` nesting followed (the kernel allows none; a dump might claim more).
 const MAX_LIST_DEPTH: usize = 4;

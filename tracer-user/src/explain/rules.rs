@@ -2,11 +2,11 @@
 //! chains of rules. Parsing never fails: matches pktrace does not model are kept as
 //! [`Test::Unknown`] with their tokens, lines it cannot read are counted and skipped.
 
-mod addr;
 mod model;
 mod parse;
 mod table;
 
-pub use addr::{Cidr, NatTo, in_range};
 pub use model::{Cond, Key, MapKey, MapRef, Rule, SetRef, Target, Test, Val};
 pub use table::{BUILTIN, Base, Hook, NatRules};
+
+pub use super::addr::{Cidr, NatTo, in_range};
