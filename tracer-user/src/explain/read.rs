@@ -15,11 +15,15 @@ use std::{
 };
 
 use super::{
-    ExplainError,
+    ExplainError, kernel_tables,
     rules::NatRules,
-    ruleset::{Raw, Ruleset, parse_tables},
-    source::Output,
+    ruleset::{Lost, Raw, Ruleset, parse_tables},
+    source::{self, Output},
 };
+
+/// The legacy backend's tables, as the kernel lists them: without `nat` here, reading it would
+/// only create an empty one.
+const LEGACY_TABLES: &str = "/proc/net/ip_tables_names";
 
 /// What `nft` reads: kube-proxy's nftables mode, Calico's nftables dataplane, …
 pub const NFT_LOST: &str = "nftables rules (kube-proxy nftables mode) will not be named";
@@ -29,15 +33,6 @@ pub const IPTABLES_LOST: &str =
 const LEGACY_LOST: &str =
     "the legacy iptables nat table's rules (the kernel holds one) will not be named";
 const IPSET_LOST: &str = "`-m set` matches (Calico, kube-proxy) are assumed to hold";
-
-/// A rule source the node uses that could not be read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lost {
-    /// The tool, e.g. `nft`: the line is said once per tool.
-    pub tool: String,
-    /// `nft: not installed; nftables rules … will not be named`.
-    pub line: String,
-}
 
 impl Lost {
     fn new(tool: &str, err: &ExplainError, lost: &str) -> Self {
@@ -70,6 +65,39 @@ impl Node<'_> {
                 .iter()
                 .any(|(f, n)| (f == "ip" || f == "ip6") && n == "nat"),
         )
+    }
+}
+
+/// Whether the legacy backend holds a nat table here.
+#[must_use]
+pub fn legacy_in_use() -> bool {
+    std::fs::read_to_string(LEGACY_TABLES).is_ok_and(|t| t.lines().any(|l| l.trim() == "nat"))
+}
+
+impl Ruleset {
+    /// Reads and parses the node's rules.
+    ///
+    /// # Errors
+    /// See [`Raw::read`].
+    pub fn load() -> Result<Self, ExplainError> {
+        let raw = Raw::read()?;
+        report(&raw.lost);
+        Ok(Self::from_raw(&raw))
+    }
+}
+
+impl Raw {
+    /// Reads the node's nat rules (and ipsets when rules test them): [`Raw::read_from`] on
+    /// this node.
+    ///
+    /// # Errors
+    /// No tool could be run at all (none installed, or all failed: usually not root).
+    pub fn read() -> Result<Self, ExplainError> {
+        Self::read_from(&Node {
+            run: &source::run,
+            legacy_nat: legacy_in_use(),
+            kernel_tables: kernel_tables::list(),
+        })
     }
 }
 

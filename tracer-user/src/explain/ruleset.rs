@@ -9,18 +9,7 @@ use std::{
 
 use tracer_common::Tuple;
 
-use super::{
-    Attribute, ExplainError, NatDecision, PacketCtx,
-    ipset::IpSets,
-    kernel_tables, nft,
-    read::{self, Lost, Node},
-    rules::NatRules,
-    source,
-};
-
-/// The legacy backend's tables, as the kernel lists them: without `nat` here, reading it would
-/// only create an empty one.
-const LEGACY_TABLES: &str = "/proc/net/ip_tables_names";
+use super::{Attribute, NatDecision, PacketCtx, ipset::IpSets, nft, rules::NatRules};
 
 /// The nat tables of the node, in the order the kernel runs them.
 #[derive(Clone, Debug, Default)]
@@ -30,7 +19,17 @@ pub struct Ruleset {
     pub notes: Vec<String>,
 }
 
-/// What the node's tools printed: the input of [`Ruleset::from_raw`], hashed to see changes.
+/// A rule source the node uses that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// The tool, e.g. `nft`: the line is said once per tool.
+    pub tool: String,
+    /// `nft: not installed; nftables rules … will not be named`.
+    pub line: String,
+}
+
+/// What the node's tools printed (read by `read`): the input of [`Ruleset::from_raw`], hashed
+/// to see changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Raw {
     /// `(label, iptables-save text)`.
@@ -44,21 +43,6 @@ pub struct Raw {
     pub lost: Vec<Lost>,
     /// Some source answered (even with no rules).
     pub any_source: bool,
-}
-
-impl Raw {
-    /// Reads the node's nat rules (and ipsets when rules test them): [`Raw::read_from`] on
-    /// this node.
-    ///
-    /// # Errors
-    /// No tool could be run at all (none installed, or all failed: usually not root).
-    pub fn read() -> Result<Self, ExplainError> {
-        Self::read_from(&Node {
-            run: &source::run,
-            legacy_nat: legacy_in_use(),
-            kernel_tables: kernel_tables::list(),
-        })
-    }
 }
 
 /// Tables iptables-nft and ebtables-nft make (read through `iptables-nft-save`, or not nat).
@@ -84,23 +68,7 @@ pub(super) fn parse_tables(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether the legacy backend holds a nat table here.
-#[must_use]
-pub fn legacy_in_use() -> bool {
-    std::fs::read_to_string(LEGACY_TABLES).is_ok_and(|t| t.lines().any(|l| l.trim() == "nat"))
-}
-
 impl Ruleset {
-    /// Reads and parses the node's rules.
-    ///
-    /// # Errors
-    /// See `Raw::read`.
-    pub fn load() -> Result<Self, ExplainError> {
-        let raw = Raw::read()?;
-        read::report(&raw.lost);
-        Ok(Self::from_raw(&raw))
-    }
-
     /// Parses what the tools printed.
     #[must_use]
     pub fn from_raw(raw: &Raw) -> Self {

@@ -2,11 +2,10 @@
 //! tests-data/, each file says from where and how): which chain and rule, SNAT or not, which
 //! service, and the one-line why.
 
-use crate::test_support::t;
 use tracer_common::{PROTO_ICMP, PROTO_TCP};
 
 use super::*;
-use crate::journey::Ending;
+use crate::{journey::Ending, test_support::t};
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED000: &str = include_str!("../../tests-data/iptables-seed000-calico.txt");

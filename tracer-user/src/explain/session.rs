@@ -23,10 +23,7 @@ use std::{
 use foldhash::fast::RandomState;
 use tracer_common::Tuple;
 
-use super::{
-    Attribute, PacketCtx, genid,
-    ruleset::{fingerprint, legacy_in_use},
-};
+use super::{Attribute, PacketCtx, genid, read::legacy_in_use, ruleset::fingerprint};
 use crate::{
     explain::Ruleset,
     journey::{Attribution, Journey, Point},

@@ -1,13 +1,12 @@
 //! Attribution against the real-shaped nat table of an AKS node (Azure CNI, kube-proxy
 //! iptables mode, ip-masq-agent) and the rules quoted in the seeds.
 
-use crate::test_support::t;
 use std::net::IpAddr;
 
 use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 
 use super::{rules::Target, *};
-use crate::journey::Ending;
+use crate::{journey::Ending, test_support::t};
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED001: &str = include_str!("../../tests-data/iptables-seed001-azure-cni.txt");
