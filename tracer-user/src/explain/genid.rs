@@ -5,17 +5,15 @@
 //!
 //! It does not see iptables-legacy or ipset changes: those are compared by content.
 
-use std::{mem::size_of, time::Duration};
+use std::{ops::ControlFlow, time::Duration};
+
+use crate::util::netlink::{NFGENMSG, NLM_F_REQUEST, NLMSG_HDR, nfnl_ask, nfnl_request};
 
 /// `NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN`.
 const GETGEN: u16 = (10 << 8) | 16;
 /// `NFTA_GEN_ID`.
 const NFTA_GEN_ID: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-/// `struct nlmsghdr` and `struct nfgenmsg`.
-const NLMSG_HDR: usize = 16;
-const NFGENMSG: usize = 4;
 /// How long the kernel may take to answer.
 const TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -23,63 +21,10 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 /// cannot be asked (no nf_tables, no CAP_NET_ADMIN).
 #[must_use]
 pub fn current() -> Option<u32> {
-    // SAFETY: plain socket syscalls on a descriptor this function owns and closes; buffers
-    // are local and their lengths passed as they are.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
-        );
-        if fd < 0 {
-            return None;
-        }
-        let answer = ask(fd);
-        libc::close(fd);
-        answer
-    }
-}
-
-/// # Safety
-/// `fd` is an open netlink socket.
-unsafe fn ask(fd: libc::c_int) -> Option<u32> {
-    let tv = libc::timeval {
-        tv_sec: 0,
-        tv_usec: TIMEOUT.as_micros().try_into().ok()?,
-    };
-    let tv_len = libc::socklen_t::try_from(size_of::<libc::timeval>()).ok()?;
-    // SAFETY: `tv` outlives the call and `tv_len` is its size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            std::ptr::from_ref(&tv).cast(),
-            tv_len,
-        );
-    }
-    let req = request();
-    // SAFETY: `req` is a live local buffer of the length given.
-    let sent = unsafe { libc::send(fd, req.as_ptr().cast(), req.len(), 0) };
-    if usize::try_from(sent).ok()? != req.len() {
-        return None;
-    }
-    let mut buf = [0u8; 512];
-    // SAFETY: `buf` is a live local buffer of the length given.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    parse(buf.get(..usize::try_from(n).ok()?)?)
-}
-
-/// `nlmsghdr` + `nfgenmsg` asking for the generation.
-fn request() -> [u8; NLMSG_HDR + NFGENMSG] {
-    let mut req = [0u8; NLMSG_HDR + NFGENMSG];
-    let len = u32::try_from(req.len()).unwrap_or(0);
-    req[0..4].copy_from_slice(&len.to_ne_bytes());
-    req[4..6].copy_from_slice(&GETGEN.to_ne_bytes());
-    req[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
-    // nfgenmsg: family AF_UNSPEC, version NFNETLINK_V0, res_id 0.
-    req
+    let req = nfnl_request(GETGEN, NLM_F_REQUEST);
+    nfnl_ask(&req, TIMEOUT, 512, 1, |msg| {
+        parse(msg).map(ControlFlow::Break)
+    })
 }
 
 /// The `NFTA_GEN_ID` of a `NFT_MSG_NEWGEN` answer; `None` for an error or a short message.
@@ -154,7 +99,5 @@ mod tests {
         for (msg, want) in cases {
             assert_eq!(parse(&msg), want, "{msg:?}");
         }
-        let req = request();
-        assert_eq!(u16::from_ne_bytes([req[4], req[5]]), GETGEN);
     }
 }

@@ -2,7 +2,11 @@
 //! without the `nft` tool: whether a node whose `nft` or `iptables-save` is missing evidently
 //! uses what they would have read (`net/netfilter/nf_tables_api.c`, `nf_tables_dump_tables`).
 
-use std::{mem::size_of, time::Duration};
+use std::{ops::ControlFlow, time::Duration};
+
+use crate::util::netlink::{
+    NFGENMSG, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_HDR, nfnl_ask, nfnl_request,
+};
 
 /// `NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE`.
 const GETTABLE: u16 = 10 << 8 | 1;
@@ -12,10 +16,6 @@ const NEWTABLE: u16 = 10 << 8;
 const NFTA_TABLE_NAME: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_HDR: usize = 16;
-const NFGENMSG: usize = 4;
 /// How long the kernel may take to answer one part.
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// Most answer parts read (a node has a handful of tables; each part holds many).
@@ -26,69 +26,16 @@ const PARTS_MAX: usize = 64;
 /// CAP_NET_ADMIN).
 #[must_use]
 pub fn list() -> Option<Vec<(String, String)>> {
-    // SAFETY: plain socket syscalls on a descriptor this function owns and closes; buffers
-    // are local and their lengths passed as they are.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
-        );
-        if fd < 0 {
-            return None;
-        }
-        let answer = ask(fd);
-        libc::close(fd);
-        answer
-    }
-}
-
-/// # Safety
-/// `fd` is an open netlink socket.
-unsafe fn ask(fd: libc::c_int) -> Option<Vec<(String, String)>> {
-    let tv = libc::timeval {
-        tv_sec: 0,
-        tv_usec: TIMEOUT.as_micros().try_into().ok()?,
-    };
-    let tv_len = libc::socklen_t::try_from(size_of::<libc::timeval>()).ok()?;
-    // SAFETY: `tv` outlives the call and `tv_len` is its size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            std::ptr::from_ref(&tv).cast(),
-            tv_len,
-        );
-    }
-    let req = request();
-    // SAFETY: `req` is a live local buffer of the length given.
-    let sent = unsafe { libc::send(fd, req.as_ptr().cast(), req.len(), 0) };
-    if usize::try_from(sent).ok()? != req.len() {
-        return None;
-    }
+    // Family NFPROTO_UNSPEC: the tables of every family.
+    let req = nfnl_request(GETTABLE, NLM_F_REQUEST | NLM_F_DUMP);
     let mut tables = Vec::new();
-    let mut buf = vec![0u8; 32 << 10];
-    for _ in 0..PARTS_MAX {
-        // SAFETY: `buf` is a live local buffer of the length given.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        match parse(buf.get(..usize::try_from(n).ok()?)?, &mut tables)? {
-            Part::Done => return Some(tables),
-            Part::More => {}
-        }
-    }
-    None
-}
-
-fn request() -> [u8; NLMSG_HDR + NFGENMSG] {
-    let mut req = [0u8; NLMSG_HDR + NFGENMSG];
-    let len = u32::try_from(req.len()).unwrap_or(0);
-    req[0..4].copy_from_slice(&len.to_ne_bytes());
-    req[4..6].copy_from_slice(&GETTABLE.to_ne_bytes());
-    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
-    // nfgenmsg: family NFPROTO_UNSPEC (every family), version NFNETLINK_V0, res_id 0.
-    req
+    nfnl_ask(&req, TIMEOUT, 32 << 10, PARTS_MAX, |part| {
+        Some(match parse(part, &mut tables)? {
+            Part::Done => ControlFlow::Break(()),
+            Part::More => ControlFlow::Continue(()),
+        })
+    })?;
+    Some(tables)
 }
 
 enum Part {
@@ -200,6 +147,5 @@ mod tests {
         let mut bad = msg(NEWTABLE, 2, &[(NFTA_TABLE_NAME, b"x\0")]);
         bad[0] = 200;
         assert!(parse(&bad, &mut Vec::new()).is_none());
-        assert_eq!(u16::from_ne_bytes([request()[4], request()[5]]), GETTABLE);
     }
 }

@@ -1,5 +1,5 @@
 //! Small helpers every layer may use, importing nothing of the crate: [`text`] (printing
-//! names that come from files or the kernel) and [`glob`] (interface name patterns), [`netlink`] (event sockets).
+//! names that come from files or the kernel) and [`glob`] (interface name patterns), [`netlink`] (event sockets and one-shot nfnetlink requests).
 
 pub mod glob;
 pub mod netlink;
