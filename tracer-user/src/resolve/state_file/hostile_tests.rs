@@ -5,12 +5,14 @@
 use std::{
     fs::{self, File},
     io::{BufWriter, Write as _},
+    path::PathBuf,
 };
 
 use super::*;
 use crate::{
     output::{Sink as _, test_support::Shared, text::TextSink},
     summary::Summary,
+    util::safe,
 };
 
 /// A fresh file in the temp dir, removed on drop.
