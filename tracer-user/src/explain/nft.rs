@@ -7,6 +7,11 @@
 //! The `ip nat`/`ip6 nat` tables iptables-nft makes are not native: their rules use xt
 //! compat expressions and are read through `iptables-nft-save` instead, so they are skipped
 //! here (as is any table holding `xt` expressions).
+//!
+//! The JSON is walked untyped: what is not understood becomes an unknown condition, not a
+//! lost table. A typed schema (the `nftables` crate, 0.6.3) rejects nft 1.0.6's output of
+//! kube-proxy's own table as a whole: `"map": "verdict"` and `"masquerade": {"flags":
+//! "fully-random"}` (one flag is printed as a string, several as a list).
 
 mod matches;
 
@@ -37,61 +42,93 @@ pub fn parse(json: &str, skip_iptables_nat: bool) -> Result<Vec<NatRules>, NftEr
         .get("nftables")
         .and_then(Value::as_array)
         .ok_or(NftError::Shape)?;
-    let mut tables: Vec<((String, String), NatRules)> = Vec::new();
-    let mut xt: Vec<(String, String)> = Vec::new();
-    let table_of = |tables: &mut Vec<((String, String), NatRules)>, o: &Value| {
-        let id = (text(o, "family"), text(o, "table"));
-        if let Some(i) = tables.iter().position(|(k, _)| *k == id) {
-            return i;
-        }
-        let mut table = NatRules::default();
-        table.label = format!("nft table {} {}", id.0, id.1);
-        tables.push((id, table));
-        tables.len() - 1
-    };
+    let mut tables = Tables::default();
     for item in items {
+        tables.add(item);
+    }
+    Ok(tables.native(skip_iptables_nat))
+}
+
+/// `(family, name)` of a table.
+type TableId = (String, String);
+
+/// The tables of a document as its items are read, in the order first seen.
+#[derive(Default)]
+struct Tables {
+    found: Vec<(TableId, NatRules)>,
+    /// Tables holding `xt` expressions (iptables-nft's, whatever their name).
+    xt: Vec<TableId>,
+}
+
+impl Tables {
+    /// The table `o` (a chain, rule, set or map) belongs to, made when new.
+    fn of(&mut self, o: &Value) -> &mut (TableId, NatRules) {
+        let id = (text(o, "family"), text(o, "table"));
+        let i = match self.found.iter().position(|(k, _)| *k == id) {
+            Some(i) => i,
+            None => {
+                let mut table = NatRules::default();
+                table.label = format!("nft table {} {}", id.0, id.1);
+                self.found.push((id, table));
+                self.found.len() - 1
+            }
+        };
+        &mut self.found[i]
+    }
+
+    /// Adds one item of the `nftables` list (tables, elements and anything else are skipped).
+    fn add(&mut self, item: &Value) {
         if let Some(c) = item.get("chain") {
-            let i = table_of(&mut tables, c);
-            let t = &mut tables[i].1;
+            let t = &mut self.of(c).1;
             let name = text(c, "name");
             t.declare(&name);
             if let Some(base) = base_chain(c, &name) {
                 t.bases.push(base);
             }
         } else if let Some(r) = item.get("rule") {
-            let i = table_of(&mut tables, r);
-            let exprs = r
-                .get("expr")
-                .and_then(Value::as_array)
-                .map_or(&[][..], Vec::as_slice);
-            if exprs.iter().any(|e| e.get("xt").is_some()) {
-                xt.push(tables[i].0.clone());
-            }
-            let comment = r.get("comment").and_then(Value::as_str).map(str::to_owned);
-            let chain = text(r, "chain");
-            for rule in rules_of(exprs, comment) {
-                tables[i].1.push_rule(&chain, rule);
-            }
+            self.add_rule(r);
         } else if let Some(s) = item.get("set") {
-            let i = table_of(&mut tables, s);
             let elems = elems(s.get("elem"));
-            tables[i].1.nft_sets.insert(text(s, "name"), elems);
+            self.of(s).1.nft_sets.insert(text(s, "name"), elems);
         } else if let Some(m) = item.get("map") {
-            let i = table_of(&mut tables, m);
+            let t = &mut self.of(m).1;
             if m.get("map").and_then(Value::as_str) == Some("verdict") {
-                let elems = map_elems(m.get("elem"));
-                tables[i].1.nft_maps.insert(text(m, "name"), elems);
+                t.nft_maps.insert(text(m, "name"), map_elems(m.get("elem")));
             }
         }
     }
-    Ok(tables
-        .into_iter()
-        .filter(|(id, t)| {
-            let iptables = skip_iptables_nat && id.1 == "nat" && (id.0 == "ip" || id.0 == "ip6");
-            !t.bases.is_empty() && !iptables && !xt.contains(id)
-        })
-        .map(|(_, t)| t)
-        .collect())
+
+    fn add_rule(&mut self, r: &Value) {
+        let exprs = r
+            .get("expr")
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        let (id, table) = self.of(r);
+        let id = id.clone();
+        let comment = r.get("comment").and_then(Value::as_str).map(str::to_owned);
+        let chain = text(r, "chain");
+        for rule in rules_of(exprs, comment) {
+            table.push_rule(&chain, rule);
+        }
+        if exprs.iter().any(|e| e.get("xt").is_some()) {
+            self.xt.push(id);
+        }
+    }
+
+    /// The native nat tables: with a nat base chain, no `xt` expression, and (when
+    /// `skip_iptables_nat`) not named `nat` in family ip or ip6.
+    fn native(self, skip_iptables_nat: bool) -> Vec<NatRules> {
+        let xt = self.xt;
+        self.found
+            .into_iter()
+            .filter(|(id, t)| {
+                let iptables =
+                    skip_iptables_nat && id.1 == "nat" && (id.0 == "ip" || id.0 == "ip6");
+                !t.bases.is_empty() && !iptables && !xt.contains(id)
+            })
+            .map(|(_, t)| t)
+            .collect()
+    }
 }
 
 fn text(o: &Value, key: &str) -> String {
