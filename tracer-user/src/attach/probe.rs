@@ -104,7 +104,7 @@ pub enum ProbeError {
     #[error("program {0} is missing from the eBPF object")]
     MissingProgram(&'static str),
     #[error("preparing the eBPF object for the fentry programs failed")]
-    Object(#[source] netfilter::AttachError),
+    Object(#[source] netfilter::PrepareError),
     #[error(
         "the kernel refused to load {} programs: {} — {}",
         kind.as_str(),

@@ -3,46 +3,16 @@
 
 use std::io;
 
-use aya_obj::{
-    ParseError,
-    btf::{BtfError as ObjectBtfError, BtfRelocationError},
-    relocation::EbpfRelocationError,
-};
 use thiserror::Error;
 
-use super::PROGRAM_PREFIX;
+use super::{PROGRAM_PREFIX, loader::PrepareError};
 
 /// Failures to load or attach BPF netfilter programs.
 #[derive(Debug, Error)]
 pub enum AttachError {
-    /// The kernel object is not an eBPF ELF aya-obj can read.
-    #[error("parsing the eBPF object failed")]
-    Parse(#[source] ParseError),
-    /// A global does not exist in the object or has the wrong size.
-    #[error("setting the eBPF object's globals failed (names and sizes must match the object)")]
-    Globals(#[source] ParseError),
-    /// The object's BTF could not be fixed up for the kernel.
-    #[error("preparing the eBPF object's BTF failed")]
-    ObjectBtf(#[source] ObjectBtfError),
-    /// CO-RE relocations need the kernel's BTF, which could not be read.
-    #[error("reading /sys/kernel/btf/vmlinux for the object's CO-RE relocations failed")]
-    KernelBtf(#[source] ObjectBtfError),
-    /// CO-RE relocations could not be applied.
-    #[error("applying the eBPF object's CO-RE relocations failed")]
-    CoreRelocation(#[source] BtfRelocationError),
-    /// A map of the object is not among the maps aya created.
-    #[error(
-        "map {name} of the eBPF object is not in the aya `Ebpf`: load the same object with aya \
-         first, and load the netfilter programs before taking maps out with `Ebpf::take_map`"
-    )]
-    MissingMap { name: String },
-    /// Map or call relocation failed.
-    #[error("relocating the eBPF object's {what} failed")]
-    Relocation {
-        what: &'static str,
-        #[source]
-        source: EbpfRelocationError,
-    },
+    /// Preparing the kernel object for the raw loader failed.
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
     /// The object has no program named `nf_*`.
     #[error("the eBPF object has no netfilter programs (functions named {PROGRAM_PREFIX}*)")]
     NoPrograms,

@@ -11,16 +11,47 @@ use std::{
 
 use aya::maps::{Map, MapData};
 use aya_obj::{
-    Object,
-    generated::{bpf_attach_type, bpf_prog_type},
+    Object, ParseError,
+    btf::{BtfError as ObjectBtfError, BtfRelocationError},
+    generated::{bpf_attach_type, bpf_insn, bpf_prog_type},
+    relocation::EbpfRelocationError,
 };
+use thiserror::Error;
 
-use super::{
-    error::AttachError,
-    patches::{NfPatches, Used},
-    rewrite::patch_instructions,
-};
 use crate::sys::{self, ProgBtf, ProgLoad};
+
+/// Failures to prepare the kernel object as aya prepared it.
+#[derive(Debug, Error)]
+pub enum PrepareError {
+    /// The kernel object is not an eBPF ELF aya-obj can read.
+    #[error("parsing the eBPF object failed")]
+    Parse(#[source] ParseError),
+    /// A global does not exist in the object or has the wrong size.
+    #[error("setting the eBPF object's globals failed (names and sizes must match the object)")]
+    Globals(#[source] ParseError),
+    /// The object's BTF could not be fixed up for the kernel.
+    #[error("preparing the eBPF object's BTF failed")]
+    ObjectBtf(#[source] ObjectBtfError),
+    /// CO-RE relocations need the kernel's BTF, which could not be read.
+    #[error("reading /sys/kernel/btf/vmlinux for the object's CO-RE relocations failed")]
+    KernelBtf(#[source] ObjectBtfError),
+    /// CO-RE relocations could not be applied.
+    #[error("applying the eBPF object's CO-RE relocations failed")]
+    CoreRelocation(#[source] BtfRelocationError),
+    /// A map of the object is not among the maps aya created.
+    #[error(
+        "map {name} of the eBPF object is not in the aya `Ebpf`: load the same object with aya \
+         first, and load the netfilter programs before taking maps out with `Ebpf::take_map`"
+    )]
+    MissingMap { name: String },
+    /// Map or call relocation failed.
+    #[error("relocating the eBPF object's {what} failed")]
+    Relocation {
+        what: &'static str,
+        #[source]
+        source: EbpfRelocationError,
+    },
+}
 
 /// Verifier log sizes tried, in turn, after a load without a log failed. Kernels from 6.4 keep
 /// the log's end when it overflows (`ENOSPC`), which is the part that says what failed.
@@ -123,43 +154,26 @@ impl PreparedObject {
         bytes: &[u8],
         globals: &[(&str, &[u8])],
         ebpf: &aya::Ebpf,
-    ) -> Result<Self, AttachError> {
-        let mut obj = Object::parse(bytes).map_err(AttachError::Parse)?;
+    ) -> Result<Self, PrepareError> {
+        let mut obj = Object::parse(bytes).map_err(PrepareError::Parse)?;
         let patches: HashMap<&str, (&[u8], bool)> =
             globals.iter().map(|&(n, b)| (n, (b, true))).collect();
-        obj.patch_map_data(patches).map_err(AttachError::Globals)?;
+        obj.patch_map_data(patches).map_err(PrepareError::Globals)?;
         let btf_fd = load_object_btf(&mut obj)?;
         if obj.has_btf_relocations() {
-            let kernel = aya_obj::btf::Btf::from_sys_fs().map_err(AttachError::KernelBtf)?;
+            let kernel = aya_obj::btf::Btf::from_sys_fs().map_err(PrepareError::KernelBtf)?;
             obj.relocate_btf(&kernel)
-                .map_err(AttachError::CoreRelocation)?;
+                .map_err(PrepareError::CoreRelocation)?;
         }
         relocate(&mut obj, ebpf)?;
         Ok(Self { obj, btf_fd })
     }
 
-    /// Rewrites the placeholders of program `name` ([`tracer_common::nf_patch`]) as `patches` says; `used`
-    /// collects which placeholders it held. No-op for a program the object does not have.
-    pub(super) fn patch(
-        &mut self,
-        name: &str,
-        patches: &NfPatches,
-        used: &mut Used,
-    ) -> Result<(), AttachError> {
-        let Some(program) = self.obj.programs.get(name) else {
-            return Ok(());
-        };
-        let key = program.function_key();
-        let Some(function) = self.obj.functions.get_mut(&key) else {
-            return Ok(());
-        };
-        patch_instructions(&mut function.instructions, patches, used).map_err(|(index, what)| {
-            AttachError::Patch {
-                program: name.to_owned(),
-                index,
-                what,
-            }
-        })
+    /// The instructions of program `name`, to rewrite before loading; `None` when the object
+    /// has no such program.
+    pub fn instructions_mut(&mut self, name: &str) -> Option<&mut [bpf_insn]> {
+        let key = self.obj.programs.get(name)?.function_key();
+        Some(&mut self.obj.functions.get_mut(&key)?.instructions)
     }
 
     /// The names of the object's programs that start with `prefix`, sorted.
@@ -209,13 +223,13 @@ impl PreparedObject {
 
 /// Fixes up the object's BTF for this kernel and loads it; `None` when the kernel has no BTF
 /// support or refuses it (aya proceeds the same way for programs that do not need BTF).
-fn load_object_btf(obj: &mut Object) -> Result<Option<OwnedFd>, AttachError> {
+fn load_object_btf(obj: &mut Object) -> Result<Option<OwnedFd>, PrepareError> {
     let Some(features) = aya::features().btf() else {
         return Ok(None);
     };
     let Some(btf) = obj
         .fixup_and_sanitize_btf(features)
-        .map_err(AttachError::ObjectBtf)?
+        .map_err(PrepareError::ObjectBtf)?
     else {
         return Ok(None);
     };
@@ -223,24 +237,24 @@ fn load_object_btf(obj: &mut Object) -> Result<Option<OwnedFd>, AttachError> {
 }
 
 /// Points the object's map references at aya's maps and links its function calls.
-fn relocate(obj: &mut Object, ebpf: &aya::Ebpf) -> Result<(), AttachError> {
+fn relocate(obj: &mut Object, ebpf: &aya::Ebpf) -> Result<(), PrepareError> {
     let maps: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
     let mut with_fds = Vec::with_capacity(maps.len());
     for (name, map) in &maps {
         let data = ebpf
             .map(name)
             .map(map_data)
-            .ok_or_else(|| AttachError::MissingMap { name: name.clone() })?;
+            .ok_or_else(|| PrepareError::MissingMap { name: name.clone() })?;
         with_fds.push((name.as_str(), data.fd().as_fd().as_raw_fd(), map));
     }
     let text_sections: HashSet<usize> = obj.functions.keys().map(|&(section, _)| section).collect();
     obj.relocate_maps(with_fds.into_iter(), &text_sections)
-        .map_err(|source| AttachError::Relocation {
+        .map_err(|source| PrepareError::Relocation {
             what: "map references",
             source,
         })?;
     obj.relocate_calls(&text_sections)
-        .map_err(|source| AttachError::Relocation {
+        .map_err(|source| PrepareError::Relocation {
             what: "function calls",
             source,
         })?;

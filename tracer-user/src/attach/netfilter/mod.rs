@@ -36,13 +36,14 @@ pub use error::AttachError;
 #[cfg(test)]
 pub use link::probe_netfilter_links;
 pub use link::{NetfilterLink, NetfilterProgram};
-pub use loader::{LoadAs, LoadFailure, PreparedObject};
+pub use loader::{LoadAs, LoadFailure, PrepareError, PreparedObject};
 #[cfg(test)]
 pub(crate) use rewrite::insn;
 
 use self::{
     error::refused,
     patches::{NfPatches, Used},
+    rewrite::patch_instructions,
 };
 use crate::btf::KernelBtf;
 
@@ -83,7 +84,16 @@ pub fn load_netfilter_programs(
     }
     let mut used = Used::default();
     for name in &names {
-        prepared.patch(name, &patches, &mut used)?;
+        let Some(insns) = prepared.instructions_mut(name) else {
+            continue;
+        };
+        patch_instructions(insns, &patches, &mut used).map_err(|(index, what)| {
+            AttachError::Patch {
+                program: name.clone(),
+                index,
+                what,
+            }
+        })?;
     }
     used.check()?;
     let how = LoadAs {
