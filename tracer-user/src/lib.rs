@@ -14,16 +14,14 @@
 //! [`explain`], [`resolve`] and [`util`]. Everything else is private to the library.
 
 mod attach;
-mod btf;
-mod caps;
 pub mod cli;
 mod collect;
 pub mod config;
-mod conntrack;
 pub mod explain;
 mod follow;
 pub mod generate;
 mod journey;
+mod kernel;
 pub mod kube;
 pub mod kubectl;
 pub mod merge;
@@ -32,7 +30,6 @@ mod output;
 pub mod resolve;
 pub mod run;
 mod summary;
-mod sys;
 #[cfg(test)]
 mod test_support;
 pub mod util;

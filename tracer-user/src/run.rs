@@ -22,17 +22,19 @@ use crate::{
         policy::{self, Policy},
         tc,
     },
-    caps,
     collect::{self, Collector, Counters},
     config::{Config, Target},
-    conntrack::{self, Conntrack},
     explain::Explainer,
     follow::{self, Action, PodWatch},
     journey::{
         Journey,
         correlate::{Correlator, Limits},
     },
-    nat::{self, NatAttachment},
+    kernel::caps,
+    nat::{
+        self, NatAttachment,
+        conntrack::{self, Conntrack},
+    },
     output::{self, Sink},
     resolve,
     summary::Summary,
@@ -203,7 +205,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     // Parsed once for every NAT hook nat::attach tries, and dropped once one is attached. Not
     // the parse the offsets came from: kept from there, the BTF (about 6 MiB) would sit in
     // memory through the object's load and the tc attach and raise the peak by as much.
-    let kernel_btf = crate::btf::KernelBtf::default();
+    let kernel_btf = crate::kernel::btf::KernelBtf::default();
     let mut nat_attachment: NatAttachment =
         nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
     drop(kernel_btf);

@@ -7,9 +7,7 @@
 pub mod clsact;
 pub mod iface;
 pub mod links;
-pub mod netfilter;
 pub mod policy;
-pub mod probe;
 pub mod roles;
 pub mod tc;
 
@@ -88,7 +86,7 @@ impl Globals {
             ("WAKE_BYTES", self.wake_bytes.to_ne_bytes().to_vec()),
             (
                 "OFFSETS",
-                crate::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
+                crate::kernel::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
             ),
         ]
     }

@@ -19,7 +19,7 @@ use tracer_common::{Event, Fingerprint, Tuple, hook, kind};
 
 use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, Point, Step};
-use crate::conntrack::NatTable;
+use crate::nat::conntrack::NatTable;
 
 /// What an attached interface is to the node.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use tracer_common::{Event, Tuple};
 
 use super::{Correlator, JoinKey, Open, ip_id};
 use crate::{
-    conntrack::{Chain, NatTable, Translation},
     journey::model::{Journey, Point, Step},
+    nat::conntrack::{Chain, NatTable, Translation},
 };
 
 impl From<Translation> for Point {
@@ -152,11 +152,11 @@ mod tests {
 
     use super::*;
     use crate::{
-        conntrack::CtEntry,
         journey::{
             correlate::{HostIf, Limits},
             model::{Ending, Point, tuple},
         },
+        nat::conntrack::CtEntry,
     };
 
     const CLIENT: u32 = 10;

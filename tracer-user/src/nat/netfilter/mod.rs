@@ -5,7 +5,7 @@
 //! the object is parsed again with aya-obj, its globals patched like aya's, its map references
 //! pointed at the maps aya created (so both loaders share one ring buffer, one flow table),
 //! its calls linked, and each program loaded with the raw `bpf(BPF_PROG_LOAD)` syscall
-//! ([`crate::sys`]). aya also lists these programs as `SchedClassifier`s; never load them
+//! ([`crate::kernel::sys`]). aya also lists these programs as `SchedClassifier`s; never load them
 //! through aya. Before loading, their placeholders ([`tracer_common::nf_patch`]: member offsets
 //! of typed loads, the kfunc `bpf_rdonly_cast` and its struct type ids) are patched from the
 //! running kernel's BTF ([`rewrite::patch_instructions`], strict: anything unknown or missing
@@ -25,7 +25,6 @@
 
 mod error;
 mod link;
-mod loader;
 mod patches;
 mod rewrite;
 #[cfg(test)]
@@ -36,7 +35,6 @@ pub use error::AttachError;
 #[cfg(test)]
 pub use link::probe_netfilter_links;
 pub use link::{NetfilterLink, NetfilterProgram};
-pub use loader::{LoadAs, LoadFailure, PrepareError, PreparedObject};
 #[cfg(test)]
 pub(crate) use rewrite::insn;
 
@@ -45,7 +43,10 @@ use self::{
     patches::{NfPatches, Used},
     rewrite::patch_instructions,
 };
-use crate::btf::KernelBtf;
+use crate::kernel::{
+    btf::KernelBtf,
+    loader::{LoadAs, LoadFailure, PreparedObject},
+};
 
 /// `NFPROTO_IPV4` (include/uapi/linux/netfilter.h, v6.4).
 pub const NFPROTO_IPV4: u32 = 2;
@@ -112,7 +113,7 @@ pub fn load_netfilter_programs(
         }),
         Err(LoadFailure { errno, log }) => Err(refused(name.to_owned(), errno, log)),
     };
-    super::side_by_side(&names, load)
+    crate::attach::side_by_side(&names, load)
         .into_iter()
         .collect::<Result<_, _>>()
         .map(|programs| (programs, patches.conntrack))

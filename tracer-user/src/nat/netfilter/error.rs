@@ -5,7 +5,8 @@ use std::io;
 
 use thiserror::Error;
 
-use super::{PROGRAM_PREFIX, loader::PrepareError};
+use super::PROGRAM_PREFIX;
+use crate::kernel::loader::PrepareError;
 
 /// Failures to load or attach BPF netfilter programs.
 #[derive(Debug, Error)]
@@ -39,7 +40,7 @@ pub enum AttachError {
         "reading /sys/kernel/btf/vmlinux for the netfilter programs failed (they need a kernel \
          built with CONFIG_DEBUG_INFO_BTF)"
     )]
-    Btf(#[source] crate::btf::BtfError),
+    Btf(#[source] crate::kernel::btf::BtfError),
     /// The kernel's BTF lacks something the programs need.
     #[error("this kernel's BTF has no {what}, which the netfilter programs need")]
     BtfMissing { what: &'static str },

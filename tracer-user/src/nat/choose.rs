@@ -6,18 +6,18 @@ use std::net::IpAddr;
 use aya::Ebpf;
 use tracer_common::{KernelOffsets, hook};
 
-use crate::{
-    attach::{
-        Globals,
-        netfilter::{self, NetfilterLink},
-        object,
-        probe::{self, ProbeAttachment, ProbeError},
-        verifier_reason,
-    },
-    btf,
-    caps::{self, LockdownRefusal},
-    config::NatHook,
+use super::{
     conntrack::CtMonitor,
+    netfilter::{self, NetfilterLink},
+    probe::{self, ProbeAttachment, ProbeError},
+};
+use crate::{
+    attach::{Globals, object, verifier_reason},
+    config::NatHook,
+    kernel::{
+        btf,
+        caps::{self, LockdownRefusal},
+    },
 };
 
 /// `NF_IP_PRI_NAT_DST` and `NF_IP_PRI_NAT_SRC` (include/uapi/linux/netfilter_ipv4.h, v6.1).

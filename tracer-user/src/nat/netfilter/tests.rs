@@ -10,8 +10,10 @@ use tracer_common::{KernelOffsets, hook};
 
 use super::*;
 use crate::{
-    btf::{Btf, kernel_offsets},
-    sys,
+    kernel::{
+        btf::{Btf, kernel_offsets},
+        sys,
+    },
     test_support::in_new_netns,
 };
 
@@ -194,8 +196,9 @@ fn the_kernel_object_loads_and_its_brackets_pair_up() {
         println!("not applicable: {why}");
         return;
     }
-    let offsets =
-        crate::btf::kernel_offsets_bytes(&kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap());
+    let offsets = crate::kernel::btf::kernel_offsets_bytes(
+        &kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap(),
+    );
     let (mode, wake) = (
         tracer_common::filter::ALL.to_ne_bytes(),
         4096u64.to_ne_bytes(),

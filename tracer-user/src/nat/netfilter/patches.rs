@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use tracer_common::nf_patch;
 
 use super::AttachError;
-use crate::btf::{Btf, kernel_offsets};
+use crate::kernel::btf::{Btf, kernel_offsets};
 
 /// One placeholder load ([`nf_patch`]) and what it becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,8 +122,8 @@ impl ConnOffsets {
         match found {
             Ok(o) => Ok(Some(o)),
             Err(
-                crate::btf::BtfError::StructNotFound { .. }
-                | crate::btf::BtfError::MemberNotFound { .. },
+                crate::kernel::btf::BtfError::StructNotFound { .. }
+                | crate::kernel::btf::BtfError::MemberNotFound { .. },
             ) => Ok(None),
             Err(e) => Err(AttachError::Btf(e)),
         }
@@ -205,7 +205,7 @@ fn context_loads(btf: &Btf) -> Result<Vec<LoadPatch>, AttachError> {
     };
     // Both members come first in their structs (6.4 to 6.18): `member`'s 0 for "missing"
     // would turn their loads into `dst = 0`.
-    let at = |placeholder, what, bytes, found: Result<u32, crate::btf::BtfError>| {
+    let at = |placeholder, what, bytes, found: Result<u32, crate::kernel::btf::BtfError>| {
         Ok::<_, AttachError>(LoadPatch {
             placeholder,
             what,

@@ -2,8 +2,8 @@ use tracer_common::nf_patch;
 
 use super::*;
 use crate::{
-    attach::netfilter::patches::{ConnOffsets, LoadPatch, NfPatches, Used},
-    btf::Btf,
+    kernel::btf::Btf,
+    nat::netfilter::patches::{ConnOffsets, LoadPatch, NfPatches, Used},
 };
 
 /// `struct nf_conn` offsets of a kernel, made up.

@@ -16,7 +16,7 @@ use aya::{Ebpf, maps::MapData};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use tracer_common::{FAMILY_IPV4, Tuple, flow_addr_slot, flow_tuple_slot};
 
-use crate::sys;
+use crate::kernel::sys;
 
 /// Where each gate lies in `.bss`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The kernel object parsed again with aya-obj and prepared exactly as aya prepared it
 //! (globals, object BTF, CO-RE, map and call relocations against aya's maps), so that programs
 //! aya 0.14 cannot load (BPF netfilter, fentry/fexit against module BTF) are loaded with the raw
-//! `BPF_PROG_LOAD` of [`crate::sys`], with a verifier log when the kernel refuses them.
+//! `BPF_PROG_LOAD` of [`crate::kernel::sys`], with a verifier log when the kernel refuses them.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -18,7 +18,7 @@ use aya_obj::{
 };
 use thiserror::Error;
 
-use crate::sys::{self, ProgBtf, ProgLoad};
+use crate::kernel::sys::{self, ProgBtf, ProgLoad};
 
 /// Failures to prepare the kernel object as aya prepared it.
 #[derive(Debug, Error)]
@@ -133,7 +133,7 @@ pub struct LoadAs<'a> {
 
 /// The kernel object parsed again and prepared exactly as aya prepared it (globals, BTF,
 /// relocations against aya's maps), to load the programs aya cannot: the netfilter programs
-/// here, the fentry/fexit programs in [`crate::attach::probe`].
+/// here, the fentry/fexit programs in [`crate::nat::probe`].
 pub struct PreparedObject {
     obj: Object,
     btf_fd: Option<OwnedFd>,
@@ -143,7 +143,7 @@ impl PreparedObject {
     /// Prepares the kernel object `bytes`, using the maps `ebpf` created from the same bytes.
     ///
     /// `globals` must be what was given to `EbpfLoader::override_global` (name and the value's
-    /// bytes, e.g. `KernelOffsets` through [`crate::btf::kernel_offsets_bytes`]): the values the
+    /// bytes, e.g. `KernelOffsets` through [`crate::kernel::btf::kernel_offsets_bytes`]): the values the
     /// programs see are in aya's `.rodata`/`.data` maps, and are patched here too so the object
     /// is prepared exactly as aya prepared it (sizes are checked, every name must exist). Call
     /// this before taking maps out of `ebpf` with `take_map`. The steps follow

@@ -13,12 +13,14 @@ use super::error::{AttachError, link_hint};
 use super::{
     NF_INET_LOCAL_OUT, NFPROTO_IPV4,
     error::refused,
-    loader::{LoadFailure, load_with_log},
     rewrite::{MOV64_IMM, insn},
 };
-use crate::sys;
+use crate::kernel::sys;
 #[cfg(test)]
-use crate::sys::ProgLoad;
+use crate::kernel::{
+    loader::{LoadFailure, load_with_log},
+    sys::ProgLoad,
+};
 
 /// A loaded BPF netfilter program (`BPF_PROG_TYPE_NETFILTER`); attach it with
 /// [`NetfilterProgram::attach`]. Dropping it unloads it once no link uses it.

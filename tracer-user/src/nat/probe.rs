@@ -8,7 +8,7 @@
 //! BTF, aya-obj cannot parse split BTF, and it never sets `attach_btf_obj_fd`). So the object is
 //! prepared like the netfilter programs ([`PreparedObject`]) and each program is loaded with
 //! `BPF_PROG_TYPE_TRACING`, `attach_btf_id` = the function's id in the module's split BTF
-//! (read by [`crate::btf`]) and `attach_btf_obj_fd` = that module's BTF object (found with
+//! (read by [`crate::kernel::btf`]) and `attach_btf_obj_fd` = that module's BTF object (found with
 //! `BPF_BTF_GET_NEXT_ID`), then attached with `BPF_RAW_TRACEPOINT_OPEN`.
 //!
 //! Nothing is left behind by a failed attempt: a program that loaded but did not attach is
@@ -33,10 +33,13 @@ use aya::{
 use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
 use thiserror::Error;
 
-use super::netfilter::{self, LoadAs, LoadFailure, PreparedObject};
 use crate::{
-    btf::{Btf, BtfError, KernelBtf},
-    sys,
+    attach::{object, verifier_reason},
+    kernel::{
+        btf::{Btf, BtfError, KernelBtf},
+        loader::{LoadAs, LoadFailure, PrepareError, PreparedObject},
+        sys,
+    },
 };
 
 /// The kernel function the programs attach to (net/netfilter/nf_nat_proto.c, v5.4–v6.x).
@@ -104,7 +107,7 @@ pub enum ProbeError {
     #[error("program {0} is missing from the eBPF object")]
     MissingProgram(&'static str),
     #[error("preparing the eBPF object for the fentry programs failed")]
-    Object(#[source] netfilter::PrepareError),
+    Object(#[source] PrepareError),
     #[error(
         "the kernel refused to load {} programs: {} — {}",
         kind.as_str(),
@@ -119,7 +122,7 @@ pub enum ProbeError {
     #[error(
         "the verifier rejected {program} ({}): {}",
         errno_name(errno),
-        super::verifier_reason(log)
+        verifier_reason(log)
     )]
     Verifier {
         program: &'static str,
@@ -408,8 +411,7 @@ pub fn attach_fentry(
     kernel_btf: &KernelBtf,
 ) -> Result<ProbeAttachment, ProbeError> {
     let func = function_btf(kernel_btf)?;
-    let prepared =
-        PreparedObject::new(super::object(), globals, ebpf).map_err(ProbeError::Object)?;
+    let prepared = PreparedObject::new(object(), globals, ebpf).map_err(ProbeError::Object)?;
     let mut links = Vec::new();
     for (program, attach_type) in [
         (FENTRY_ENTER, bpf_attach_type::BPF_TRACE_FENTRY),
@@ -513,13 +515,13 @@ mod tests {
     fn loaded() -> (Ebpf, Globals) {
         crate::test_support::require_root();
         assert!(
-            !super::super::object().is_empty(),
+            !object().is_empty(),
             "built with AYA_BUILD_SKIP=1: no kernel object"
         );
         let btf = Btf::from_sys_fs().expect("the running kernel's BTF");
-        let offsets = crate::btf::kernel_offsets(&btf).expect("kernel offsets");
+        let offsets = crate::kernel::btf::kernel_offsets(&btf).expect("kernel offsets");
         let globals = Globals::new(true, offsets);
-        let ebpf = super::super::load(&globals).expect("loading the object");
+        let ebpf = crate::attach::load(&globals).expect("loading the object");
         (ebpf, globals)
     }
 
@@ -528,8 +530,8 @@ mod tests {
     /// says `EPERM`/`EACCES`.
     fn tracing_refused() -> Option<io::Error> {
         let insns = [
-            netfilter::insn(0xb7, 0, 0, 0, 0), // r0 = 0
-            netfilter::insn(0x95, 0, 0, 0, 0), // exit
+            crate::nat::netfilter::insn(0xb7, 0, 0, 0, 0), // r0 = 0
+            crate::nat::netfilter::insn(0x95, 0, 0, 0, 0), // exit
         ];
         let req = sys::ProgLoad {
             prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING,
