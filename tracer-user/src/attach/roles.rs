@@ -22,6 +22,15 @@ use netlink_packet_route::{
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
+/// What an attached interface is to the node, as the join needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostIf {
+    pub name: String,
+    /// True for interfaces where packets enter or leave the node (pod veths, the uplink);
+    /// false for internal ones such as the CNI bridge.
+    pub edge: bool,
+}
+
 /// What an interface is to the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

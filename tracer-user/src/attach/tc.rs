@@ -21,13 +21,12 @@ use aya::{
 use super::{
     clsact,
     policy::Policy,
-    roles::{self, Role},
+    roles::{self, HostIf, Role},
 };
 pub use super::{
     iface::{Iface, list_ifaces},
     policy::TcMode,
 };
-use crate::journey::correlate::HostIf;
 
 /// Failures to attach the tc programs.
 #[derive(Debug, thiserror::Error)]

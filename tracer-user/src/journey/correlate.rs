@@ -19,16 +19,8 @@ use tracer_common::{Event, Fingerprint, Tuple, hook, kind};
 
 use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, Point, Step};
+pub use crate::attach::roles::HostIf;
 use crate::nat::conntrack::NatTable;
-
-/// What an attached interface is to the node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostIf {
-    pub name: String,
-    /// True for interfaces where packets enter or leave the node (pod veths, the uplink);
-    /// false for internal ones such as the CNI bridge.
-    pub edge: bool,
-}
 
 /// Limits of the join table.
 #[derive(Clone, Copy, Debug)]
