@@ -30,7 +30,7 @@ use crate::{
         Journey,
         correlate::{Correlator, Limits},
     },
-    kernel::caps,
+    kernel::{self, caps},
     nat::{
         self, NatAttachment,
         conntrack::{self, Conntrack},
@@ -205,7 +205,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     // Parsed once for every NAT hook nat::attach tries, and dropped once one is attached. Not
     // the parse the offsets came from: kept from there, the BTF (about 6 MiB) would sit in
     // memory through the object's load and the tc attach and raise the peak by as much.
-    let kernel_btf = crate::kernel::btf::KernelBtf::default();
+    let kernel_btf = kernel::btf::KernelBtf::default();
     let mut nat_attachment: NatAttachment =
         nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
     drop(kernel_btf);
@@ -266,7 +266,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     let mut session = Session {
         correlator: Correlator::new(host_ifs, join_limits()),
         summary: Summary::new(),
-        explainer: Explainer::start(nat::local_addrs(), subject.addrs.clone()),
+        explainer: Explainer::start(kernel::host::local_addrs(), subject.addrs.clone()),
         journeys: 0,
         limit: cfg.limits.count,
         lost_reported: 0,
@@ -590,7 +590,8 @@ impl Session {
             self.lost_reported = lost;
         }
         self.summary.set_lost(lost);
-        self.correlator.expire(nat::monotonic_ns(), &mut self.done);
+        self.correlator
+            .expire(kernel::host::monotonic_ns(), &mut self.done);
         self.output(sink)?;
         let evicted = self.correlator.evicted();
         if evicted > self.evicted_reported {

@@ -8,6 +8,4 @@ pub mod conntrack;
 pub mod netfilter;
 pub mod probe;
 
-pub use choose::{
-    NatAttachment, NatError, attach, kernel_offsets_or_default, local_addrs, monotonic_ns,
-};
+pub use choose::{NatAttachment, NatError, attach, kernel_offsets_or_default};

@@ -105,7 +105,7 @@ impl ThisNode {
             hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_owned())
                 .unwrap_or_default(),
-            addrs: crate::nat::local_addrs(),
+            addrs: crate::kernel::host::local_addrs(),
         }
     }
 
