@@ -1,5 +1,5 @@
 //! Placeholders in the netfilter programs that their loader rewrites from the running kernel's
-//! BTF before `BPF_PROG_LOAD` (tracer-user `attach::netfilter`), so that the programs read
+//! BTF before `BPF_PROG_LOAD` (tracer-user `nat::netfilter`), so that the programs read
 //! kernel structures with plain loads the verifier checks against BTF (no helper call):
 //!
 //! - a load (`BPF_LDX | BPF_MEM`) whose offset is one of the `*` offsets below, from the

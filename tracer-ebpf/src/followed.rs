@@ -8,7 +8,7 @@
 //! hot paths ask the hashes ([`addr_maybe_followed`], [`hash_maybe_followed`]) before the
 //! table; a set byte may be another tuple's (false positives only). [`flow_followed`] then
 //! asks this CPU's small cache of found tuples, and only then the table. User space follows
-//! flows the same way (tracer-user `conntrack/gates.rs`): the hashes are shared with it
+//! flows the same way (tracer-user `nat/conntrack/gates.rs`): the hashes are shared with it
 //! ([`tracer_common::flow_slot_of`], [`tracer_common::flow_addr_slot`]).
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::PerCpuArray};

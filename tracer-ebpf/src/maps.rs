@@ -1,7 +1,7 @@
 //! The object's maps and load-time globals: its interface with user space.
 //!
 //! User space finds each of these by name (aya's `map`/`override_global`, and the `.bss` gates
-//! in tracer-user's `conntrack/gates.rs`), so a rename here is a rename there. Maps only one
+//! in tracer-user's `nat/conntrack/gates.rs`), so a rename here is a rename there. Maps only one
 //! program family uses and user space never opens (the NAT programs' pending slots, the
 //! first-packet note, the followed-flow cache) sit with the code that uses them.
 //!
