@@ -1,9 +1,7 @@
-//! Kernel plumbing the rest of pktrace builds on, importing nothing of the crate but [`util`]:
+//! Kernel plumbing the rest of pktrace builds on, importing nothing else of the crate:
 //! the running kernel's BTF ([`btf`]), privileges and lockdown ([`caps`]), the raw `bpf(2)`
 //! calls aya 0.14 lacks ([`sys`]) and the loader that uses them for programs aya cannot load
 //! ([`loader`]), and this host's addresses and clock ([`host`]).
-//!
-//! [`util`]: crate::util
 
 pub mod btf;
 pub mod caps;
