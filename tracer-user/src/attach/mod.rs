@@ -1,5 +1,5 @@
-//! Loading pktrace's kernel programs and attaching them: tc on interfaces ([`tc`]), NAT hooks
-//! ([`netfilter`]). What is attached lives as long as the loaded object (`aya::Ebpf`, which owns
+//! Loading pktrace's kernel programs and attaching them: tc on interfaces ([`tc`]); the NAT
+//! hooks are attached by `crate::nat`. What is attached lives as long as the loaded object (`aya::Ebpf`, which owns
 //! the tc links and filters), the NAT attachment (`crate::nat::NatAttachment`) and the record of
 //! the clsact qdiscs pktrace created ([`clsact::CreatedQdiscs`]): dropping them detaches it (tcx
 //! and netfilter links also die with the process, even by SIGKILL).

@@ -78,7 +78,7 @@ impl Ruleset {
     /// Reads and parses the node's rules.
     ///
     /// # Errors
-    /// See [`Raw::read`].
+    /// See `Raw::read`.
     pub fn load() -> Result<Self, ExplainError> {
         let raw = Raw::read()?;
         report(&raw.lost);
