@@ -18,6 +18,7 @@ pub mod cli;
 mod collect;
 pub mod config;
 pub mod explain;
+pub mod expr;
 mod follow;
 pub mod generate;
 mod journey;
