@@ -1,7 +1,8 @@
 //! Fuzz targets for what pktrace reads from the outside world: packets (the parser the kernel
-//! programs run, from tracer-common), the Azure CNI state file and `iptables-save` output.
+//! programs run, from tracer-common), the Azure CNI state file, `iptables-save` output and the
+//! filter expression on the command line.
 //!
-//! The targets call tracer-user's library (`tracer_user::{explain, resolve, util}`), the
+//! The targets call tracer-user's library (`tracer_user::{explain, expr, resolve, util}`), the
 //! very code `pktrace` runs; this crate adds only the properties they check.
 //! `.cargo/config.toml` sets `AYA_BUILD_SKIP`: the targets need no eBPF object.
 //!

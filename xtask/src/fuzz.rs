@@ -24,7 +24,7 @@ pub struct Target {
 }
 
 /// Every target in `fuzz/Cargo.toml`.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     Target {
         name: "parse_packet",
         fixtures: &[],
@@ -47,6 +47,10 @@ pub const TARGETS: [Target; 5] = [
             "../tracer-user/tests-data/iptables-save-azure-cni.txt",
             "../tracer-user/tests-data/iptables-seed001-azure-cni.txt",
         ],
+    },
+    Target {
+        name: "expr_parse",
+        fixtures: &[],
     },
 ];
 

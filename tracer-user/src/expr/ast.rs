@@ -142,23 +142,43 @@ pub fn prefix_mask(family: Family, len: u32) -> IpAddr {
     }
 }
 
+impl Expr {
+    /// True for `and`/`or` nodes, which print in parentheses inside another node.
+    #[must_use]
+    pub const fn is_chain(&self) -> bool {
+        matches!(self, Self::And(_) | Self::Or(_))
+    }
+}
+
+/// Prints an expression with no carry-over; parentheses around every nested `and`/`or` run
+/// (only there), so the printed nesting is the parsed nesting at most.
 impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |f: &mut fmt::Formatter<'_>, items: &[Self], op: &str| {
-            f.write_str("(")?;
-            for (i, e) in items.iter().enumerate() {
-                if i > 0 {
-                    write!(f, " {op} ")?;
-                }
-                write!(f, "{e}")?;
-            }
-            f.write_str(")")
+        let (items, op) = match self {
+            Self::And(items) => (items, " and "),
+            Self::Or(items) => (items, " or "),
+            Self::Not(e) => return write!(f, "not {}", Nested(e)),
+            Self::Test(t) => return write!(f, "{t}"),
         };
-        match self {
-            Self::And(items) => list(f, items, "and"),
-            Self::Or(items) => list(f, items, "or"),
-            Self::Not(e) => write!(f, "not {e}"),
-            Self::Test(t) => write!(f, "{t}"),
+        for (i, e) in items.iter().enumerate() {
+            if i > 0 {
+                f.write_str(op)?;
+            }
+            write!(f, "{}", Nested(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// An operand: in parentheses when it is an `and`/`or` run.
+struct Nested<'a>(&'a Expr);
+
+impl fmt::Display for Nested<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_chain() {
+            write!(f, "({})", self.0)
+        } else {
+            write!(f, "{}", self.0)
         }
     }
 }

@@ -94,7 +94,7 @@ impl<'a> Parser<'a> {
 
     /// The whole expression; every token must be used.
     pub fn expression(mut self) -> Result<Expr, ExprError> {
-        let expr = self.chain(0)?;
+        let (expr, _) = self.chain(0)?;
         match self.peek() {
             None => Ok(expr),
             Some(Token {
@@ -108,41 +108,47 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Operands joined by `and`/`or`, left to right with equal precedence. A run of one operator
-    /// is one n-ary node; each switch of operator adds a level, counted against [`MAX_DEPTH`].
-    fn chain(&mut self, depth: usize) -> Result<Expr, ExprError> {
-        let mut acc = self.unary(depth)?;
-        let mut levels = 0;
+    /// Operands joined by `and`/`or`, left to right with equal precedence: a run of one
+    /// operator is one n-ary node, a switch of operator nests the run so far. Returns the
+    /// expression and its nesting as printed (see [`nested`]).
+    fn chain(&mut self, depth: usize) -> Result<(Expr, usize), ExprError> {
+        let (mut acc, mut acc_nesting) = self.unary(depth)?;
         while let Some(t) = self.peek().filter(|t| matches!(t.tok, Tok::And | Tok::Or)) {
             self.at += 1;
-            let rhs = self.unary(depth)?;
-            acc = match (acc, t.tok) {
+            let (rhs, rhs_nesting) = self.unary(depth)?;
+            let rhs_nesting = nested(&rhs, rhs_nesting);
+            (acc, acc_nesting) = match (acc, t.tok) {
                 (Expr::And(mut items), Tok::And) => {
                     items.push(rhs);
-                    Expr::And(items)
+                    (Expr::And(items), acc_nesting.max(rhs_nesting))
                 }
                 (Expr::Or(mut items), Tok::Or) => {
                     items.push(rhs);
-                    Expr::Or(items)
+                    (Expr::Or(items), acc_nesting.max(rhs_nesting))
                 }
                 (lhs, op) => {
-                    levels += usize::from(matches!(lhs, Expr::And(_) | Expr::Or(_)));
-                    if depth + levels > MAX_DEPTH {
-                        return Err(ExprError::new(t.pos, ErrorKind::TooDeep));
-                    }
-                    if op == Tok::And {
-                        Expr::And(vec![lhs, rhs])
-                    } else {
-                        Expr::Or(vec![lhs, rhs])
-                    }
+                    let nesting = nested(&lhs, acc_nesting).max(rhs_nesting);
+                    let items = vec![lhs, rhs];
+                    (
+                        if op == Tok::And {
+                            Expr::And(items)
+                        } else {
+                            Expr::Or(items)
+                        },
+                        nesting,
+                    )
                 }
             };
+            if acc_nesting > MAX_DEPTH {
+                return Err(ExprError::new(t.pos, ErrorKind::TooDeep));
+            }
         }
-        Ok(acc)
+        Ok((acc, acc_nesting))
     }
 
-    /// `not X`, `( … )` or a primitive.
-    fn unary(&mut self, depth: usize) -> Result<Expr, ExprError> {
+    /// `not X`, `( … )` or a primitive, and its nesting as printed. `depth` counts the
+    /// parentheses and `not`s around it in the text (the recursion's bound).
+    fn unary(&mut self, depth: usize) -> Result<(Expr, usize), ExprError> {
         let Some(t) = self.peek() else {
             return Err(self.expected_here("a primitive (host, net, port, tcp, ip, …)"));
         };
@@ -152,7 +158,12 @@ impl<'a> Parser<'a> {
         match t.tok {
             Tok::Not => {
                 self.at += 1;
-                Ok(Expr::Not(Box::new(self.unary(depth + 1)?)))
+                let (inner, nesting) = self.unary(depth + 1)?;
+                let nesting = 1 + nested(&inner, nesting);
+                if nesting > MAX_DEPTH {
+                    return Err(ExprError::new(t.pos, ErrorKind::TooDeep));
+                }
+                Ok((Expr::Not(Box::new(inner)), nesting))
             }
             Tok::LParen => {
                 self.at += 1;
@@ -167,7 +178,7 @@ impl<'a> Parser<'a> {
                     _ => Err(self.expected_here("\"and\", \"or\" or \")\"")),
                 }
             }
-            Tok::Word(w) => self.primitive(w, t.pos).map(Expr::Test),
+            Tok::Word(w) => Ok((Expr::Test(self.primitive(w, t.pos)?), 0)),
             Tok::RParen | Tok::And | Tok::Or => {
                 Err(self.expected_here("a primitive (host, net, port, tcp, ip, …)"))
             }
@@ -333,4 +344,11 @@ impl ProtoQual {
             },
         }
     }
+}
+
+/// The nesting of `e` as an operand (of `not`, `and`, `or`): `nesting` plus the parentheses an
+/// `and`/`or` run needs there. The whole expression's nesting is what its printed form needs
+/// of parentheses and `not`s, bounded by [`MAX_DEPTH`] so that printing and parsing agree.
+fn nested(e: &Expr, nesting: usize) -> usize {
+    nesting + usize::from(e.is_chain())
 }

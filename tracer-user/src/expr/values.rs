@@ -19,12 +19,27 @@ pub fn address(word: &str) -> Option<IpAddr> {
     word.parse().ok()
 }
 
-/// A decimal number of at most `max` (`what` names it in the error).
+/// A number of at most `max` (`what` names it in the error), read as tcpdump reads numbers:
+/// `0x…` hexadecimal, `0…` octal (`port 010` is port 8), otherwise decimal.
 pub fn number(word: &str, what: &'static str, max: u32) -> Result<u32, ErrorKind> {
-    if word.is_empty() || !word.bytes().all(|b| b.is_ascii_digit()) {
+    let (digits, radix) = match word.strip_prefix("0x").or_else(|| word.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None if word.len() > 1 && word.starts_with('0') => (&word[1..], 8),
+        None => (word, 10),
+    };
+    parse_digits(digits, radix, what, max)
+}
+
+/// A decimal number of at most `max` (port ranges: tcpdump reads `010-012` as 10 to 12).
+fn decimal(word: &str, what: &'static str, max: u32) -> Result<u32, ErrorKind> {
+    parse_digits(word, 10, what, max)
+}
+
+fn parse_digits(digits: &str, radix: u32, what: &'static str, max: u32) -> Result<u32, ErrorKind> {
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return Err(ErrorKind::Expected { what, after: None });
     }
-    match word.parse::<u32>() {
+    match u32::from_str_radix(digits, radix) {
         Ok(n) if n <= max => Ok(n),
         _ => Err(ErrorKind::TooBig { what, max }),
     }
@@ -43,10 +58,12 @@ pub fn port_range(word: &str) -> Result<PortRange, ErrorKind> {
         after: None,
     };
     let (a, b) = word.split_once('-').ok_or_else(|| expected.clone())?;
-    let (a, b) = (
-        port(a).map_err(|_| expected.clone())?,
-        port(b).map_err(|_| expected)?,
-    );
+    let port = |p| match decimal(p, PORT, u32::from(u16::MAX)) {
+        Ok(n) => Ok(u16::try_from(n).unwrap_or(u16::MAX)),
+        Err(e @ ErrorKind::TooBig { .. }) => Err(e),
+        Err(_) => Err(expected.clone()),
+    };
+    let (a, b) = (port(a)?, port(b)?);
     Ok(PortRange {
         first: a.min(b),
         last: a.max(b),
@@ -105,7 +122,12 @@ fn short_ipv4(text: &str) -> Option<(IpAddr, u32)> {
     let mut octets = [0u8; 4];
     let mut count = 0;
     for part in text.split('.') {
-        if count == 3 || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+        let leading_zero = part.len() > 1 && part.starts_with('0');
+        if count == 3
+            || part.is_empty()
+            || leading_zero
+            || !part.bytes().all(|b| b.is_ascii_digit())
+        {
             return None;
         }
         octets[count] = part.parse().ok()?;

@@ -189,3 +189,17 @@ fn hostile_input_is_bounded() {
     let ok = "(".repeat(MAX_DEPTH) + "tcp" + &")".repeat(MAX_DEPTH);
     assert!(parse(&ok).is_ok());
 }
+
+#[test]
+fn the_deepest_expression_accepted_prints_as_one_accepted() {
+    // Found by the expr_parse fuzz target: printing added parentheses around the top `and`.
+    for text in [
+        "!".repeat(MAX_DEPTH) + "tcp and port 65535",
+        "(".repeat(MAX_DEPTH - 1) + "tcp or udp" + &")".repeat(MAX_DEPTH - 1) + " and tcp",
+        "tcp or (udp and icmp) and ip or ".repeat(MAX_DEPTH / 4) + "ip6",
+    ] {
+        let expr = parse(&text).unwrap_or_else(|e| panic!("{}", e.render(&text)));
+        let printed = expr.to_string();
+        assert_eq!(parse(&printed), Ok(expr), "{printed}");
+    }
+}

@@ -138,6 +138,28 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
         &["tcp 10.0.0.1:1 > 10.0.0.2:8040"],
         &["tcp 10.0.0.1:1 > 10.0.0.2:8081"],
     ),
+    // Numbers as C reads them, as tcpdump does; port ranges in decimal.
+    (
+        "port 010 or 0x10",
+        &[
+            "tcp 10.0.0.1:1 > 10.0.0.2:8",
+            "tcp 10.0.0.1:1 > 10.0.0.2:16",
+        ],
+        &["tcp 10.0.0.1:1 > 10.0.0.2:10"],
+    ),
+    (
+        "portrange 010-012",
+        &[
+            "tcp 10.0.0.1:1 > 10.0.0.2:10",
+            "tcp 10.0.0.1:1 > 10.0.0.2:12",
+        ],
+        &["tcp 10.0.0.1:1 > 10.0.0.2:8"],
+    ),
+    (
+        "ip proto 0x11 and net 10.0.0.0/010",
+        &["udp 10.1.0.1:1 > 192.0.2.1:2"],
+        &["tcp 10.1.0.1:1 > 192.0.2.1:2"],
+    ),
     (
         "tcp",
         &[
@@ -332,12 +354,12 @@ fn accepted_expressions_match_what_tcpdump_would() {
 #[test]
 fn precedence_is_left_to_right() {
     let expr = parse("tcp or udp and port 53").unwrap();
-    assert_eq!(expr.to_string(), "((tcp or udp) and port 53)");
+    assert_eq!(expr.to_string(), "(tcp or udp) and port 53");
     let expr = parse("port 1 and port 2 or port 3").unwrap();
-    assert_eq!(expr.to_string(), "((port 1 and port 2) or port 3)");
+    assert_eq!(expr.to_string(), "(port 1 and port 2) or port 3");
     assert_eq!(
         parse("not tcp and udp").unwrap().to_string(),
-        "(not tcp and udp)"
+        "not tcp and udp"
     );
 }
 
