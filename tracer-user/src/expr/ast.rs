@@ -1,7 +1,8 @@
 //! The parsed expression: boolean structure over address, port and protocol tests.
 //!
 //! Every test is fully qualified (direction, protocol, family), so [`Expr`]'s `Display` prints
-//! an expression that parses back to the same value, with no carry-over and explicit parentheses.
+//! an expression that parses back to the same value (unless spelling out carried-over
+//! qualifiers makes it longer than [`super::MAX_LEN`]), with parentheses around nested runs.
 
 use std::{
     fmt,

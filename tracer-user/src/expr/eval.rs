@@ -21,7 +21,8 @@ pub struct PacketView {
 impl PacketView {
     /// The view of a parsed tuple; `None` when the tuple is unset (no IP header). Ports are
     /// kept for TCP and UDP only (a [`Tuple`] stores the ICMP echo id in its ports). For a
-    /// later fragment (`flag::FRAGMENT` with a non-zero offset) call [`Self::without_ports`].
+    /// fragment after the first (`flag::FRAGMENT` set, no transport header: the parser leaves
+    /// the ports zero) call [`Self::without_ports`], so that port tests miss it as in tcpdump.
     #[must_use]
     pub fn from_tuple(t: &Tuple) -> Option<Self> {
         let (src, dst) = match t.family {
