@@ -7,22 +7,24 @@
 #![cfg_attr(not(test), no_std)]
 
 pub mod counter;
-mod event;
 pub mod filter;
 mod flow_slot;
 mod kernel;
+mod observation;
 pub mod nf_patch;
 pub mod parse;
 mod record;
 mod tuple;
 
-pub use event::{Event, ct, flag, hook, kind};
 pub use filter::{AddrKey, AddrSetV4, V4_SET_MAX};
 pub use flow_slot::{
     FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, flow_addr_slot, flow_slot_of, flow_tuple_slot,
 };
 pub use kernel::{KernelOffsets, PendingNat};
-pub use record::{BadRecord, NatEventV4, Record, TcEventV4};
+pub use observation::{BadRecord, NatSeen, Observation, TcHook, TcSeen, decode};
+pub use record::{
+    NatRecord, NatRecordV4, RecordHeader, TcRecord, TcRecordV4, TupleV4, ct, flag, hook, kind,
+};
 pub use tuple::{
     FAMILY_IPV4, FAMILY_IPV6, Fingerprint, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple,
 };
@@ -34,9 +36,11 @@ pub const PKT_WINDOW: usize = 256;
 mod pod {
     // SAFETY: all of these are `repr(C)`, `Copy`, made only of integers and byte arrays, and
     // have no implicit padding (sizes are asserted above).
-    unsafe impl aya::Pod for super::Event {}
-    unsafe impl aya::Pod for super::TcEventV4 {}
-    unsafe impl aya::Pod for super::NatEventV4 {}
+    unsafe impl aya::Pod for super::RecordHeader {}
+    unsafe impl aya::Pod for super::TcRecordV4 {}
+    unsafe impl aya::Pod for super::TcRecord {}
+    unsafe impl aya::Pod for super::NatRecordV4 {}
+    unsafe impl aya::Pod for super::NatRecord {}
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::AddrSetV4 {}

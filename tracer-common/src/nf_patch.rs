@@ -22,8 +22,8 @@ pub const CTX_SKB: i16 = 0x7f00;
 /// the hook a netfilter program runs in.
 pub const CTX_STATE: i16 = 0x7f98;
 pub const STATE_HOOK: i16 = 0x7fa0;
-/// `struct sk_buff`: `len`, `data_len` (4 bytes), `data` (8), `dev` (8), `mark` (4),
-/// `_nfct` (8, optional: kernels without conntrack).
+/// `struct sk_buff`: `len`, `data_len` (4 bytes), `data` (8), `dev` (8), `mark` (4; patched
+/// when a program reads it, none has to), `_nfct` (8, optional: kernels without conntrack).
 pub const SKB_LEN: i16 = 0x7f08;
 pub const SKB_DATA_LEN: i16 = 0x7f10;
 pub const SKB_DATA: i16 = 0x7f18;

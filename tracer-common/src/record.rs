@@ -1,210 +1,188 @@
-//! The records the kernel programs write into the ring buffer: a full [`Event`] or the compact
-//! IPv4 forms [`TcEventV4`] and [`NatEventV4`], told apart by length and widened back into an
-//! [`Event`] by [`Record::decode`].
+//! The records the kernel programs write into the ring buffer: one [`RecordHeader`] at the
+//! start of every record, then the payload of its kind ([`TcRecordV4`], [`TcRecord`],
+//! [`NatRecordV4`], [`NatRecord`]), and the values of the header's fields ([`kind`], [`hook`],
+//! [`flag`], [`ct`]). User space decodes them with [`crate::decode`].
+//!
+//! Every layout is `repr(C)`, 8-aligned, a multiple of 8 bytes and free of implicit padding.
+//! The IPv4 layouts are sized so that a record with the ring's 8-byte header fills whole 64-byte
+//! cache lines (tc 56 + 8, NAT 120 + 8): records keep each other line-aligned in the ring.
 
-use core::mem::size_of;
+use core::mem::{align_of, size_of};
 
-use crate::{Event, FAMILY_IPV4, Fingerprint, Tuple, ct, kind};
+use crate::{FAMILY_IPV4, Fingerprint, Tuple};
 
-/// The ring-buffer record of a tc event of an IPv4 packet: what [`Event`] holds for it, in 56
-/// bytes instead of 144 (with the ring's 8-byte record header, one 64-byte cache line instead
-/// of three). Its length tells it from an [`Event`] (see [`Record`]); user space turns it back
-/// into the [`Event`] it stands for ([`TcEventV4::to_event`]): `hook` 0, `ct_info`
-/// [`ct::NONE`], no `skb`, `netns`, `nat_ns` or `orig`, an IPv4 tuple.
+/// Kinds of record ([`RecordHeader::kind`]).
+pub mod kind {
+    /// tc ingress of an attached interface.
+    pub const TC_INGRESS: u8 = 1;
+    /// tc egress of an attached interface.
+    pub const TC_EGRESS: u8 = 2;
+    /// A NAT step: the packet before and after it.
+    pub const NAT: u8 = 3;
+}
+
+/// Netfilter hook numbers (`enum nf_inet_hooks`, include/uapi/linux/netfilter.h, v6.1).
+pub mod hook {
+    pub const PRE_ROUTING: u8 = 0;
+    pub const LOCAL_IN: u8 = 1;
+    pub const FORWARD: u8 = 2;
+    pub const LOCAL_OUT: u8 = 3;
+    pub const POST_ROUTING: u8 = 4;
+}
+
+/// Bits of [`RecordHeader::flags`].
+pub mod flag {
+    /// IPv4 fragment (first or later); later fragments carry no ports.
+    pub const FRAGMENT: u8 = 1;
+    /// The L4 header did not fit in the captured bytes; ports and fingerprint are partial.
+    pub const TRUNCATED: u8 = 2;
+    /// NAT record whose latency covers the whole nat hook (rule traversal and rewrite).
+    pub const NAT_HOOK_TIMED: u8 = 4;
+    /// NAT record whose latency was not measured.
+    pub const NAT_UNTIMED: u8 = 8;
+    /// tc ingress record of a connection's first packet, which tc ingress noted without
+    /// knowing it traced and the NAT program emitted when DNAT made it a traced pod's
+    /// ([`crate::parse::first`]): the hook saw the packet at or before `ktime_ns` (the start of
+    /// the NAT step), not at it.
+    pub const TC_CLAIMED: u8 = 16;
+    /// The record has its kind's wide layout (full [`crate::Tuple`]s: IPv6, or IPv4 on one
+    /// side of a NAT step only) rather than the IPv4 one. A layout bit, not a packet property:
+    /// the decoder takes it out of the flags it hands on.
+    pub const WIDE: u8 = 32;
+}
+
+/// Conntrack `ctinfo` values (`enum ip_conntrack_info`, include/uapi/linux/netfilter/
+/// nf_conntrack_common.h, v6.1); values `>= IS_REPLY` belong to the reply direction.
+pub mod ct {
+    pub const ESTABLISHED: u8 = 0;
+    pub const RELATED: u8 = 1;
+    pub const NEW: u8 = 2;
+    pub const IS_REPLY: u8 = 3;
+    /// No conntrack entry attached to the packet.
+    pub const NONE: u8 = 0xff;
+}
+
+/// The start of every record: what it is, where and when it was taken.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcEventV4 {
-    /// [`kind::TC_INGRESS`] or [`kind::TC_EGRESS`].
+pub struct RecordHeader {
+    /// One of [`kind`]; with [`flag::WIDE`] it tells the record's layout and length.
     pub kind: u8,
-    /// Bits of [`crate::flag`].
+    /// Bits of [`flag`].
     pub flags: u8,
-    /// IP protocol.
-    pub proto: u8,
-    pub _pad0: u8,
+    /// NAT records: the netfilter hook ([`hook`]); 0 otherwise.
+    pub hook: u8,
+    /// NAT records: conntrack `ctinfo` ([`ct`]); 0 otherwise.
+    pub ct_info: u8,
+    /// Interface index (in the namespace the program is attached in), 0 when unknown.
     pub ifindex: u32,
+    /// `bpf_ktime_get_ns()` when the record was taken (NAT: after the step).
     pub ktime_ns: u64,
-    pub len: u32,
-    pub mark: u32,
-    pub fp: Fingerprint,
-    /// Addresses as they sit in the packet (network order).
+}
+const _: () = assert!(size_of::<RecordHeader>() == 16);
+
+/// An IPv4 packet's addresses (network order, as they sit in the packet), ports (host order)
+/// and protocol: a [`Tuple`] of family [`FAMILY_IPV4`] in 16 bytes instead of 40.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TupleV4 {
     pub saddr: [u8; 4],
     pub daddr: [u8; 4],
-    /// Host order, as in [`Tuple`].
     pub sport: u16,
     pub dport: u16,
-    pub _pad1: [u8; 4],
+    pub proto: u8,
+    pub _pad: [u8; 3],
 }
-const _: () = assert!(size_of::<TcEventV4>() == 56);
+const _: () = assert!(size_of::<TupleV4>() == 16);
 
-impl TcEventV4 {
-    /// The [`Event`] this record stands for.
+impl TupleV4 {
+    /// The IPv4 part of `t` (its family is not checked).
+    #[inline(always)]
     #[must_use]
-    pub fn to_event(&self) -> Event {
-        let mut saddr = [0; 16];
-        saddr[..4].copy_from_slice(&self.saddr);
-        let mut daddr = [0; 16];
-        daddr[..4].copy_from_slice(&self.daddr);
-        Event {
-            kind: self.kind,
-            hook: 0,
-            ct_info: ct::NONE,
-            flags: self.flags,
-            ifindex: self.ifindex,
-            ktime_ns: self.ktime_ns,
-            len: self.len,
-            mark: self.mark,
-            fp: self.fp,
-            tuple: Tuple {
-                saddr,
-                daddr,
-                sport: self.sport,
-                dport: self.dport,
-                proto: self.proto,
-                family: FAMILY_IPV4,
-                _pad: [0; 2],
-            },
-            ..Event::default()
+    pub fn of(t: &Tuple) -> Self {
+        Self {
+            saddr: [t.saddr[0], t.saddr[1], t.saddr[2], t.saddr[3]],
+            daddr: [t.daddr[0], t.daddr[1], t.daddr[2], t.daddr[3]],
+            sport: t.sport,
+            dport: t.dport,
+            proto: t.proto,
+            _pad: [0; 3],
         }
+    }
+
+    /// The [`Tuple`] this stands for.
+    #[must_use]
+    pub fn tuple(&self) -> Tuple {
+        let mut t = Tuple {
+            sport: self.sport,
+            dport: self.dport,
+            proto: self.proto,
+            family: FAMILY_IPV4,
+            ..Tuple::default()
+        };
+        t.saddr[..4].copy_from_slice(&self.saddr);
+        t.daddr[..4].copy_from_slice(&self.daddr);
+        t
     }
 }
 
-/// The ring-buffer record of a NAT event whose packet is IPv4 before and after the step: what
-/// [`Event`] holds for it, in 120 bytes instead of 144. With the ring's 8-byte record header
-/// that is two whole 64-byte cache lines: the records of both compact layouts are multiples of
-/// a line, so that they keep each other line-aligned in the ring (an [`Event`], 152 bytes with
-/// its header, leaves the next record 24 bytes into a line). Its length tells it from the
-/// other layouts (see [`Record`]); user space turns it back into the [`Event`] it stands for
-/// ([`NatEventV4::to_event`]): no `netns`, IPv4 `tuple` and `orig`.
+/// A tc record of an IPv4 packet ([`kind::TC_INGRESS`] or [`kind::TC_EGRESS`], no
+/// [`flag::WIDE`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NatEventV4 {
-    /// [`kind::NAT`].
-    pub kind: u8,
-    /// The netfilter hook ([`crate::hook`]).
-    pub hook: u8,
-    /// Conntrack `ctinfo` ([`ct`]).
-    pub ct_info: u8,
-    /// Bits of [`crate::flag`].
-    pub flags: u8,
-    pub ifindex: u32,
-    pub ktime_ns: u64,
-    pub skb: u64,
-    pub len: u32,
-    pub mark: u32,
+pub struct TcRecordV4 {
+    pub head: RecordHeader,
+    pub fp: Fingerprint,
+    pub tuple: TupleV4,
+    /// Up to one whole cache line with the ring's header (see the module); always zero.
+    pub _fill: u64,
+}
+const _: () = assert!(size_of::<TcRecordV4>() == 56);
+
+/// A tc record of any other packet (IPv6): [`flag::WIDE`] set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcRecord {
+    pub head: RecordHeader,
+    pub fp: Fingerprint,
+    pub tuple: Tuple,
+}
+const _: () = assert!(size_of::<TcRecord>() == 72);
+
+/// A NAT record whose packet is IPv4 before and after the step ([`kind::NAT`], no
+/// [`flag::WIDE`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatRecordV4 {
+    pub head: RecordHeader,
+    /// Nanoseconds spent in the NAT step (see [`flag::NAT_UNTIMED`]).
+    pub nat_ns: u64,
+    /// The packet after the step (NAT does not change it).
+    pub fp: Fingerprint,
+    /// The packet after the step.
+    pub after: TupleV4,
+    /// The packet before the step.
+    pub before: TupleV4,
+    /// Up to two whole cache lines with the ring's header (see the module); always zero.
+    pub _fill: [u64; 6],
+}
+const _: () = assert!(size_of::<NatRecordV4>() == 120);
+
+/// A NAT record of any other packet: [`flag::WIDE`] set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatRecord {
+    pub head: RecordHeader,
     pub nat_ns: u64,
     pub fp: Fingerprint,
-    /// The packet after the step: addresses as they sit in the packet (network order), ports
-    /// in host order, as in [`Tuple`].
-    pub saddr: [u8; 4],
-    pub daddr: [u8; 4],
-    pub sport: u16,
-    pub dport: u16,
-    pub proto: u8,
-    /// The protocol of the packet before the step.
-    pub orig_proto: u8,
-    pub _pad0: [u8; 2],
-    /// The packet before the step.
-    pub orig_saddr: [u8; 4],
-    pub orig_daddr: [u8; 4],
-    pub orig_sport: u16,
-    pub orig_dport: u16,
-    pub _pad1: [u8; 4],
-    /// Up to two whole cache lines with the ring's header (see above); always zero.
-    pub _fill: [u64; 4],
+    pub after: Tuple,
+    pub before: Tuple,
 }
-const _: () = assert!(size_of::<NatEventV4>() == 120);
+const _: () = assert!(size_of::<NatRecord>() == 120);
 
-/// An IPv4 [`Tuple`] of the addresses and ports of a compact record.
-fn tuple_v4(saddr: [u8; 4], daddr: [u8; 4], sport: u16, dport: u16, proto: u8) -> Tuple {
-    let mut t = Tuple {
-        sport,
-        dport,
-        proto,
-        family: FAMILY_IPV4,
-        ..Tuple::default()
-    };
-    t.saddr[..4].copy_from_slice(&saddr);
-    t.daddr[..4].copy_from_slice(&daddr);
-    t
-}
-
-impl NatEventV4 {
-    /// The [`Event`] this record stands for.
-    #[must_use]
-    pub fn to_event(&self) -> Event {
-        Event {
-            kind: self.kind,
-            hook: self.hook,
-            ct_info: self.ct_info,
-            flags: self.flags,
-            ifindex: self.ifindex,
-            ktime_ns: self.ktime_ns,
-            skb: self.skb,
-            netns: 0,
-            len: self.len,
-            mark: self.mark,
-            nat_ns: self.nat_ns,
-            fp: self.fp,
-            tuple: tuple_v4(self.saddr, self.daddr, self.sport, self.dport, self.proto),
-            orig: tuple_v4(
-                self.orig_saddr,
-                self.orig_daddr,
-                self.orig_sport,
-                self.orig_dport,
-                self.orig_proto,
-            ),
-        }
-    }
-}
-
-/// Why a ring-buffer record is not an event (user space counts these, see [`Record::decode`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BadRecord {
-    /// Its length is none of [`Event`]'s, [`TcEventV4`]'s and [`NatEventV4`]'s.
-    Length(usize),
-    /// Its `kind` is not one the record's layout carries.
-    Kind(u8),
-}
-
-/// The records the programs write into the ring buffer, told apart by their length.
-pub enum Record {}
-
-impl Record {
-    /// The event a record holds. Records are exactly as long as their layout (the ring's
-    /// record header gives the length the program reserved).
-    ///
-    /// # Errors
-    /// [`BadRecord`] for a record of another length, or of a kind its layout cannot carry.
-    pub fn decode(bytes: &[u8]) -> Result<Event, BadRecord> {
-        match bytes.len() {
-            n if n == size_of::<TcEventV4>() => {
-                // SAFETY: `TcEventV4` is `repr(C)` plain data, valid for every bit pattern,
-                // and the length was checked; `read_unaligned` copes with any alignment.
-                let r = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<TcEventV4>()) };
-                match r.kind {
-                    kind::TC_INGRESS | kind::TC_EGRESS => Ok(r.to_event()),
-                    k => Err(BadRecord::Kind(k)),
-                }
-            }
-            n if n == size_of::<NatEventV4>() => {
-                // SAFETY: as above, for `NatEventV4`.
-                let r = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<NatEventV4>()) };
-                match r.kind {
-                    kind::NAT => Ok(r.to_event()),
-                    k => Err(BadRecord::Kind(k)),
-                }
-            }
-            n if n == size_of::<Event>() => {
-                let ev = Event::from_bytes(bytes).ok_or(BadRecord::Length(n))?;
-                match ev.kind {
-                    kind::TC_INGRESS | kind::TC_EGRESS | kind::NAT => Ok(ev),
-                    k => Err(BadRecord::Kind(k)),
-                }
-            }
-            n => Err(BadRecord::Length(n)),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests;
+const _: () = assert!(
+    align_of::<TcRecordV4>() == 8
+        && align_of::<TcRecord>() == 8
+        && align_of::<NatRecordV4>() == 8
+        && align_of::<NatRecord>() == 8
+);

@@ -1,16 +1,17 @@
 //! Ring records: every event reaches user space through [`emit`].
 //!
-//! Contract: a record is an [`Event`], a [`TcEventV4`] or a [`NatEventV4`] (user space tells
-//! them apart by length), zeroed before it is filled, submitted without a wakeup unless its
+//! Contract: a record is one of the layouts of [`tracer_common::record`] (a header, then its
+//! kind's payload; user space tells them apart by the header's kind and layout bit and checks
+//! the length), zeroed before it is filled, submitted without a wakeup unless its
 //! bytes made the ring's fill cross `WAKE_BYTES`; a full ring is counted (`RINGBUF_FULL`),
 //! never silent.
 
 use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
-use tracer_common::{Event, NatEventV4, TcEventV4, counter};
+use tracer_common::{NatRecord, NatRecordV4, TcRecord, TcRecordV4, counter};
 
 use crate::maps::{EVENTS, count, wake_bytes};
 
-/// Reserves a record of type `T` (an [`Event`], a [`TcEventV4`] or a [`NatEventV4`]) in the
+/// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`NatRecordV4`] or [`NatRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
 /// submits it; a full buffer is counted as a loss.
 #[inline(always)]
@@ -56,10 +57,12 @@ pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) {
 }
 
 const _: () = assert!(
-    core::mem::size_of::<Event>() % 8 == 0
-        && core::mem::align_of::<Event>() == 8
-        && core::mem::size_of::<TcEventV4>() % 8 == 0
-        && core::mem::align_of::<TcEventV4>() == 8
-        && core::mem::size_of::<NatEventV4>() % 8 == 0
-        && core::mem::align_of::<NatEventV4>() == 8
+    core::mem::size_of::<TcRecordV4>() % 8 == 0
+        && core::mem::align_of::<TcRecordV4>() == 8
+        && core::mem::size_of::<TcRecord>() % 8 == 0
+        && core::mem::align_of::<TcRecord>() == 8
+        && core::mem::size_of::<NatRecordV4>() % 8 == 0
+        && core::mem::align_of::<NatRecordV4>() == 8
+        && core::mem::size_of::<NatRecord>() % 8 == 0
+        && core::mem::align_of::<NatRecord>() == 8
 );

@@ -17,7 +17,7 @@
 
 use aya_ebpf::{macros::map, maps::PerCpuArray, programs::TcContext};
 use tracer_common::{
-    FAMILY_IPV4, TcEventV4, Tuple, flag, hook, kind,
+    FAMILY_IPV4, TcRecordV4, Tuple, TupleV4, flag, hook, kind,
     parse::{
         FAST_ETH_BYTES, Parsed,
         first::{FirstKey, first_key_fast},
@@ -33,9 +33,6 @@ pub struct FirstSeen {
     skb: u64,
     key: FirstKey,
     ifindex: u32,
-    /// `skb->len` at tc (with the link-layer header).
-    len: u32,
-    mark: u32,
     _pad: u32,
 }
 
@@ -68,13 +65,11 @@ pub fn note(ctx: &TcContext) {
     if slot.skb == skb && slot.key == key {
         return;
     }
-    // SAFETY: reading fields of the program's own context.
-    let (ifindex, mark) = unsafe { ((*ctx.skb.skb).ifindex, (*ctx.skb.skb).mark) };
+    // SAFETY: reading a field of the program's own context.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     slot.skb = skb;
     slot.key = key;
     slot.ifindex = ifindex;
-    slot.len = len;
-    slot.mark = mark;
 }
 
 /// Emits the ingress step of the packet `skb` a reported NAT step in hook `hook_num` made a
@@ -101,18 +96,19 @@ pub fn claim(skb: u64, hook_num: u8, before: &Tuple, after: &Parsed, start: u64)
         return;
     }
     let k = &slot.key;
-    emit(|ev: &mut TcEventV4| {
-        ev.kind = kind::TC_INGRESS;
-        ev.flags = (after.flags & (flag::FRAGMENT | flag::TRUNCATED)) | flag::TC_CLAIMED;
-        ev.proto = k.proto;
-        ev.ifindex = slot.ifindex;
-        ev.ktime_ns = start;
-        ev.len = slot.len;
-        ev.mark = slot.mark;
-        ev.fp = after.fp;
-        ev.saddr = k.saddr;
-        ev.daddr = k.daddr;
-        ev.sport = k.sport;
-        ev.dport = k.dport;
+    emit(|r: &mut TcRecordV4| {
+        r.head.kind = kind::TC_INGRESS;
+        r.head.flags = (after.flags & (flag::FRAGMENT | flag::TRUNCATED)) | flag::TC_CLAIMED;
+        r.head.ifindex = slot.ifindex;
+        r.head.ktime_ns = start;
+        r.fp = after.fp;
+        r.tuple = TupleV4 {
+            saddr: k.saddr,
+            daddr: k.daddr,
+            sport: k.sport,
+            dport: k.dport,
+            proto: k.proto,
+            _pad: [0; 3],
+        };
     });
 }

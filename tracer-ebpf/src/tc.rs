@@ -3,8 +3,8 @@
 //! Contract: a packet is traced by [`crate::filter::is_traced`]'s rule, decided as cheaply as
 //! its bytes allow: first on the addresses and ports read in place ([`fast_verdict`]), then on
 //! a parse in place, and only for other frames on a copy and the full parser. A traced packet
-//! is counted (`MATCHED`) and emitted: the compact [`TcEventV4`] for IPv4, else the full
-//! [`Event`]. tc ingress notes an untraced packet that may open a connection
+//! is counted (`MATCHED`) and emitted: a [`TcRecordV4`] for IPv4, else the wide
+//! [`TcRecord`]. tc ingress notes an untraced packet that may open a connection
 //! ([`crate::first::note`]). The programs always return `TC_ACT_UNSPEC` (tcx: next), so the
 //! CNI's own programs still run.
 
@@ -14,7 +14,7 @@ use aya_ebpf::{
     bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
 };
 use tracer_common::{
-    Event, FAMILY_IPV4, PKT_WINDOW, TcEventV4, counter, ct, kind,
+    FAMILY_IPV4, PKT_WINDOW, TcRecord, TcRecordV4, TupleV4, counter, flag, kind,
     parse::{self, FAST_ETH_BYTES, Parsed},
 };
 
@@ -179,7 +179,7 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
             _ => is_traced(&parsed.tuple),
         };
         if traced {
-            emit_event(ctx, event_kind, len, parsed);
+            emit_event(ctx, event_kind, parsed);
         } else if event_kind == kind::TC_INGRESS {
             first::note(ctx);
         }
@@ -187,7 +187,7 @@ fn try_tc(ctx: &TcContext, event_kind: u8) -> Result<(), ()> {
     }
     let parsed = parse_copy(ctx, len)?;
     if is_traced(&parsed.tuple) {
-        emit_event(ctx, event_kind, len, parsed);
+        emit_event(ctx, event_kind, parsed);
     }
     Ok(())
 }
@@ -221,42 +221,34 @@ fn parse_copy(ctx: &TcContext, len: u32) -> Result<&'static Parsed, ()> {
     Ok(&scratch.parsed)
 }
 
-/// Counts a traced packet and emits its event.
+/// Counts a traced packet and emits its record: [`TcRecordV4`] for IPv4, else the wide
+/// [`TcRecord`].
 #[inline(always)]
-fn emit_event(ctx: &TcContext, event_kind: u8, len: u32, parsed: &Parsed) {
+fn emit_event(ctx: &TcContext, event_kind: u8, parsed: &Parsed) {
     count(counter::MATCHED);
-    // SAFETY: reading fields of the program's own context.
-    let (ifindex, mark) = unsafe { ((*ctx.skb.skb).ifindex, (*ctx.skb.skb).mark) };
+    // SAFETY: reading a field of the program's own context.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let t = &parsed.tuple;
     if t.family == FAMILY_IPV4 {
-        // The compact record: one cache line of the ring with its header, not three.
-        emit(|ev: &mut TcEventV4| {
-            ev.kind = event_kind;
-            ev.flags = parsed.flags;
-            ev.proto = t.proto;
-            ev.ifindex = ifindex;
-            ev.ktime_ns = now;
-            ev.len = len;
-            ev.mark = mark;
-            ev.fp = parsed.fp;
-            ev.saddr = [t.saddr[0], t.saddr[1], t.saddr[2], t.saddr[3]];
-            ev.daddr = [t.daddr[0], t.daddr[1], t.daddr[2], t.daddr[3]];
-            ev.sport = t.sport;
-            ev.dport = t.dport;
+        // The IPv4 record: one cache line of the ring with its header.
+        emit(|r: &mut TcRecordV4| {
+            r.head.kind = event_kind;
+            r.head.flags = parsed.flags;
+            r.head.ifindex = ifindex;
+            r.head.ktime_ns = now;
+            r.fp = parsed.fp;
+            r.tuple = TupleV4::of(t);
         });
         return;
     }
-    emit(|ev: &mut Event| {
-        ev.kind = event_kind;
-        ev.ct_info = ct::NONE;
-        ev.flags = parsed.flags;
-        ev.ifindex = ifindex;
-        ev.ktime_ns = now;
-        ev.len = len;
-        ev.mark = mark;
-        ev.fp = parsed.fp;
-        ev.tuple = parsed.tuple;
+    emit(|r: &mut TcRecord| {
+        r.head.kind = event_kind;
+        r.head.flags = parsed.flags | flag::WIDE;
+        r.head.ifindex = ifindex;
+        r.head.ktime_ns = now;
+        r.fp = parsed.fp;
+        r.tuple = parsed.tuple;
     });
 }

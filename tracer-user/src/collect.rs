@@ -17,7 +17,7 @@ use aya::{
     Ebpf,
     maps::{HashMap, IterableMap as _, MapData, MapError, PerCpuArray},
 };
-use tracer_common::{Event, Record, Tuple, counter};
+use tracer_common::{Observation, Tuple, counter, decode};
 
 /// Takes map `name` out of the object as a `T` (the collector owns its maps from here on).
 fn take_map<T: TryFrom<aya::maps::Map, Error = MapError>>(
@@ -146,16 +146,16 @@ impl Collector {
         })
     }
 
-    /// Hands up to `max` waiting records to `f` as events; returns how many events there
-    /// were. Records that are no event ([`Record::decode`]: never written by these programs) are
-    /// skipped and counted in the return value's second element; fewer than `max` records in all means
-    /// the ring is empty.
-    pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Event)) -> (u64, u64) {
+    /// Hands up to `max` waiting records to `f` as observations; returns how many there were.
+    /// Records that are none ([`decode`]: never written by these programs) are skipped and
+    /// counted in the return value's second element; fewer than `max` records in all means the
+    /// ring is empty.
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Observation)) -> (u64, u64) {
         let (mut n, mut bad) = (0, 0);
         self.reader
-            .read(max, |record| match Record::decode(record) {
-                Ok(ev) => {
-                    f(&ev);
+            .read(max, |record| match decode(record) {
+                Ok(obs) => {
+                    f(&obs);
                     n += 1;
                 }
                 Err(_) => bad += 1,

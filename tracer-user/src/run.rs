@@ -387,7 +387,7 @@ struct Session {
     conntrack: Option<Conntrack>,
     ct_reported: conntrack::Losses,
     /// Events read from the ring and not joined yet (conntrack's reports are read in between).
-    pending: Vec<tracer_common::Event>,
+    pending: Vec<tracer_common::Observation>,
 }
 
 impl Session {

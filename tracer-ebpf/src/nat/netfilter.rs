@@ -83,13 +83,12 @@ fn skb_of(ctx: *mut c_void) -> u64 {
     load(ctx as u64, nf_patch::CTX_SKB)
 }
 
-/// A netfilter program's packet: where its linear data is, how many bytes of it to read
-/// ([`window_cap`]) and `skb->len`, by typed loads.
+/// A netfilter program's packet: where its linear data is and how many bytes of it to read
+/// ([`window_cap`]), by typed loads.
 #[derive(Clone, Copy)]
 struct Linear {
     data: u64,
     cap: u32,
-    len: u32,
 }
 
 #[inline(always)]
@@ -100,7 +99,6 @@ fn linear_nf(skb: u64) -> Result<Linear, ()> {
     Ok(Linear {
         data,
         cap: window_cap(len, data_len)?,
-        len,
     })
 }
 
@@ -240,13 +238,13 @@ fn exit(ctx: *mut c_void, hook_num: u8) -> Result<(), ()> {
         before,
         after,
     };
-    report(&step, &follow, || meta(skb, linear.len));
+    report(&step, &follow, || meta(skb));
     Ok(())
 }
 
-/// The event's [`Meta`] of the packet `skb` of `len` bytes, by typed loads.
+/// The record's [`Meta`] of the packet `skb`, by typed loads.
 #[inline(always)]
-fn meta(skb: u64, len: u32) -> Meta {
+fn meta(skb: u64) -> Meta {
     let nfct: u64 = load(skb, nf_patch::SKB_NFCT);
     let dev: u64 = load(skb, nf_patch::SKB_DEV);
     Meta {
@@ -260,7 +258,5 @@ fn meta(skb: u64, len: u32) -> Meta {
         } else {
             load(dev, nf_patch::DEV_IFINDEX)
         },
-        len,
-        mark: load(skb, nf_patch::SKB_MARK),
     }
 }

@@ -247,7 +247,7 @@ fn parse_skb(skb: u64, off: &KernelOffsets) -> Result<&'static parse::Parsed, ()
     parse_linear(data, cap)
 }
 
-/// The event's [`Meta`] of the packet `skb`, by probe reads (a field that cannot be read is
+/// The record's [`Meta`] of the packet `skb`, by probe reads (a field that cannot be read is
 /// 0), with the `ct_info` the entry program derived from the direction.
 #[inline(always)]
 fn meta(skb: u64, off: &KernelOffsets, ct_info: u8) -> Meta {
@@ -263,7 +263,5 @@ fn meta(skb: u64, off: &KernelOffsets, ct_info: u8) -> Meta {
         } else {
             read(dev, off.dev_ifindex).unwrap_or(0)
         },
-        len: read(skb, off.skb_len).unwrap_or(0),
-        mark: read(skb, off.skb_mark).unwrap_or(0),
     }
 }

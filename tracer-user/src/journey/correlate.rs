@@ -15,7 +15,7 @@ use std::{
 };
 
 use foldhash::fast::RandomState;
-use tracer_common::{Event, Fingerprint, Tuple, hook, kind};
+use tracer_common::{FAMILY_IPV4, Fingerprint, NatSeen, Observation, TcHook, TcSeen, Tuple, flag};
 
 use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, Point, Step};
@@ -150,21 +150,20 @@ impl Correlator {
         steps
     }
 
-    /// Takes one event; returns the journeys it completed (and any it evicted).
-    pub fn push(&mut self, ev: &Event, done: &mut Vec<Journey>) {
+    /// Takes one observation; returns the journeys it completed (and any it evicted).
+    pub fn push(&mut self, obs: &Observation, done: &mut Vec<Journey>) {
+        match obs {
+            Observation::Tc(tc) => self.push_tc(tc, done),
+            Observation::Nat(nat) => self.push_nat(nat, done),
+        }
+    }
+
+    fn push_tc(&mut self, ev: &TcSeen, done: &mut Vec<Journey>) {
         let key = JoinKey {
             fp: ev.fp,
             proto: ev.tuple.proto,
         };
-        match ev.kind {
-            kind::TC_INGRESS | kind::TC_EGRESS => self.push_tc(ev, key, done),
-            kind::NAT => self.push_nat(ev, key, done),
-            _ => {}
-        }
-    }
-
-    fn push_tc(&mut self, ev: &Event, key: JoinKey, done: &mut Vec<Journey>) {
-        let ingress = ev.kind == kind::TC_INGRESS;
+        let ingress = ev.hook == TcHook::Ingress;
         let (name, edge) = self.iface(ev.ifindex);
         let step = Step {
             point: if ingress {
@@ -178,9 +177,9 @@ impl Correlator {
             reply: false,
             latency_ns: None,
             ktime_ns: ev.ktime_ns,
-            ip_id: ip_id(ev),
+            ip_id: ip_id(&ev.tuple, ev.fp),
             attribution: None,
-            time_bound: ev.flags & tracer_common::flag::TC_CLAIMED != 0,
+            time_bound: ev.flags & flag::TC_CLAIMED != 0,
         };
         let hop = Some((ev.ktime_ns, ev.ifindex));
         let entering = ingress && edge;
@@ -206,13 +205,17 @@ impl Correlator {
         }
     }
 
-    fn push_nat(&mut self, ev: &Event, key: JoinKey, done: &mut Vec<Journey>) {
+    fn push_nat(&mut self, ev: &NatSeen, done: &mut Vec<Journey>) {
+        let key = JoinKey {
+            fp: ev.fp,
+            proto: ev.after.proto,
+        };
         let step = nat_step(ev);
-        match self.find(key, &ev.orig) {
+        match self.find(key, &ev.before) {
             Some(idx) => {
-                self.append(key, idx, step, ev.tuple, None);
+                self.append(key, idx, step, ev.after, None);
             }
-            None => self.start(key, step, ev.tuple, None, done),
+            None => self.start(key, step, ev.after, None, done),
         }
     }
 
@@ -394,28 +397,25 @@ fn finish(open: Option<Open>, ending: Ending) -> Journey {
     }
 }
 
-/// Turns a NAT event into a step. The hook tells the manipulation (the kernel's
-/// `HOOK2MANIP`: destination in PRE_ROUTING and LOCAL_OUT, source in POST_ROUTING and
-/// LOCAL_IN, net/netfilter/nf_nat_core.c, v6.1); the conntrack direction tells whether it is a
-/// rule's translation or the reverse translation of a reply.
-fn nat_step(ev: &Event) -> Step {
-    let manip_dst = matches!(ev.hook, hook::PRE_ROUTING | hook::LOCAL_OUT);
+/// Turns a NAT observation into a step. The hook tells the manipulation
+/// ([`NatSeen::manips_dst`]); the conntrack direction tells whether it is a rule's translation
+/// or the reverse translation of a reply.
+fn nat_step(ev: &NatSeen) -> Step {
     let reply = ev.is_reply();
-    let point = if manip_dst != reply {
+    let point = if ev.manips_dst() != reply {
         Point::Dnat
     } else {
         Point::Snat
     };
-    let timed = ev.flags & tracer_common::flag::NAT_UNTIMED == 0;
     Step {
         point,
         iface: None,
-        tuple: ev.tuple,
-        orig: Some(ev.orig),
+        tuple: ev.after,
+        orig: Some(ev.before),
         reply,
-        latency_ns: timed.then_some(ev.nat_ns),
+        latency_ns: ev.latency_ns(),
         ktime_ns: ev.ktime_ns,
-        ip_id: ip_id(ev),
+        ip_id: ip_id(&ev.after, ev.fp),
         attribution: None,
         time_bound: false,
     }
@@ -423,8 +423,8 @@ fn nat_step(ev: &Event) -> Step {
 
 /// The IPv4 identification field of the packet (the fingerprint's `ip_id`); `None` for IPv6,
 /// where the fingerprint holds the flow label instead.
-fn ip_id(ev: &Event) -> Option<u32> {
-    (ev.tuple.family == tracer_common::FAMILY_IPV4).then_some(ev.fp.ip_id)
+fn ip_id(tuple: &Tuple, fp: Fingerprint) -> Option<u32> {
+    (tuple.family == FAMILY_IPV4).then_some(fp.ip_id)
 }
 
 mod conntrack;

@@ -13,7 +13,7 @@
 //! steps that made it (its earlier hops were not seen: the kernel follows a translated flow
 //! only once user space has read conntrack's report, see the README).
 
-use tracer_common::{Event, Tuple};
+use tracer_common::{TcSeen, Tuple};
 
 use super::{Correlator, JoinKey, Open, ip_id};
 use crate::{
@@ -76,13 +76,13 @@ impl Correlator {
 
     /// The open journey holding an earlier packet of the NAT chain `ev`'s packet belongs to,
     /// with the NAT steps in between appended; its index.
-    pub(super) fn find_through_nat(&mut self, key: JoinKey, ev: &Event) -> Option<usize> {
+    pub(super) fn find_through_nat(&mut self, key: JoinKey, ev: &TcSeen) -> Option<usize> {
         let (chain, pos) = self.nat_table.as_ref()?.place(&ev.tuple)?;
         let (from, idx) = (0..pos)
             .rev()
             .find_map(|j| Some((j, self.find(key, &chain.tuples[j])?)))?;
         let open = self.open.get_mut(&key)?.get_mut(idx)?;
-        for step in steps_between(&chain, from, pos, ev.ktime_ns, ip_id(ev)) {
+        for step in steps_between(&chain, from, pos, ev.ktime_ns, ip_id(&ev.tuple, ev.fp)) {
             let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
             open.steps.insert(at, step);
         }
@@ -92,9 +92,9 @@ impl Correlator {
 
     /// The NAT steps that made `ev`'s packet, when it is one NAT made (for a journey that
     /// starts with it).
-    pub(super) fn nat_steps_before(&self, ev: &Event) -> Vec<Step> {
+    pub(super) fn nat_steps_before(&self, ev: &TcSeen) -> Vec<Step> {
         match self.nat_table.as_ref().and_then(|t| t.place(&ev.tuple)) {
-            Some((chain, pos)) if pos > 0 => steps_between(&chain, 0, pos, ev.ktime_ns, ip_id(ev)),
+            Some((chain, pos)) if pos > 0 => steps_between(&chain, 0, pos, ev.ktime_ns, ip_id(&ev.tuple, ev.fp)),
             _ => Vec::new(),
         }
     }
@@ -148,12 +148,12 @@ impl Correlator {
 mod tests {
     use std::collections::HashMap;
 
-    use tracer_common::{Fingerprint, PROTO_TCP, ct, kind};
+    use tracer_common::{Fingerprint, Observation, PROTO_TCP, kind};
 
     use super::*;
     use crate::{
         journey::{
-            correlate::{HostIf, Limits},
+            correlate::{HostIf, Limits, tests::tc_seen},
             model::{Ending, Point, tuple},
         },
         nat::conntrack::CtEntry,
@@ -194,21 +194,14 @@ mod tests {
         c
     }
 
-    fn tc(k: u8, ifindex: u32, tuple: Tuple, n: u32, at: u64) -> Event {
-        Event {
-            kind: k,
-            ct_info: ct::NONE,
-            ifindex,
-            ktime_ns: at,
-            fp: Fingerprint {
-                ip_id: n,
-                a: n,
-                b: 0,
-                c: 0,
-            },
-            tuple,
-            ..Event::default()
-        }
+    fn tc(k: u8, ifindex: u32, tuple: Tuple, n: u32, at: u64) -> Observation {
+        let fp = Fingerprint {
+            ip_id: n,
+            a: n,
+            b: 0,
+            c: 0,
+        };
+        Observation::Tc(tc_seen(k, ifindex, tuple, fp, at))
     }
 
     fn shape(j: &Journey) -> Vec<(Point, bool, Option<u64>)> {

@@ -2,7 +2,10 @@
 
 use std::net::SocketAddr;
 
-use tracer_common::{Event, Fingerprint, PROTO_TCP, PROTO_UDP, Tuple, ct, hook, kind};
+use tracer_common::{
+    Fingerprint, NatSeen, Observation, PROTO_TCP, PROTO_UDP, TcHook, TcSeen, Tuple, ct, flag, hook,
+    kind,
+};
 
 use super::*;
 use crate::journey::model::tuple;
@@ -49,34 +52,41 @@ fn fp(n: u32) -> Fingerprint {
     }
 }
 
-fn tc(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> Event {
-    Event {
-        kind: k,
-        ct_info: ct::NONE,
+/// A tc observation at hook `k` ([`kind::TC_INGRESS`] or [`kind::TC_EGRESS`]).
+pub(super) fn tc_seen(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> TcSeen {
+    TcSeen {
+        hook: if k == kind::TC_INGRESS {
+            TcHook::Ingress
+        } else {
+            TcHook::Egress
+        },
+        flags: 0,
         ifindex,
         ktime_ns: at,
         fp,
         tuple,
-        ..Event::default()
     }
 }
 
-fn nat(h: u8, ct_info: u8, orig: Tuple, after: Tuple, fp: Fingerprint, at: u64) -> Event {
-    Event {
-        kind: kind::NAT,
+fn tc(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> Observation {
+    Observation::Tc(tc_seen(k, ifindex, tuple, fp, at))
+}
+
+fn nat(h: u8, ct_info: u8, orig: Tuple, after: Tuple, fp: Fingerprint, at: u64) -> Observation {
+    Observation::Nat(NatSeen {
         hook: h,
         ct_info,
+        flags: 0,
         ktime_ns: at,
         nat_ns: 2000,
         fp,
-        tuple: after,
-        orig,
-        ..Event::default()
-    }
+        before: orig,
+        after,
+    })
 }
 
 /// The events of one pod → ClusterIP → backend packet, at time `base`.
-fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Event> {
+fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Observation> {
     let pre = t(PROTO_TCP, &format!("10.13.76.46:{sport}"), "10.0.159.58:80");
     let post = t(PROTO_TCP, &format!("10.13.76.46:{sport}"), "10.13.76.26:80");
     vec![
@@ -88,7 +98,7 @@ fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Event> {
     ]
 }
 
-fn run(c: &mut Correlator, events: &[Event]) -> Vec<Journey> {
+fn run(c: &mut Correlator, events: &[Observation]) -> Vec<Journey> {
     let mut done = Vec::new();
     for e in events {
         c.push(e, &mut done);
@@ -195,7 +205,7 @@ fn masquerade_in_post_routing_is_snat() {
 fn fifty_interleaved_flows_are_neither_merged_nor_split() {
     let mut c = Correlator::new(ifaces(), Limits::default());
     // Same fingerprint on purpose (worst case): only the tuples tell the flows apart.
-    let per_flow: Vec<Vec<Event>> = (0..50)
+    let per_flow: Vec<Vec<Observation>> = (0..50)
         .map(|i| clusterip_packet(40_000 + i, fp(77), 1_000 + u64::from(i)))
         .collect();
     let mut interleaved = Vec::new();
@@ -400,12 +410,12 @@ fn a_claimed_first_packet_ingress_starts_its_journey_at_the_uplink() {
     let vip = t(PROTO_TCP, "203.0.113.80:41000", "203.0.113.252:80");
     let pod = t(PROTO_TCP, "203.0.113.80:41000", "10.13.76.26:80");
     let packet = |f: Fingerprint, base: u64, claimed: bool| {
-        let mut ingress = tc(kind::TC_INGRESS, ETH0, vip, f, base);
+        let mut ingress = tc_seen(kind::TC_INGRESS, ETH0, vip, f, base);
         if claimed {
-            ingress.flags = tracer_common::flag::TC_CLAIMED;
+            ingress.flags = flag::TC_CLAIMED;
         }
         vec![
-            ingress,
+            Observation::Tc(ingress),
             nat(hook::PRE_ROUTING, ct::NEW, vip, pod, f, base + 2000),
             tc(kind::TC_EGRESS, AZURE0, pod, f, base + 3000),
             tc(kind::TC_EGRESS, AZV_BACKEND, pod, f, base + 3100),

@@ -267,7 +267,6 @@ impl Used {
             (nf_patch::SKB_DATA_LEN, "sk_buff.data_len"),
             (nf_patch::SKB_DATA, "sk_buff.data"),
             (nf_patch::SKB_DEV, "sk_buff.dev"),
-            (nf_patch::SKB_MARK, "sk_buff.mark"),
             (nf_patch::SKB_NFCT, "sk_buff._nfct"),
             (nf_patch::DEV_IFINDEX, "net_device.ifindex"),
         ];

@@ -1,0 +1,218 @@
+//! What user space makes of a ring record: an [`Observation`] of one packet at one hook, decoded
+//! straight from the record's bytes ([`decode`]) with only the fields someone reads.
+//!
+//! A record's header says its kind and, with [`flag::WIDE`], its layout; its length must be
+//! exactly that layout's (the ring's record header gives the length the program reserved).
+//! Anything else is a [`BadRecord`], which the collector counts: nothing is dropped silently.
+
+use core::mem::size_of;
+
+use crate::{
+    Fingerprint, FAMILY_IPV4, Tuple,
+    record::{NatRecord, NatRecordV4, RecordHeader, TcRecord, TcRecordV4, ct, flag, hook, kind},
+};
+
+/// The tc hook a packet was seen at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcHook {
+    Ingress,
+    Egress,
+}
+
+/// A packet seen by a tc program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcSeen {
+    pub hook: TcHook,
+    /// Bits of [`flag`] ([`flag::WIDE`] taken out).
+    pub flags: u8,
+    pub ifindex: u32,
+    pub ktime_ns: u64,
+    pub fp: Fingerprint,
+    pub tuple: Tuple,
+}
+
+/// A NAT step seen by the NAT programs: the packet before and after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatSeen {
+    /// The netfilter hook ([`hook`]) whose manipulation this was.
+    pub hook: u8,
+    /// Conntrack `ctinfo` ([`ct`]).
+    pub ct_info: u8,
+    /// Bits of [`flag`] ([`flag::WIDE`] taken out).
+    pub flags: u8,
+    /// After the step.
+    pub ktime_ns: u64,
+    /// Nanoseconds spent in the step; meaningful only when [`Self::latency_ns`] says so.
+    pub nat_ns: u64,
+    pub fp: Fingerprint,
+    pub before: Tuple,
+    pub after: Tuple,
+}
+
+impl NatSeen {
+    /// True for the reverse translation of a reply packet (the reply direction of a conntrack
+    /// entry).
+    #[must_use]
+    pub const fn is_reply(&self) -> bool {
+        self.ct_info != ct::NONE && self.ct_info >= ct::IS_REPLY
+    }
+
+    /// True when the hook's manipulation rewrites the destination (the kernel's `HOOK2MANIP`:
+    /// PRE_ROUTING and LOCAL_OUT; source in POST_ROUTING and LOCAL_IN,
+    /// net/netfilter/nf_nat_core.c, v6.1).
+    #[must_use]
+    pub const fn manips_dst(&self) -> bool {
+        matches!(self.hook, hook::PRE_ROUTING | hook::LOCAL_OUT)
+    }
+
+    /// Time spent in the step, `None` when the hook did not measure it.
+    #[must_use]
+    pub const fn latency_ns(&self) -> Option<u64> {
+        if self.flags & flag::NAT_UNTIMED == 0 {
+            Some(self.nat_ns)
+        } else {
+            None
+        }
+    }
+}
+
+/// One packet at one hook, as user space reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    Tc(TcSeen),
+    Nat(NatSeen),
+}
+
+impl Observation {
+    /// Kernel monotonic time of the observation.
+    #[must_use]
+    pub const fn ktime_ns(&self) -> u64 {
+        match self {
+            Self::Tc(t) => t.ktime_ns,
+            Self::Nat(n) => n.ktime_ns,
+        }
+    }
+
+    /// The NAT-invariant fingerprint of the packet.
+    #[must_use]
+    pub const fn fp(&self) -> Fingerprint {
+        match self {
+            Self::Tc(t) => t.fp,
+            Self::Nat(n) => n.fp,
+        }
+    }
+
+    /// The packet as seen at this point (NAT: after the step).
+    #[must_use]
+    pub const fn tuple(&self) -> &Tuple {
+        match self {
+            Self::Tc(t) => &t.tuple,
+            Self::Nat(n) => &n.after,
+        }
+    }
+
+    /// The IPv4 identification of the packet (the fingerprint's `ip_id`); `None` for IPv6,
+    /// where the fingerprint holds the flow label instead.
+    #[must_use]
+    pub const fn ip_id(&self) -> Option<u32> {
+        if self.tuple().family == FAMILY_IPV4 {
+            Some(self.fp().ip_id)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why a ring-buffer record is not an observation (user space counts these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadRecord {
+    /// Its length is not the one of the layout its header names (or shorter than a header).
+    Length(usize),
+    /// Its `kind` is none of [`kind`].
+    Kind(u8),
+}
+
+/// Layouts [`read`] may produce: `repr(C)` plain data, valid for every bit pattern.
+trait Plain: Copy {}
+impl Plain for RecordHeader {}
+impl Plain for TcRecordV4 {}
+impl Plain for TcRecord {}
+impl Plain for NatRecordV4 {}
+impl Plain for NatRecord {}
+
+/// Reads a `T` from the start of `bytes`, `None` when they are shorter.
+#[inline]
+fn read<T: Plain>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
+        return None;
+    }
+    // SAFETY: `T` is plain data valid for every bit pattern (`Plain`), the length was checked,
+    // and `read_unaligned` copes with any alignment of the record in the ring.
+    Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Reads a whole record of layout `T`: `bytes` must be exactly as long.
+#[inline]
+fn whole<T: Plain>(bytes: &[u8]) -> Result<T, BadRecord> {
+    if bytes.len() == size_of::<T>() {
+        read(bytes).ok_or(BadRecord::Length(bytes.len()))
+    } else {
+        Err(BadRecord::Length(bytes.len()))
+    }
+}
+
+/// The observation a ring record holds.
+///
+/// # Errors
+/// [`BadRecord::Kind`] for a header of an unknown kind, [`BadRecord::Length`] for a record
+/// shorter than a header or of another length than its layout's.
+pub fn decode(bytes: &[u8]) -> Result<Observation, BadRecord> {
+    let head: RecordHeader = read(bytes).ok_or(BadRecord::Length(bytes.len()))?;
+    let wide = head.flags & flag::WIDE != 0;
+    match head.kind {
+        kind::TC_INGRESS | kind::TC_EGRESS => {
+            let (fp, tuple) = if wide {
+                let r: TcRecord = whole(bytes)?;
+                (r.fp, r.tuple)
+            } else {
+                let r: TcRecordV4 = whole(bytes)?;
+                (r.fp, r.tuple.tuple())
+            };
+            Ok(Observation::Tc(TcSeen {
+                hook: if head.kind == kind::TC_INGRESS {
+                    TcHook::Ingress
+                } else {
+                    TcHook::Egress
+                },
+                flags: head.flags & !flag::WIDE,
+                ifindex: head.ifindex,
+                ktime_ns: head.ktime_ns,
+                fp,
+                tuple,
+            }))
+        }
+        kind::NAT => {
+            let (nat_ns, fp, before, after) = if wide {
+                let r: NatRecord = whole(bytes)?;
+                (r.nat_ns, r.fp, r.before, r.after)
+            } else {
+                let r: NatRecordV4 = whole(bytes)?;
+                (r.nat_ns, r.fp, r.before.tuple(), r.after.tuple())
+            };
+            Ok(Observation::Nat(NatSeen {
+                hook: head.hook,
+                ct_info: head.ct_info,
+                flags: head.flags & !flag::WIDE,
+                ktime_ns: head.ktime_ns,
+                nat_ns,
+                fp,
+                before,
+                after,
+            }))
+        }
+        k => Err(BadRecord::Kind(k)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,268 @@
+use super::*;
+use crate::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP, TupleV4, flag, hook};
+
+fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
+    // SAFETY: plain `repr(C)` data without implicit padding, read as bytes.
+    unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
+
+/// Every alignment of `bytes` in a buffer decodes to `want`.
+fn decodes_anywhere(bytes: &[u8], want: Result<Observation, BadRecord>) {
+    for shift in 0..8 {
+        let mut shifted = vec![0u8; shift];
+        shifted.extend_from_slice(bytes);
+        assert_eq!(decode(&shifted[shift..]), want, "shift {shift}");
+    }
+}
+
+const FP: Fingerprint = Fingerprint {
+    ip_id: 7,
+    a: 8,
+    b: 9,
+    c: 10,
+};
+
+fn head(k: u8, flags: u8) -> RecordHeader {
+    RecordHeader {
+        kind: k,
+        flags,
+        hook: 0,
+        ct_info: 0,
+        ifindex: 0x0102_0304,
+        ktime_ns: 0x1122_3344_5566_7788,
+    }
+}
+
+fn v4(s: [u8; 4], d: [u8; 4], sport: u16, dport: u16, proto: u8) -> TupleV4 {
+    TupleV4 {
+        saddr: s,
+        daddr: d,
+        sport,
+        dport,
+        proto,
+        _pad: [0; 3],
+    }
+}
+
+fn v6_tuple() -> Tuple {
+    let mut t = Tuple {
+        sport: 41234,
+        dport: 53,
+        proto: PROTO_UDP,
+        family: FAMILY_IPV6,
+        ..Tuple::default()
+    };
+    t.saddr = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    t.daddr = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+    t
+}
+
+fn tc_v4(k: u8) -> TcRecordV4 {
+    TcRecordV4 {
+        head: head(k, flag::TRUNCATED),
+        fp: FP,
+        tuple: v4([10, 0, 0, 1], [192, 0, 2, 7], 41234, 53, PROTO_UDP),
+        _fill: 0,
+    }
+}
+
+#[test]
+fn ipv4_tc_record_decodes_into_a_tc_observation() {
+    let r = tc_v4(kind::TC_EGRESS);
+    let mut tuple = Tuple {
+        sport: 41234,
+        dport: 53,
+        proto: PROTO_UDP,
+        family: FAMILY_IPV4,
+        ..Tuple::default()
+    };
+    tuple.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+    tuple.daddr[..4].copy_from_slice(&[192, 0, 2, 7]);
+    let want = TcSeen {
+        hook: TcHook::Egress,
+        flags: flag::TRUNCATED,
+        ifindex: 0x0102_0304,
+        ktime_ns: 0x1122_3344_5566_7788,
+        fp: FP,
+        tuple,
+    };
+    decodes_anywhere(&bytes_of(&r), Ok(Observation::Tc(want)));
+    let ingress = tc_v4(kind::TC_INGRESS);
+    let want_in = TcSeen {
+        hook: TcHook::Ingress,
+        ..want
+    };
+    decodes_anywhere(&bytes_of(&ingress), Ok(Observation::Tc(want_in)));
+    let obs = decode(&bytes_of(&r)).expect("decodes");
+    assert_eq!(obs.ip_id(), Some(7));
+    assert_eq!(obs.ktime_ns(), 0x1122_3344_5566_7788);
+}
+
+#[test]
+fn wide_tc_record_decodes_with_its_full_tuple_and_without_the_layout_bit() {
+    let r = TcRecord {
+        head: head(kind::TC_INGRESS, flag::WIDE | flag::FRAGMENT),
+        fp: FP,
+        tuple: v6_tuple(),
+    };
+    let want = Observation::Tc(TcSeen {
+        hook: TcHook::Ingress,
+        flags: flag::FRAGMENT,
+        ifindex: 0x0102_0304,
+        ktime_ns: 0x1122_3344_5566_7788,
+        fp: FP,
+        tuple: v6_tuple(),
+    });
+    decodes_anywhere(&bytes_of(&r), Ok(want));
+    // IPv6: the fingerprint's first word is the flow label, not an IP id.
+    assert_eq!(want.ip_id(), None);
+}
+
+fn nat_head() -> RecordHeader {
+    RecordHeader {
+        hook: hook::PRE_ROUTING,
+        ct_info: ct::IS_REPLY,
+        ..head(kind::NAT, flag::NAT_HOOK_TIMED | flag::TRUNCATED)
+    }
+}
+
+#[test]
+fn ipv4_nat_record_decodes_into_a_nat_observation() {
+    let r = NatRecordV4 {
+        head: nat_head(),
+        nat_ns: 0x1_0000_2710,
+        fp: FP,
+        after: v4([10, 0, 0, 1], [10, 244, 1, 9], 41234, 8080, PROTO_TCP),
+        before: v4([10, 0, 0, 1], [10, 0, 160, 10], 41235, 80, PROTO_UDP),
+        _fill: [0; 6],
+    };
+    let want = NatSeen {
+        hook: hook::PRE_ROUTING,
+        ct_info: ct::IS_REPLY,
+        flags: flag::NAT_HOOK_TIMED | flag::TRUNCATED,
+        ktime_ns: 0x1122_3344_5566_7788,
+        nat_ns: 0x1_0000_2710,
+        fp: FP,
+        before: r.before.tuple(),
+        after: r.after.tuple(),
+    };
+    assert_eq!(want.after.daddr[..4], [10, 244, 1, 9]);
+    assert_eq!((want.after.family, want.before.proto), (FAMILY_IPV4, PROTO_UDP));
+    assert_eq!((want.before.sport, want.before.dport), (41235, 80));
+    decodes_anywhere(&bytes_of(&r), Ok(Observation::Nat(want)));
+    assert!(want.is_reply() && want.manips_dst());
+    assert_eq!(want.latency_ns(), Some(0x1_0000_2710));
+    let untimed = NatSeen {
+        flags: flag::NAT_UNTIMED,
+        ..want
+    };
+    assert_eq!(untimed.latency_ns(), None);
+    // With the ring's 8-byte header: two whole cache lines, as an IPv4 tc record is one.
+    assert_eq!((8 + size_of::<NatRecordV4>()) % 64, 0);
+    assert_eq!((8 + size_of::<TcRecordV4>()) % 64, 0);
+}
+
+#[test]
+fn wide_nat_record_decodes_both_tuples() {
+    let mut before = v6_tuple();
+    before.daddr[15] = 9;
+    let r = NatRecord {
+        head: RecordHeader {
+            flags: flag::WIDE | flag::NAT_UNTIMED,
+            hook: hook::POST_ROUTING,
+            ct_info: ct::NEW,
+            ..nat_head()
+        },
+        nat_ns: 2710,
+        fp: FP,
+        after: v6_tuple(),
+        before,
+    };
+    let want = NatSeen {
+        hook: hook::POST_ROUTING,
+        ct_info: ct::NEW,
+        flags: flag::NAT_UNTIMED,
+        ktime_ns: 0x1122_3344_5566_7788,
+        nat_ns: 2710,
+        fp: FP,
+        before,
+        after: v6_tuple(),
+    };
+    decodes_anywhere(&bytes_of(&r), Ok(Observation::Nat(want)));
+    assert!(!want.is_reply() && !want.manips_dst());
+    assert_eq!(want.latency_ns(), None);
+}
+
+#[test]
+fn no_ct_entry_is_not_a_reply() {
+    let n = NatSeen {
+        hook: hook::LOCAL_OUT,
+        ct_info: ct::NONE,
+        flags: 0,
+        ktime_ns: 0,
+        nat_ns: 0,
+        fp: FP,
+        before: Tuple::default(),
+        after: Tuple::default(),
+    };
+    assert!(!n.is_reply() && n.manips_dst());
+}
+
+/// The four layouts, each with a valid header.
+fn every_layout() -> [Vec<u8>; 4] {
+    [
+        bytes_of(&tc_v4(kind::TC_INGRESS)),
+        bytes_of(&TcRecord {
+            head: head(kind::TC_EGRESS, flag::WIDE),
+            fp: FP,
+            tuple: v6_tuple(),
+        }),
+        bytes_of(&NatRecordV4 {
+            head: nat_head(),
+            ..NatRecordV4::default()
+        }),
+        bytes_of(&NatRecord {
+            head: RecordHeader {
+                flags: flag::WIDE,
+                ..nat_head()
+            },
+            ..NatRecord::default()
+        }),
+    ]
+}
+
+#[test]
+fn records_of_another_length_than_their_layout_are_bad() {
+    for bytes in every_layout() {
+        let n = bytes.len();
+        assert!(decode(&bytes).is_ok());
+        let mut long = bytes.clone();
+        long.extend([0; 8]);
+        assert_eq!(decode(&long), Err(BadRecord::Length(n + 8)));
+        for cut in 0..n {
+            assert_eq!(decode(&bytes[..cut]), Err(BadRecord::Length(cut)), "{n} cut to {cut}");
+        }
+    }
+    // The layout bit names the length: an IPv4 tc record claiming the wide layout, and a wide
+    // one claiming IPv4, are refused, not misread.
+    let mut narrow = every_layout()[0].clone();
+    narrow[1] |= flag::WIDE;
+    assert_eq!(decode(&narrow), Err(BadRecord::Length(56)));
+    let mut wide = every_layout()[1].clone();
+    wide[1] &= !flag::WIDE;
+    assert_eq!(decode(&wide), Err(BadRecord::Length(72)));
+}
+
+#[test]
+fn unknown_kinds_are_bad_at_any_length() {
+    for bytes in every_layout() {
+        for k in [0, 4, 5, 0x7f, 0xff] {
+            let mut b = bytes.clone();
+            b[0] = k;
+            assert_eq!(decode(&b), Err(BadRecord::Kind(k)));
+        }
+    }
+    let mut short = vec![0xffu8; size_of::<RecordHeader>()];
+    short[0] = 9;
+    assert_eq!(decode(&short), Err(BadRecord::Kind(9)));
+}
