@@ -8,7 +8,7 @@
 use core::mem::size_of;
 
 use crate::{
-    Fingerprint, FAMILY_IPV4, Tuple,
+    FAMILY_IPV4, Fingerprint, Tuple,
     record::{NatRecord, NatRecordV4, RecordHeader, TcRecord, TcRecordV4, ct, flag, hook, kind},
 };
 

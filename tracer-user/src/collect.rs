@@ -152,14 +152,13 @@ impl Collector {
     /// ring is empty.
     pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Observation)) -> (u64, u64) {
         let (mut n, mut bad) = (0, 0);
-        self.reader
-            .read(max, |record| match decode(record) {
-                Ok(obs) => {
-                    f(&obs);
-                    n += 1;
-                }
-                Err(_) => bad += 1,
-            });
+        self.reader.read(max, |record| match decode(record) {
+            Ok(obs) => {
+                f(&obs);
+                n += 1;
+            }
+            Err(_) => bad += 1,
+        });
         (n, bad)
     }
 

@@ -147,7 +147,10 @@ fn ipv4_nat_record_decodes_into_a_nat_observation() {
         after: r.after.tuple(),
     };
     assert_eq!(want.after.daddr[..4], [10, 244, 1, 9]);
-    assert_eq!((want.after.family, want.before.proto), (FAMILY_IPV4, PROTO_UDP));
+    assert_eq!(
+        (want.after.family, want.before.proto),
+        (FAMILY_IPV4, PROTO_UDP)
+    );
     assert_eq!((want.before.sport, want.before.dport), (41235, 80));
     decodes_anywhere(&bytes_of(&r), Ok(Observation::Nat(want)));
     assert!(want.is_reply() && want.manips_dst());
@@ -240,7 +243,11 @@ fn records_of_another_length_than_their_layout_are_bad() {
         long.extend([0; 8]);
         assert_eq!(decode(&long), Err(BadRecord::Length(n + 8)));
         for cut in 0..n {
-            assert_eq!(decode(&bytes[..cut]), Err(BadRecord::Length(cut)), "{n} cut to {cut}");
+            assert_eq!(
+                decode(&bytes[..cut]),
+                Err(BadRecord::Length(cut)),
+                "{n} cut to {cut}"
+            );
         }
     }
     // The layout bit names the length: an IPv4 tc record claiming the wide layout, and a wide

@@ -94,7 +94,9 @@ impl Correlator {
     /// starts with it).
     pub(super) fn nat_steps_before(&self, ev: &TcSeen) -> Vec<Step> {
         match self.nat_table.as_ref().and_then(|t| t.place(&ev.tuple)) {
-            Some((chain, pos)) if pos > 0 => steps_between(&chain, 0, pos, ev.ktime_ns, ip_id(&ev.tuple, ev.fp)),
+            Some((chain, pos)) if pos > 0 => {
+                steps_between(&chain, 0, pos, ev.ktime_ns, ip_id(&ev.tuple, ev.fp))
+            }
             _ => Vec::new(),
         }
     }
