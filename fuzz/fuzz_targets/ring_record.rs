@@ -1,11 +1,15 @@
-//! Ring-buffer records as the collector reads them (`tracer_common::Record::decode`): any bytes
-//! either decode or are refused, never panic; a record decodes exactly when it has one of the
-//! three layouts' lengths and a kind that layout carries; and the event holds the record's fields,
-//! read here from their byte offsets independently of the decoder.
+//! Ring-buffer records as the collector reads them (`tracer_common::decode`): any bytes either
+//! decode or are refused, never panic; a record decodes exactly when its header names a known
+//! kind and it has the length of the layout that kind and the header's `WIDE` bit name; and the
+//! observation holds the record's fields, read here from their byte offsets independently of
+//! the decoder.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_common::{BadRecord, Event, FAMILY_IPV4, NatEventV4, Record, TcEventV4, ct, kind};
+use tracer_common::{
+    BadRecord, FAMILY_IPV4, NatRecord, NatRecordV4, Observation, RecordHeader, TcHook, TcRecord,
+    TcRecordV4, Tuple, decode, flag, kind,
+};
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
@@ -19,101 +23,91 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// The fingerprint's four words at `at`.
+fn fp_at(b: &[u8], at: usize) -> [u32; 4] {
+    [
+        u32_at(b, at),
+        u32_at(b, at + 4),
+        u32_at(b, at + 8),
+        u32_at(b, at + 12),
+    ]
+}
+
+/// An IPv4 tuple (saddr, daddr, sport, dport, proto) at `at`, as the decoder widens it.
+fn check_v4(t: &Tuple, b: &[u8], at: usize) {
+    assert_eq!((t.family, t.proto), (FAMILY_IPV4, b[at + 12]));
+    assert_eq!(&t.saddr[..4], &b[at..at + 4]);
+    assert_eq!(&t.daddr[..4], &b[at + 4..at + 8]);
+    assert!(t.saddr[4..].iter().chain(&t.daddr[4..]).all(|&x| x == 0));
+    assert_eq!((t.sport, t.dport), (u16_at(b, at + 8), u16_at(b, at + 10)));
+}
+
+/// A full tuple at `at`: its 40 bytes.
+fn check_wide(t: &Tuple, b: &[u8], at: usize) {
+    // SAFETY: plain `repr(C)` data without padding, read as bytes.
+    let bytes = unsafe {
+        core::slice::from_raw_parts((t as *const Tuple).cast::<u8>(), size_of::<Tuple>())
+    };
+    assert_eq!(bytes, &b[at..at + size_of::<Tuple>()]);
+}
+
 fuzz_target!(|data: &[u8]| {
-    let got = Record::decode(data);
-    let compact = data.len() == size_of::<TcEventV4>();
-    let nat = data.len() == size_of::<NatEventV4>();
-    let full = data.len() == size_of::<Event>();
-    if !compact && !nat && !full {
+    let got = decode(data);
+    if data.len() < size_of::<RecordHeader>() {
         assert_eq!(got, Err(BadRecord::Length(data.len())));
         return;
     }
-    let k = data[0];
-    let known = if compact {
-        k == kind::TC_INGRESS || k == kind::TC_EGRESS
-    } else if nat {
-        k == kind::NAT
-    } else {
-        (kind::TC_INGRESS..=kind::NAT).contains(&k)
+    let (k, flags) = (data[0], data[1]);
+    let wide = flags & flag::WIDE != 0;
+    let want_len = match k {
+        kind::TC_INGRESS | kind::TC_EGRESS if wide => size_of::<TcRecord>(),
+        kind::TC_INGRESS | kind::TC_EGRESS => size_of::<TcRecordV4>(),
+        kind::NAT if wide => size_of::<NatRecord>(),
+        kind::NAT => size_of::<NatRecordV4>(),
+        _ => {
+            assert_eq!(got, Err(BadRecord::Kind(k)));
+            return;
+        }
     };
-    if !known {
-        assert_eq!(got, Err(BadRecord::Kind(k)));
+    if data.len() != want_len {
+        assert_eq!(got, Err(BadRecord::Length(data.len())));
         return;
     }
-    let ev = got.expect("a known kind at a known length decodes");
-    if full {
-        // The event is the record's bytes.
-        // SAFETY: plain `repr(C)` data without padding, read as bytes.
-        let bytes = unsafe {
-            core::slice::from_raw_parts((&ev as *const Event).cast::<u8>(), size_of::<Event>())
-        };
-        assert_eq!(bytes, data);
-        return;
+    let obs = got.expect("a known kind at its layout's length decodes");
+    // Header: kind, flags, hook, ct_info, ifindex, ktime_ns.
+    match obs {
+        Observation::Tc(t) => {
+            let hook = if k == kind::TC_INGRESS {
+                TcHook::Ingress
+            } else {
+                TcHook::Egress
+            };
+            assert_eq!((t.hook, t.flags), (hook, flags & !flag::WIDE));
+            assert_eq!(t.ifindex, u32_at(data, 4));
+            assert_eq!(t.ktime_ns, u64_at(data, 8));
+            assert_eq!([t.fp.ip_id, t.fp.a, t.fp.b, t.fp.c], fp_at(data, 16));
+            if wide {
+                check_wide(&t.tuple, data, 32);
+            } else {
+                check_v4(&t.tuple, data, 32);
+            }
+        }
+        Observation::Nat(n) => {
+            assert_eq!(k, kind::NAT);
+            assert_eq!(
+                (n.flags, n.hook, n.ct_info),
+                (flags & !flag::WIDE, data[2], data[3])
+            );
+            assert_eq!(n.ktime_ns, u64_at(data, 8));
+            assert_eq!(n.nat_ns, u64_at(data, 16));
+            assert_eq!([n.fp.ip_id, n.fp.a, n.fp.b, n.fp.c], fp_at(data, 24));
+            if wide {
+                check_wide(&n.after, data, 40);
+                check_wide(&n.before, data, 80);
+            } else {
+                check_v4(&n.after, data, 40);
+                check_v4(&n.before, data, 56);
+            }
+        }
     }
-    if nat {
-        check_nat(&ev, data);
-        return;
-    }
-    // Layout of TcEventV4: kind, flags, proto, pad, ifindex, ktime_ns, len, mark, fp (16),
-    // saddr, daddr, sport, dport, pad.
-    assert_eq!(
-        (ev.kind, ev.hook, ev.ct_info, ev.flags),
-        (k, 0, ct::NONE, data[1])
-    );
-    assert_eq!(ev.ifindex, u32_at(data, 4));
-    assert_eq!(ev.ktime_ns, u64_at(data, 8));
-    assert_eq!((ev.len, ev.mark), (u32_at(data, 16), u32_at(data, 20)));
-    assert_eq!(
-        [ev.fp.ip_id, ev.fp.a, ev.fp.b, ev.fp.c],
-        [
-            u32_at(data, 24),
-            u32_at(data, 28),
-            u32_at(data, 32),
-            u32_at(data, 36)
-        ]
-    );
-    let t = &ev.tuple;
-    assert_eq!((t.family, t.proto), (FAMILY_IPV4, data[2]));
-    assert_eq!(&t.saddr[..4], &data[40..44]);
-    assert_eq!(&t.daddr[..4], &data[44..48]);
-    assert!(t.saddr[4..].iter().chain(&t.daddr[4..]).all(|&b| b == 0));
-    assert_eq!((t.sport, t.dport), (u16_at(data, 48), u16_at(data, 50)));
-    assert_eq!((ev.skb, ev.netns, ev.nat_ns), (0, 0, 0));
-    assert_eq!(ev.orig, Default::default());
 });
-
-/// Layout of NatEventV4: kind, hook, ct_info, flags, ifindex, ktime_ns, skb, len, mark, nat_ns,
-/// fp (16), then the packet after (saddr, daddr, sport, dport, proto), orig_proto, pad, the
-/// packet before (saddr, daddr, sport, dport), pad.
-fn check_nat(ev: &Event, data: &[u8]) {
-    assert_eq!(
-        (ev.kind, ev.hook, ev.ct_info, ev.flags),
-        (data[0], data[1], data[2], data[3])
-    );
-    assert_eq!(ev.ifindex, u32_at(data, 4));
-    assert_eq!(ev.ktime_ns, u64_at(data, 8));
-    assert_eq!(ev.skb, u64_at(data, 16));
-    assert_eq!((ev.len, ev.mark), (u32_at(data, 24), u32_at(data, 28)));
-    assert_eq!(ev.nat_ns, u64_at(data, 32));
-    assert_eq!(
-        [ev.fp.ip_id, ev.fp.a, ev.fp.b, ev.fp.c],
-        [
-            u32_at(data, 40),
-            u32_at(data, 44),
-            u32_at(data, 48),
-            u32_at(data, 52)
-        ]
-    );
-    assert_eq!(ev.netns, 0);
-    for (t, at, proto) in [(&ev.tuple, 56, data[68]), (&ev.orig, 72, data[69])] {
-        assert_eq!((t.family, t.proto), (FAMILY_IPV4, proto));
-        assert_eq!(&t.saddr[..4], &data[at..at + 4]);
-        assert_eq!(&t.daddr[..4], &data[at + 4..at + 8]);
-        assert!(t.saddr[4..].iter().chain(&t.daddr[4..]).all(|&b| b == 0));
-        assert_eq!(
-            (t.sport, t.dport),
-            (u16_at(data, at + 8), u16_at(data, at + 10))
-        );
-        assert_eq!(t._pad, [0, 0]);
-    }
-}
