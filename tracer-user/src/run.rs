@@ -26,10 +26,7 @@ use crate::{
     config::{Config, Target},
     explain::Explainer,
     follow::{self, Action, PodWatch},
-    journey::{
-        Journey,
-        correlate::{Correlator, Limits},
-    },
+    journey::correlate::{Correlator, Limits},
     kernel::{self, caps},
     nat::{
         self, NatAttachment,
@@ -273,7 +270,6 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
         evicted_reported: 0,
         flows_evicted_reported: 0,
         counters: Counters::default(),
-        done: Vec::new(),
         conntrack,
         ct_reported: conntrack::Losses::default(),
         pending: Vec::new(),
@@ -310,7 +306,7 @@ async fn trace(cfg: &Config, subject: Subject) -> Result<(), RunError> {
     drop(hot);
     // Whatever stopped the loop, report what is left.
     let end = session.drain(&mut collector, sink.as_mut()).and_then(|()| {
-        session.correlator.flush(&mut session.done);
+        session.correlator.flush();
         session.output(sink.as_mut())
     });
     let end = end
@@ -381,8 +377,6 @@ struct Session {
     /// Entries evicted from the kernel's followed-flows table, as last reported.
     flows_evicted_reported: u64,
     counters: Counters,
-    /// Journeys completed and not yet written (kept for its capacity between batches).
-    done: Vec<Journey>,
     /// With `--nat-hook conntrack`: its events, and the losses reported so far.
     conntrack: Option<Conntrack>,
     ct_reported: conntrack::Losses,
@@ -448,7 +442,7 @@ impl Session {
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
                     self.drain(ring.get_mut().0, sink)?;
-                    hot.apply(events, &mut self.correlator, &mut self.done);
+                    hot.apply(events, &mut self.correlator);
                     self.output(sink)?;
                 }
                 _ = sigint.recv() => break,
@@ -470,8 +464,8 @@ impl Session {
             let (n, bad) = if self.conntrack.is_some() {
                 self.drain_with_conntrack(collector)?
             } else {
-                let (correlator, done) = (&mut self.correlator, &mut self.done);
-                collector.drain(DRAIN_BATCH, |ev| correlator.push(ev, done))
+                let correlator = &mut self.correlator;
+                collector.drain(DRAIN_BATCH, |obs| correlator.push(obs))
             };
             self.summary.add_events(n);
             self.summary.add_bad_records(bad);
@@ -491,7 +485,7 @@ impl Session {
         let counts = collector.drain(DRAIN_BATCH, |ev| events.push(*ev));
         self.poll_conntrack(collector)?;
         for ev in &events {
-            self.correlator.push(ev, &mut self.done);
+            self.correlator.push(ev);
         }
         events.clear();
         self.pending = events;
@@ -536,34 +530,23 @@ impl Session {
     /// Explains, counts and prints the completed journeys (up to the `-c` limit), then
     /// flushes them in one write. Their step lists go back to the join table.
     fn output(&mut self, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
-        if self.done.is_empty() {
+        if !self.correlator.has_done() {
             return Ok(());
         }
-        let mut done = std::mem::take(&mut self.done);
-        let result = self.write_out(&mut done, sink);
-        done.clear();
-        self.done = done;
-        result
-    }
-
-    fn write_out(
-        &mut self,
-        done: &mut Vec<Journey>,
-        sink: &mut (dyn Sink + Send),
-    ) -> io::Result<()> {
         let mut wrote = false;
         self.explainer.take_updates();
-        for mut j in done.drain(..) {
-            if j.steps.is_empty() || self.limit.is_some_and(|n| self.journeys >= n) {
-                continue;
+        let (explainer, summary) = (&mut self.explainer, &mut self.summary);
+        let (journeys, limit) = (&mut self.journeys, self.limit);
+        self.correlator.drain_done(|j| {
+            if j.steps.is_empty() || limit.is_some_and(|n| *journeys >= n) {
+                return Ok(());
             }
-            self.explainer.explain_with_current_rules(&mut j);
-            self.journeys += 1;
-            self.summary.record(&j);
-            sink.journey(&j)?;
-            self.correlator.recycle(j.steps);
+            explainer.explain_with_current_rules(j);
+            *journeys += 1;
+            summary.record(j);
             wrote = true;
-        }
+            sink.journey(j)
+        })?;
         if wrote { sink.flush() } else { Ok(()) }
     }
 
@@ -590,8 +573,7 @@ impl Session {
             self.lost_reported = lost;
         }
         self.summary.set_lost(lost);
-        self.correlator
-            .expire(kernel::host::monotonic_ns(), &mut self.done);
+        self.correlator.expire(kernel::host::monotonic_ns());
         self.output(sink)?;
         let evicted = self.correlator.evicted();
         if evicted > self.evicted_reported {
@@ -670,13 +652,8 @@ impl Hot<'_> {
     }
 
     /// Applies link events: attach, rename, detach, forget; journeys last seen on a vanished
-    /// interface go to `done`.
-    fn apply(
-        &mut self,
-        events: Vec<LinkEvent>,
-        correlator: &mut Correlator,
-        done: &mut Vec<Journey>,
-    ) {
+    /// interface end in the correlator's queue of completed journeys.
+    fn apply(&mut self, events: Vec<LinkEvent>, correlator: &mut Correlator) {
         for ev in events {
             if let LinkEvent::Del { index, .. } = ev {
                 self.failed.remove(&index);
@@ -731,7 +708,7 @@ impl Hot<'_> {
                     }
                 }
                 Action::Gone { index } => {
-                    correlator.interface_gone(index, done);
+                    correlator.interface_gone(index);
                     let name = self.tc.forget(self.ebpf, index, self.created);
                     if self.verbose {
                         eprintln!(

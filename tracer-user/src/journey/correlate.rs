@@ -89,8 +89,10 @@ pub struct Correlator {
     open: HashMap<JoinKey, Vec<Open>, RandomState>,
     /// Empty slot lists of keys that closed, for keys that open.
     spare_slots: Vec<Vec<Open>>,
-    /// Empty step lists of journeys that were printed ([`Self::recycle`]).
+    /// Empty step lists of journeys that were handed out ([`Self::drain_done`]).
     spare_steps: Vec<Vec<Step>>,
+    /// Completed journeys not yet handed out ([`Self::drain_done`]), oldest first.
+    done: Vec<Journey>,
     /// Open journeys in creation order, for eviction: (id, key).
     order: VecDeque<(u64, JoinKey)>,
     open_count: usize,
@@ -110,6 +112,7 @@ impl Correlator {
             open: HashMap::default(),
             spare_slots: Vec::new(),
             spare_steps: Vec::new(),
+            done: Vec::new(),
             order: VecDeque::new(),
             open_count: 0,
             next_id: 0,
@@ -132,8 +135,37 @@ impl Correlator {
         self.open_count
     }
 
-    /// Takes back the steps of a journey that was written out, for a later journey.
-    pub fn recycle(&mut self, mut steps: Vec<Step>) {
+    /// True when completed journeys wait in the queue ([`Self::drain_done`]).
+    #[must_use]
+    pub fn has_done(&self) -> bool {
+        !self.done.is_empty()
+    }
+
+    /// Hands each completed journey, oldest first, to `f`, then takes its step list back for a
+    /// later journey. Stops calling `f` at its first error, which it returns; the journeys
+    /// left are dropped all the same (the queue is empty after the call).
+    ///
+    /// # Errors
+    /// The first error of `f`.
+    pub fn drain_done<E>(
+        &mut self,
+        mut f: impl FnMut(&mut Journey) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut done = std::mem::take(&mut self.done);
+        let mut result = Ok(());
+        for mut j in done.drain(..) {
+            if result.is_ok() {
+                result = f(&mut j);
+            }
+            self.recycle(std::mem::take(&mut j.steps));
+        }
+        // The emptied queue keeps its room for the next batch.
+        self.done = done;
+        result
+    }
+
+    /// Takes back the steps of a journey that was handed out, for a later journey.
+    fn recycle(&mut self, mut steps: Vec<Step>) {
         if self.spare_steps.len() < SPARE && steps.capacity() >= STEPS {
             steps.clear();
             self.spare_steps.push(steps);
@@ -150,15 +182,16 @@ impl Correlator {
         steps
     }
 
-    /// Takes one observation; returns the journeys it completed (and any it evicted).
-    pub fn push(&mut self, obs: &Observation, done: &mut Vec<Journey>) {
+    /// Takes one observation; the journeys it completes (and any it evicts) join the queue of
+    /// completed journeys ([`Self::drain_done`]).
+    pub fn push(&mut self, obs: &Observation) {
         match obs {
-            Observation::Tc(tc) => self.push_tc(tc, done),
-            Observation::Nat(nat) => self.push_nat(nat, done),
+            Observation::Tc(tc) => self.push_tc(tc),
+            Observation::Nat(nat) => self.push_nat(nat),
         }
     }
 
-    fn push_tc(&mut self, ev: &TcSeen, done: &mut Vec<Journey>) {
+    fn push_tc(&mut self, ev: &TcSeen) {
         let key = JoinKey {
             fp: ev.fp,
             proto: ev.tuple.proto,
@@ -195,17 +228,17 @@ impl Correlator {
                 let open = self.append(key, idx, step, ev.tuple, hop);
                 if leaving {
                     let open = self.remove(key, open);
-                    done.push(finish(open, Ending::Left));
+                    self.done.push(finish(open, Ending::Left));
                 }
             }
             None => {
                 let nat = self.nat_steps_before(ev);
-                self.start_after(key, nat, step, ev.tuple, hop, leaving, done);
+                self.start_after(key, nat, step, ev.tuple, hop, leaving);
             }
         }
     }
 
-    fn push_nat(&mut self, ev: &NatSeen, done: &mut Vec<Journey>) {
+    fn push_nat(&mut self, ev: &NatSeen) {
         let key = JoinKey {
             fp: ev.fp,
             proto: ev.after.proto,
@@ -215,7 +248,7 @@ impl Correlator {
             Some(idx) => {
                 self.append(key, idx, step, ev.after, None);
             }
-            None => self.start(key, step, ev.after, None, done),
+            None => self.start(key, step, ev.after, None),
         }
     }
 
@@ -257,16 +290,9 @@ impl Correlator {
         open.id
     }
 
-    fn start(
-        &mut self,
-        key: JoinKey,
-        step: Step,
-        now: Tuple,
-        hop: Option<(u64, u32)>,
-        done: &mut Vec<Journey>,
-    ) {
+    fn start(&mut self, key: JoinKey, step: Step, now: Tuple, hop: Option<(u64, u32)>) {
         if self.open_count >= self.limits.max_open {
-            self.evict_oldest(done);
+            self.evict_oldest();
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -300,11 +326,11 @@ impl Correlator {
         Some(open)
     }
 
-    fn evict_oldest(&mut self, done: &mut Vec<Journey>) {
+    fn evict_oldest(&mut self) {
         while let Some((id, key)) = self.order.pop_front() {
             if let Some(open) = self.remove(key, id) {
                 self.evicted += 1;
-                done.push(finish(Some(open), Ending::TimedOut));
+                self.done.push(finish(Some(open), Ending::TimedOut));
                 return;
             }
         }
@@ -316,10 +342,11 @@ impl Correlator {
     }
 
     /// An interface vanished: closes the open journeys whose latest hop was on it (as
-    /// [`Ending::InterfaceGone`]) and forgets its name. Feed the events already collected
+    /// [`Ending::InterfaceGone`], into the queue of completed journeys) and forgets its name. Feed the events already collected
     /// first, so that a journey that moved on is not closed.
-    pub fn interface_gone(&mut self, ifindex: u32, done: &mut Vec<Journey>) {
+    pub fn interface_gone(&mut self, ifindex: u32) {
         let mut closed = 0;
+        let done = &mut self.done;
         self.open.retain(|_, list| {
             list.retain_mut(|o| {
                 if o.last_if.is_none_or(|(_, i)| i != ifindex) {
@@ -339,10 +366,11 @@ impl Correlator {
     }
 
     /// Closes journeys idle since before `now_ktime - idle_timeout`.
-    pub fn expire(&mut self, now_ktime: u64, done: &mut Vec<Journey>) {
+    pub fn expire(&mut self, now_ktime: u64) {
         let deadline = now_ktime.saturating_sub(self.limits.idle_timeout_ns);
         let mut closed = 0;
         let table = self.nat_table.as_ref();
+        let done = &mut self.done;
         self.open.retain(|_, list| {
             list.retain_mut(|o| {
                 if o.last_ktime >= deadline {
@@ -368,13 +396,14 @@ impl Correlator {
     }
 
     /// Closes every open journey (on exit).
-    pub fn flush(&mut self, done: &mut Vec<Journey>) {
+    pub fn flush(&mut self) {
         let mut all: Vec<Open> = self.open.drain().flat_map(|(_, v)| v).collect();
         all.sort_by_key(|o| o.id);
         for o in &mut all {
             complete_nat(self.nat_table.as_ref(), o);
         }
-        done.extend(all.into_iter().map(|o| finish(Some(o), Ending::Flushed)));
+        self.done
+            .extend(all.into_iter().map(|o| finish(Some(o), Ending::Flushed)));
         self.order.clear();
         self.open_count = 0;
     }

@@ -114,24 +114,23 @@ impl Correlator {
         now: Tuple,
         hop: Option<(u64, u32)>,
         leaving: bool,
-        done: &mut Vec<Journey>,
     ) {
         if nat.is_empty() {
             if leaving {
                 let steps = self.steps_with(step);
-                done.push(Journey {
+                self.done.push(Journey {
                     steps,
                     ending: super::Ending::Left,
                 });
             } else {
-                self.start(key, step, now, hop, done);
+                self.start(key, step, now, hop);
             }
             return;
         }
         let mut steps = nat;
         steps.push(step);
         if leaving {
-            done.push(Journey {
+            self.done.push(Journey {
                 steps,
                 ending: super::Ending::Left,
             });
@@ -139,7 +138,7 @@ impl Correlator {
         }
         let mut rest = steps.into_iter();
         let Some(first) = rest.next() else { return };
-        self.start(key, first, now, hop, done);
+        self.start(key, first, now, hop);
         if let Some(open) = self.open.get_mut(&key).and_then(|l| l.last_mut()) {
             open.steps.extend(rest);
         }
@@ -155,7 +154,10 @@ mod tests {
     use super::*;
     use crate::{
         journey::{
-            correlate::{HostIf, Limits, tests::tc_seen},
+            correlate::{
+                HostIf, Limits,
+                tests::{take, tc_seen},
+            },
             model::{Ending, Point, tuple},
         },
         nat::conntrack::CtEntry,
@@ -215,17 +217,12 @@ mod tests {
 
     #[test]
     fn nat_steps_come_from_conntrack_between_the_tc_hops_untimed() {
-        let (e, mut c, mut done) = (lb(), correlator(), Vec::new());
-        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 1, 100), &mut done);
-        c.push(
-            &tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 1, 200),
-            &mut done,
-        );
-        c.push(&tc(kind::TC_INGRESS, BACKEND, e.reply, 2, 300), &mut done);
-        c.push(
-            &tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 2, 400),
-            &mut done,
-        );
+        let (e, mut c) = (lb(), correlator());
+        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 1, 100));
+        c.push(&tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 1, 200));
+        c.push(&tc(kind::TC_INGRESS, BACKEND, e.reply, 2, 300));
+        c.push(&tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 2, 400));
+        let done = take(&mut c);
         let [out, back] = &done[..] else {
             panic!("{done:#?}")
         };
@@ -259,16 +256,14 @@ mod tests {
 
     #[test]
     fn packets_seen_only_on_one_side_of_the_nat_still_get_its_steps() {
-        let (e, mut c, mut done) = (lb(), correlator(), Vec::new());
+        let (e, mut c) = (lb(), correlator());
         // A first packet whose translated form the kernel did not follow yet: completed on exit.
-        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 3, 100), &mut done);
+        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 3, 100));
         // A reply seen only once un-NATed: starts with the NAT steps that made it.
-        c.push(
-            &tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 4, 150),
-            &mut done,
-        );
-        c.flush(&mut done);
+        c.push(&tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 4, 150));
+        c.flush();
         use Point::{Dnat, Egress, Ingress, Snat};
+        let done = take(&mut c);
         let [reply, first] = &done[..] else {
             panic!("{done:#?}")
         };
@@ -291,12 +286,9 @@ mod tests {
             ]
         );
         // Another fingerprint never joins: a packet of the same flow is its own journey.
-        let mut done = Vec::new();
-        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 5, 500), &mut done);
-        c.push(
-            &tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 6, 600),
-            &mut done,
-        );
+        c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 5, 500));
+        c.push(&tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 6, 600));
+        let done = take(&mut c);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].steps[0].point, Dnat, "{done:#?}");
     }

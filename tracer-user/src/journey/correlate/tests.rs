@@ -1,6 +1,6 @@
 //! Correlator tests: the lab's paths, concurrency, retransmits, ordering and limits.
 
-use std::net::SocketAddr;
+use std::{convert::Infallible, net::SocketAddr};
 
 use tracer_common::{
     Fingerprint, NatSeen, Observation, PROTO_TCP, PROTO_UDP, TcHook, TcSeen, Tuple, ct, flag, hook,
@@ -98,12 +98,23 @@ fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Observation> {
     ]
 }
 
+/// The completed journeys, out of the correlator's queue (copies: the correlator takes the
+/// step lists back).
+pub(super) fn take(c: &mut Correlator) -> Vec<Journey> {
+    let mut out = Vec::new();
+    c.drain_done(|j| {
+        out.push(j.clone());
+        Ok::<(), Infallible>(())
+    })
+    .unwrap();
+    out
+}
+
 fn run(c: &mut Correlator, events: &[Observation]) -> Vec<Journey> {
-    let mut done = Vec::new();
     for e in events {
-        c.push(e, &mut done);
+        c.push(e);
     }
-    done
+    take(c)
 }
 
 fn points(j: &Journey) -> Vec<(Point, Option<&str>, bool)> {
@@ -234,7 +245,8 @@ fn a_retransmit_starts_a_new_journey() {
     let mut done = run(&mut c, &events);
     assert_eq!(done.len(), 1, "only the retransmit left the node");
     assert_eq!(done[0].steps[0].ktime_ns, 1_000_000);
-    c.expire(5_000_000_000, &mut done);
+    c.expire(5_000_000_000);
+    done.extend(take(&mut c));
     assert_eq!(done.len(), 2);
     assert_eq!(done[1].ending, Ending::TimedOut);
     assert_eq!(done[1].steps.len(), 4);
@@ -247,7 +259,8 @@ fn out_of_order_events_are_sorted_by_time() {
     let mut events = clusterip_packet(1, fp(6), 100);
     events.swap(0, 1); // azure0 ingress arrives before the veth's: two journeys at worst
     let mut done = run(&mut c, &events);
-    c.flush(&mut done);
+    c.flush();
+    done.extend(take(&mut c));
     let total: usize = done.iter().map(|j| j.steps.len()).sum();
     assert_eq!(total, 5, "no event dropped");
     for j in &done {
@@ -262,11 +275,11 @@ fn the_table_is_bounded() {
         max_open: 8,
     };
     let mut c = Correlator::new(ifaces(), limits);
-    let mut done = Vec::new();
     for i in 0..100u16 {
         let ev = &clusterip_packet(i, fp(u32::from(i)), u64::from(i))[0];
-        c.push(ev, &mut done);
+        c.push(ev);
     }
+    let done = take(&mut c);
     assert_eq!(c.open_count(), 8);
     assert_eq!(c.evicted(), 92);
     assert_eq!(done.len(), 92);
@@ -310,10 +323,12 @@ fn a_vanished_interface_closes_only_the_journeys_last_seen_on_it() {
     assert_eq!(c.open_count(), 2);
 
     // The client's veth goes: its journey moved on to azure0, so it stays open.
-    c.interface_gone(AZV_CLIENT, &mut done);
+    c.interface_gone(AZV_CLIENT);
+    done.extend(take(&mut c));
     assert!(done.is_empty());
     // The backend's veth goes: the reply's journey is closed with the reason.
-    c.interface_gone(AZV_BACKEND, &mut done);
+    c.interface_gone(AZV_BACKEND);
+    done.extend(take(&mut c));
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].ending, Ending::InterfaceGone);
     assert_eq!(
@@ -325,7 +340,8 @@ fn a_vanished_interface_closes_only_the_journeys_last_seen_on_it() {
     // The first journey continues normally; a later event on the gone index gets a made-up
     // name instead of a stale one.
     let mut rest = run(&mut c, &pkt[2..4]);
-    c.interface_gone(AZURE0, &mut rest);
+    c.interface_gone(AZURE0);
+    rest.extend(take(&mut c));
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].ending, Ending::InterfaceGone);
     assert_eq!(rest[0].steps.len(), 4);
@@ -342,7 +358,8 @@ fn a_nat_step_after_the_hop_keeps_the_hop_as_last_interface() {
     let mut c = Correlator::new(ifaces(), Limits::default());
     let pkt = clusterip_packet(41302, fp(33), 1_000);
     let mut done = run(&mut c, &pkt[..3]);
-    c.interface_gone(AZURE0, &mut done);
+    c.interface_gone(AZURE0);
+    done.extend(take(&mut c));
     assert_eq!(
         done.len(),
         1,
@@ -370,32 +387,38 @@ fn a_renamed_interface_names_later_steps_by_its_new_name() {
 #[test]
 fn recycled_step_lists_start_empty_and_are_reused() {
     let mut c = Correlator::new(ifaces(), Limits::default());
-    let first = run(&mut c, &clusterip_packet(41234, fp(1), 1_000));
-    let want = points(&first[0]).len();
-    let mut lists = Vec::new();
-    for j in first {
-        lists.push(j.steps.as_ptr());
-        c.recycle(j.steps);
+    for e in &clusterip_packet(41234, fp(1), 1_000) {
+        c.push(e);
     }
+    let (mut lists, mut want) = (Vec::new(), 0);
+    c.drain_done(|j| {
+        lists.push(j.steps.as_ptr());
+        want = points(j).len();
+        Ok::<(), Infallible>(())
+    })
+    .unwrap();
     for n in 0..20u16 {
-        let done = run(
-            &mut c,
-            &clusterip_packet(
-                50_000 + n,
-                fp(100 + u32::from(n)),
-                10_000 * u64::from(n + 2),
-            ),
+        let pkt = clusterip_packet(
+            50_000 + n,
+            fp(100 + u32::from(n)),
+            10_000 * u64::from(n + 2),
         );
-        assert_eq!(done.len(), 1);
-        assert_eq!(done[0].steps.len(), want, "{:?}", points(&done[0]));
-        assert_eq!(done[0].steps[0].tuple.sport, 50_000 + n);
-        assert!(
-            lists.contains(&done[0].steps.as_ptr()),
-            "the recycled list is reused"
-        );
-        for j in done {
-            c.recycle(j.steps);
+        for e in &pkt {
+            c.push(e);
         }
+        let mut seen = 0;
+        c.drain_done(|j| {
+            seen += 1;
+            assert_eq!(j.steps.len(), want, "{:?}", points(j));
+            assert_eq!(j.steps[0].tuple.sport, 50_000 + n);
+            assert!(
+                lists.contains(&j.steps.as_ptr()),
+                "the recycled list is reused"
+            );
+            Ok::<(), Infallible>(())
+        })
+        .unwrap();
+        assert_eq!(seen, 1);
     }
     assert_eq!(c.open_count(), 0);
 }
@@ -440,4 +463,34 @@ fn a_claimed_first_packet_ingress_starts_its_journey_at_the_uplink() {
         assert_eq!(j.ending, Ending::Left);
     }
     assert_eq!(c.open_count(), 0);
+}
+
+/// The queue of completed journeys hands them out oldest first, stops calling at the first
+/// error (returned) and is empty afterwards either way.
+#[test]
+fn completed_journeys_drain_in_order_and_an_error_stops_the_handing_out() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    for n in 0..3u16 {
+        for e in &clusterip_packet(42_000 + n, fp(200 + u32::from(n)), 10_000 * u64::from(n)) {
+            c.push(e);
+        }
+    }
+    assert!(c.has_done());
+    let mut calls = Vec::new();
+    let result = c.drain_done(|j| {
+        calls.push(j.steps[0].tuple.sport);
+        if calls.len() == 2 {
+            Err("sink closed")
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!(result, Err("sink closed"));
+    assert_eq!(
+        calls,
+        [42_000, 42_001],
+        "oldest first, none after the error"
+    );
+    assert!(!c.has_done());
+    assert!(take(&mut c).is_empty());
 }
