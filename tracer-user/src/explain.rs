@@ -136,7 +136,7 @@ pub trait Attribute {
     #[must_use]
     #[cfg(test)]
     fn attribute(&self, step: &Step, ctx: &PacketCtx) -> Option<Attribution> {
-        self.decide(step, ctx).map(|d| d.attribution(step.reply))
+        self.decide(step, ctx).map(|d| d.attribution(step.reply()))
     }
 
     /// Attributes every NAT step of a journey (leaving steps no rule explains as they are).
@@ -145,12 +145,12 @@ pub trait Attribute {
     fn attribute_journey(&self, journey: &mut Journey, ctx: &PacketCtx) {
         let mut snat_ctx = ctx.clone();
         for point in [Point::Dnat, Point::Snat] {
-            for step in journey.steps.iter_mut().filter(|s| s.point == point) {
+            for step in journey.steps.iter_mut().filter(|s| s.point() == point) {
                 let ctx = if point == Point::Dnat { ctx } else { &snat_ctx };
                 let Some(decision) = self.decide(step, ctx) else {
                     continue;
                 };
-                step.attribution = Some(Arc::new(decision.attribution(step.reply)));
+                step.attribution = Some(Arc::new(decision.attribution(step.reply())));
                 if point == Point::Dnat {
                     snat_ctx.mark = decision.mark;
                 }
@@ -165,21 +165,25 @@ pub trait Attribute {
         let steps = &journey.steps;
         if steps
             .iter()
-            .any(|s| s.point == Point::Snat || (s.point.is_nat() && s.reply))
+            .any(|s| s.point() == Point::Snat || (s.point().is_nat() && s.reply()))
         {
             return;
         }
-        let dnat = steps.iter().rfind(|s| s.point == Point::Dnat);
+        let dnat = steps.iter().rfind(|s| s.point() == Point::Dnat);
         let Some(first) = steps.first() else { return };
         let pre = dnat.map_or(first.tuple, |s| s.tuple);
         if dnat.is_none() && !ctx.sources.contains(&src_ip(&first.tuple)) {
             return;
         }
-        let Some(egress) = journey.steps.iter_mut().rfind(|s| s.point == Point::Egress) else {
+        let Some(egress) = journey
+            .steps
+            .iter_mut()
+            .rfind(|s| s.point() == Point::Egress)
+        else {
             return;
         };
         let ctx = PacketCtx {
-            out_iface: egress.iface.as_deref().map(str::to_owned),
+            out_iface: egress.iface().map(str::to_owned),
             ..ctx.clone()
         };
         if let Some(d) = self.no_snat_decision(&pre, &ctx) {
@@ -196,9 +200,9 @@ pub trait Attribute {
     fn marks_set(&self) -> Vec<u32>;
 
     fn decide(&self, step: &Step, ctx: &PacketCtx) -> Option<NatDecision> {
-        let orig = step.orig?;
-        if !step.reply {
-            return match step.point {
+        let orig = *step.orig()?;
+        if !step.reply() {
+            return match step.point() {
                 Point::Dnat => self.dnat_decision(&orig, &step.tuple, ctx),
                 Point::Snat => self.observed_snat(&orig, ctx),
                 Point::Ingress | Point::Egress => None,
@@ -209,7 +213,7 @@ pub trait Attribute {
             out_iface: None,
             ..ctx.clone()
         };
-        match step.point {
+        match step.point() {
             Point::Dnat => self.dnat_decision(&step.tuple.reversed(), &orig.reversed(), &ctx),
             Point::Snat => self.observed_snat(&step.tuple.reversed(), &ctx),
             Point::Ingress | Point::Egress => None,

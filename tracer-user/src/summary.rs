@@ -138,12 +138,12 @@ impl Summary {
     pub fn record(&mut self, j: &Journey) {
         self.journeys += 1;
         for step in &j.steps {
-            let hist = match step.point {
+            let hist = match step.point() {
                 Point::Dnat => &mut self.dnat,
                 Point::Snat => &mut self.snat,
                 Point::Ingress | Point::Egress => continue,
             };
-            if let Some(ns) = step.latency_ns {
+            if let Some(ns) = step.latency_ns() {
                 hist.record(ns);
             }
         }
@@ -313,17 +313,14 @@ mod tests {
             "10.0.0.1:1".parse().unwrap(),
             "10.0.0.2:2".parse().unwrap(),
         );
-        let step = |point, ktime_ns, latency_ns| Step {
-            point,
-            iface: None,
-            tuple: t,
-            orig: None,
-            reply: false,
-            latency_ns,
-            ktime_ns,
-            ip_id: None,
-            attribution: None,
-            time_bound: false,
+        let step = |point, ktime_ns, latency_ns| {
+            if matches!(point, Point::Dnat | Point::Snat) {
+                let mut s = Step::nat_at(point, t, t, ktime_ns);
+                s.nat_mut().latency_ns = latency_ns;
+                s
+            } else {
+                Step::tc_at(point, None, t, ktime_ns)
+            }
         };
         let j = Journey {
             steps: vec![

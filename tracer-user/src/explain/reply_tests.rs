@@ -138,7 +138,7 @@ impl Conn {
 }
 
 fn replied(mut step: Step) -> Step {
-    step.reply = true;
+    step.nat_mut().reply = true;
     step
 }
 
@@ -155,12 +155,12 @@ fn attributed(
     rules.attribute_journey(&mut j, ctx);
     j.steps
         .iter()
-        .filter(|s| s.point.is_nat())
+        .filter(|s| s.point().is_nat())
         .map(|s| {
             let a = s.attribution.as_deref();
             (
-                s.point,
-                s.reply,
+                s.point(),
+                s.reply(),
                 a.map(|a| a.rule.clone()),
                 a.and_then(|a| a.service.clone()),
             )
@@ -188,8 +188,8 @@ fn check_both_directions(node: &Node, what: &str, conn: &Conn, want: &[(&str, Op
     rev.reverse();
     assert_eq!(rev, want, "{label}: reply");
     // The reply's NAT steps one per journey (a journey cut between them).
-    for step in conn.reply().into_iter().filter(|s| s.point.is_nat()) {
-        let point = step.point;
+    for step in conn.reply().into_iter().filter(|s| s.point().is_nat()) {
+        let point = step.point();
         let alone = attributed(&rules, &ctx, vec![step]);
         let (_, _, rule, service) = &alone[0];
         let expected = want[usize::from(point == Point::Snat && want.len() > 1)];

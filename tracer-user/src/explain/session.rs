@@ -184,29 +184,31 @@ impl Explainer {
         let Some(rules) = &self.rules else { return };
         let (nat, leaving) = &mut self.key;
         nat.clear();
-        nat.extend(
-            j.steps
-                .iter()
-                .filter(|s| s.point.is_nat())
-                .map(|s| (s.point, s.reply, s.orig.unwrap_or_default(), s.tuple)),
-        );
-        let egress = j.steps.iter().rfind(|s| s.point == Point::Egress);
+        nat.extend(j.steps.iter().filter(|s| s.point().is_nat()).map(|s| {
+            (
+                s.point(),
+                s.reply(),
+                s.orig().copied().unwrap_or_default(),
+                s.tuple,
+            )
+        }));
+        let egress = j.steps.iter().rfind(|s| s.point() == Point::Egress);
         let plain = nat
             .iter()
             .all(|(p, reply, _, _)| *p == Point::Dnat && !reply);
         *leaving = match (plain, j.steps.first(), egress) {
-            (true, Some(first), Some(e)) => Some((first.tuple, e.iface.clone())),
+            (true, Some(first), Some(e)) => Some((first.tuple, e.shared_iface().cloned())),
             _ => None,
         };
         if nat.is_empty() && leaving.is_none() {
             return;
         }
         if let Some((steps, egress)) = self.cache.get(&self.key) {
-            let nat = j.steps.iter_mut().filter(|s| s.point.is_nat());
+            let nat = j.steps.iter_mut().filter(|s| s.point().is_nat());
             for (step, attribution) in nat.zip(steps) {
                 step.attribution.clone_from(attribution);
             }
-            if let Some(e) = j.steps.iter_mut().rfind(|s| s.point == Point::Egress) {
+            if let Some(e) = j.steps.iter_mut().rfind(|s| s.point() == Point::Egress) {
                 e.attribution.clone_from(egress);
             }
             return;
@@ -218,13 +220,13 @@ impl Explainer {
         let steps = j
             .steps
             .iter()
-            .filter(|s| s.point.is_nat())
+            .filter(|s| s.point().is_nat())
             .map(|s| s.attribution.clone())
             .collect();
         let egress = j
             .steps
             .iter()
-            .rfind(|s| s.point == Point::Egress)
+            .rfind(|s| s.point() == Point::Egress)
             .and_then(|s| s.attribution.clone());
         self.cache.insert(self.key.clone(), (steps, egress));
     }

@@ -46,33 +46,13 @@ fn ctx(mark: u32, out_iface: Option<&str>) -> PacketCtx {
 }
 
 fn nat_step(point: Point, orig: Tuple, tuple: Tuple, reply: bool) -> Step {
-    Step {
-        point,
-        iface: None,
-        tuple,
-        orig: Some(orig),
-        reply,
-        latency_ns: None,
-        ktime_ns: 0,
-        ip_id: None,
-        attribution: None,
-        time_bound: false,
-    }
+    let mut s = Step::nat_at(point, orig, tuple, 0);
+    s.nat_mut().reply = reply;
+    s
 }
 
 fn tc_step(point: Point, tuple: Tuple) -> Step {
-    Step {
-        point,
-        iface: Some("eth0".into()),
-        tuple,
-        orig: None,
-        reply: false,
-        latency_ns: None,
-        ktime_ns: 0,
-        ip_id: None,
-        attribution: None,
-        time_bound: false,
-    }
+    Step::tc_at(point, Some("eth0"), tuple, 0)
 }
 
 struct DnatCase {
@@ -481,8 +461,6 @@ fn steps_and_replies() {
     let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
     let out = t(PROTO_TCP, "10.13.76.46:41234", "203.0.113.80:443");
     let masq = t(PROTO_TCP, "10.13.76.4:61000", "203.0.113.80:443");
-    let mut no_orig = nat_step(Point::Dnat, pre, post, false);
-    no_orig.orig = None;
     /// Rule, service and the start of `why`.
     type Want = Option<(&'static str, Option<&'static str>, &'static str)>;
     let cases: Vec<(Step, Want)> = vec![
@@ -515,7 +493,6 @@ fn steps_and_replies() {
             )),
         ),
         (tc_step(Point::Ingress, pre), None),
-        (no_orig, None),
     ];
     for (step, want) in cases {
         let got = rules.attribute(&step, &ctx(0, Some("eth0")));

@@ -18,7 +18,7 @@ use foldhash::fast::RandomState;
 use tracer_common::{FAMILY_IPV4, Fingerprint, NatSeen, Observation, TcHook, TcSeen, Tuple, flag};
 
 use self::conntrack::complete_nat;
-use super::model::{Ending, Journey, Point, Step};
+use super::model::{Ending, Journey, NatChange, NatPoint, Step, StepKind};
 pub use crate::attach::roles::HostIf;
 use crate::nat::conntrack::NatTable;
 
@@ -199,20 +199,15 @@ impl Correlator {
         let ingress = ev.hook == TcHook::Ingress;
         let (name, edge) = self.iface(ev.ifindex);
         let step = Step {
-            point: if ingress {
-                Point::Ingress
-            } else {
-                Point::Egress
+            kind: StepKind::Tc {
+                hook: ev.hook,
+                iface: Some(name),
+                time_bound: ev.flags & flag::TC_CLAIMED != 0,
             },
-            iface: Some(name),
             tuple: ev.tuple,
-            orig: None,
-            reply: false,
-            latency_ns: None,
             ktime_ns: ev.ktime_ns,
             ip_id: ip_id(&ev.tuple, ev.fp),
             attribution: None,
-            time_bound: ev.flags & flag::TC_CLAIMED != 0,
         };
         let hop = Some((ev.ktime_ns, ev.ifindex));
         let entering = ingress && edge;
@@ -432,21 +427,21 @@ fn finish(open: Option<Open>, ending: Ending) -> Journey {
 fn nat_step(ev: &NatSeen) -> Step {
     let reply = ev.is_reply();
     let point = if ev.manips_dst() != reply {
-        Point::Dnat
+        NatPoint::Dnat
     } else {
-        Point::Snat
+        NatPoint::Snat
     };
     Step {
-        point,
-        iface: None,
+        kind: StepKind::Nat(NatChange {
+            point,
+            orig: ev.before,
+            reply,
+            latency_ns: ev.latency_ns(),
+        }),
         tuple: ev.after,
-        orig: Some(ev.before),
-        reply,
-        latency_ns: ev.latency_ns(),
         ktime_ns: ev.ktime_ns,
         ip_id: ip_id(&ev.after, ev.fp),
         attribution: None,
-        time_bound: false,
     }
 }
 

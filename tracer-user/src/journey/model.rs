@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple};
+use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, TcHook, Tuple};
 
 /// Where in the node a step was observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,33 +51,148 @@ pub struct Attribution {
     pub why: Option<String>,
 }
 
+/// The NAT points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NatPoint {
+    Dnat,
+    Snat,
+}
+
+impl From<NatPoint> for Point {
+    fn from(p: NatPoint) -> Self {
+        match p {
+            NatPoint::Dnat => Self::Dnat,
+            NatPoint::Snat => Self::Snat,
+        }
+    }
+}
+
+impl From<TcHook> for Point {
+    fn from(h: TcHook) -> Self {
+        match h {
+            TcHook::Ingress => Self::Ingress,
+            TcHook::Egress => Self::Egress,
+        }
+    }
+}
+
+/// What a NAT step changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NatChange {
+    pub point: NatPoint,
+    /// The packet before the step (the step's `tuple` is after it).
+    pub orig: Tuple,
+    /// True when this is the reverse translation of a reply packet.
+    pub reply: bool,
+    /// Time spent in the NAT step, `None` when the hook cannot measure it.
+    pub latency_ns: Option<u64>,
+}
+
+/// What kind of observation a step is, and what only that kind carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A tc hook of an interface.
+    Tc {
+        hook: TcHook,
+        /// Interface name; `None` when unknown. Shared with the join table's name of the
+        /// interface: a step costs no copy of it.
+        iface: Option<Rc<str>>,
+        /// True when the hook saw the packet at or before the step's `ktime_ns` rather than
+        /// at it: the uplink ingress of a connection's first packet, which the NAT program
+        /// emitted when DNAT made it a traced pod's, with the NAT step's start as its time
+        /// (`flag::TC_CLAIMED`).
+        time_bound: bool,
+    },
+    /// A NAT step.
+    Nat(NatChange),
+}
+
 /// One observation of the packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
-    pub point: Point,
-    /// Interface name (tc steps), `None` for NAT steps. Shared with the join table's name of
-    /// the interface: a step costs no copy of it.
-    pub iface: Option<Rc<str>>,
+    pub kind: StepKind,
     /// The packet as seen after this point.
     pub tuple: Tuple,
-    /// NAT steps: the packet before the step.
-    pub orig: Option<Tuple>,
-    /// NAT steps: true when this is the reverse translation of a reply packet.
-    pub reply: bool,
-    /// NAT steps: time spent in the NAT step, `None` when the hook cannot measure it.
-    pub latency_ns: Option<u64>,
     /// Kernel monotonic time of the observation.
     pub ktime_ns: u64,
-    /// True when the hook saw the packet at or before `ktime_ns` rather than at it: the
-    /// uplink ingress of a connection's first packet, which the NAT program emitted when DNAT
-    /// made it a traced pod's, with the NAT step's start as its time (`flag::TC_CLAIMED`).
-    pub time_bound: bool,
     /// IPv4 identification of the packet (unchanged by NAT; with the tuple on the wire it
     /// joins one node's uplink egress to the next node's ingress in `pktrace merge`).
     pub ip_id: Option<u32>,
-    /// NAT steps: which rule did it. Shared with the attribution cache: every packet of a
-    /// connection gets the same answer without a copy of its text.
+    /// Which rule did it: a NAT step's rule, or on the last egress step the rule that left the
+    /// packet untranslated. Shared with the attribution cache: every packet of a connection
+    /// gets the same answer without a copy of its text.
     pub attribution: Option<Arc<Attribution>>,
+}
+
+impl Step {
+    /// Where the step was observed.
+    #[must_use]
+    pub const fn point(&self) -> Point {
+        match &self.kind {
+            StepKind::Tc { hook, .. } => match hook {
+                TcHook::Ingress => Point::Ingress,
+                TcHook::Egress => Point::Egress,
+            },
+            StepKind::Nat(n) => match n.point {
+                NatPoint::Dnat => Point::Dnat,
+                NatPoint::Snat => Point::Snat,
+            },
+        }
+    }
+
+    /// tc steps: the interface's name, when known.
+    #[must_use]
+    pub fn iface(&self) -> Option<&str> {
+        self.shared_iface().map(|i| &**i)
+    }
+
+    /// tc steps: the interface's name as the join table shares it.
+    #[must_use]
+    pub const fn shared_iface(&self) -> Option<&Rc<str>> {
+        match &self.kind {
+            StepKind::Tc { iface, .. } => iface.as_ref(),
+            StepKind::Nat(_) => None,
+        }
+    }
+
+    /// NAT steps: what the step changed.
+    #[must_use]
+    pub const fn nat(&self) -> Option<&NatChange> {
+        match &self.kind {
+            StepKind::Nat(n) => Some(n),
+            StepKind::Tc { .. } => None,
+        }
+    }
+
+    /// NAT steps: the packet before the step.
+    #[must_use]
+    pub fn orig(&self) -> Option<&Tuple> {
+        self.nat().map(|n| &n.orig)
+    }
+
+    /// True for a NAT step that is the reverse translation of a reply packet.
+    #[must_use]
+    pub fn reply(&self) -> bool {
+        self.nat().is_some_and(|n| n.reply)
+    }
+
+    /// NAT steps: time spent in the step, when measured.
+    #[must_use]
+    pub fn latency_ns(&self) -> Option<u64> {
+        self.nat().and_then(|n| n.latency_ns)
+    }
+
+    /// True for a tc step the hook saw at or before `ktime_ns` rather than at it.
+    #[must_use]
+    pub const fn time_bound(&self) -> bool {
+        matches!(
+            self.kind,
+            StepKind::Tc {
+                time_bound: true,
+                ..
+            }
+        )
+    }
 }
 
 /// How a journey ended.
@@ -189,4 +304,74 @@ pub fn tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Tuple {
     t.sport = src.port();
     t.dport = dst.port();
     t
+}
+
+/// Steps made up for tests.
+#[cfg(test)]
+impl Step {
+    /// A tc step at `point` (ingress or egress).
+    #[must_use]
+    pub fn tc_at(point: Point, iface: Option<&str>, tuple: Tuple, ktime_ns: u64) -> Self {
+        let hook = match point {
+            Point::Ingress => TcHook::Ingress,
+            Point::Egress => TcHook::Egress,
+            Point::Dnat | Point::Snat => panic!("{point:?} is no tc point"),
+        };
+        Self {
+            kind: StepKind::Tc {
+                hook,
+                iface: iface.map(Into::into),
+                time_bound: false,
+            },
+            tuple,
+            ktime_ns,
+            ip_id: None,
+            attribution: None,
+        }
+    }
+
+    /// A NAT step at `point` (DNAT or SNAT) from `orig` to `tuple`, not a reply.
+    #[must_use]
+    pub fn nat_at(point: Point, orig: Tuple, tuple: Tuple, ktime_ns: u64) -> Self {
+        let point = match point {
+            Point::Dnat => NatPoint::Dnat,
+            Point::Snat => NatPoint::Snat,
+            Point::Ingress | Point::Egress => panic!("{point:?} is no NAT point"),
+        };
+        Self {
+            kind: StepKind::Nat(NatChange {
+                point,
+                orig,
+                reply: false,
+                latency_ns: None,
+            }),
+            tuple,
+            ktime_ns,
+            ip_id: None,
+            attribution: None,
+        }
+    }
+
+    /// A NAT step's change, to alter it.
+    pub fn nat_mut(&mut self) -> &mut NatChange {
+        match &mut self.kind {
+            StepKind::Nat(n) => n,
+            StepKind::Tc { .. } => panic!("a tc step has no NAT change"),
+        }
+    }
+
+    /// A tc step's interface, to alter it.
+    pub fn iface_mut(&mut self) -> &mut Option<Rc<str>> {
+        match &mut self.kind {
+            StepKind::Tc { iface, .. } => iface,
+            StepKind::Nat(_) => panic!("a NAT step has no interface"),
+        }
+    }
+
+    /// Marks a tc step as seen at or before its time.
+    pub fn set_time_bound(&mut self) {
+        if let StepKind::Tc { time_bound, .. } = &mut self.kind {
+            *time_bound = true;
+        }
+    }
 }

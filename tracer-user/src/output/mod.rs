@@ -166,18 +166,7 @@ pub(crate) mod test_support {
 
     /// A tc step.
     pub fn tc(point: Point, iface: &str, tuple: Tuple, ktime_ns: u64) -> Step {
-        Step {
-            point,
-            iface: Some(iface.into()),
-            tuple,
-            orig: None,
-            reply: false,
-            latency_ns: None,
-            ktime_ns,
-            ip_id: None,
-            attribution: None,
-            time_bound: false,
-        }
+        Step::tc_at(point, Some(iface), tuple, ktime_ns)
     }
 
     /// A NAT step from `orig` to `tuple`.
@@ -188,17 +177,8 @@ pub(crate) mod test_support {
         ktime_ns: u64,
         latency: Option<u64>,
     ) -> Step {
-        Step {
-            point,
-            iface: None,
-            tuple,
-            orig: Some(orig),
-            reply: false,
-            latency_ns: latency,
-            ktime_ns,
-            ip_id: None,
-            attribution: None,
-            time_bound: false,
-        }
+        let mut s = Step::nat_at(point, orig, tuple, ktime_ns);
+        s.nat_mut().latency_ns = latency;
+        s
     }
 }

@@ -67,19 +67,19 @@ impl TextSink {
 
     fn step_lines(&self, step: &Step, start_ns: u64, out: &mut String) {
         // A step the hook saw at or before its time (a first packet's claimed ingress).
-        let bound = if step.time_bound { "≤" } else { "" };
+        let bound = if step.time_bound() { "≤" } else { "" };
         let dt = format!(
             "{bound}+{}",
             human_ns(step.ktime_ns.saturating_sub(start_ns))
         );
-        let point = step.point.as_str();
-        let line = if step.point.is_nat() {
+        let point = step.point().as_str();
+        let line = if step.point().is_nat() {
             format!("  {dt:<8} {point:<7} {}", nat_detail(step))
         } else {
-            let iface = step.iface.as_deref().map_or_else(|| "?".to_owned(), safe);
+            let iface = step.iface().map_or_else(|| "?".to_owned(), safe);
             format!("  {dt:<8} {point:<7} {iface}")
         };
-        let style = if step.point.is_nat() { NAT } else { "" };
+        let style = if step.point().is_nat() { NAT } else { "" };
         out.push_str(&self.paint(style, &line));
         out.push('\n');
         for extra in attribution_lines(step) {
@@ -92,7 +92,7 @@ impl TextSink {
 /// `dst 10.0.159.58:80 → 10.13.76.26:80 (reply, 2.71µs)`: only the side NAT changed.
 fn nat_detail(step: &Step) -> String {
     let after = &step.tuple;
-    let before = step.orig.as_ref().unwrap_or(after);
+    let before = step.orig().unwrap_or(after);
     let (s0, s1) = (endpoint(before, true), endpoint(after, true));
     let (d0, d1) = (endpoint(before, false), endpoint(after, false));
     let change = match (s0 != s1, d0 != d1) {
@@ -102,8 +102,8 @@ fn nat_detail(step: &Step) -> String {
         (false, false) => format!("{s1} → {d1} unchanged"),
     };
     let notes: Vec<String> = [
-        step.reply.then(|| "reply".to_owned()),
-        step.latency_ns.map(human_ns),
+        step.reply().then(|| "reply".to_owned()),
+        step.latency_ns().map(human_ns),
     ]
     .into_iter()
     .flatten()
@@ -160,8 +160,8 @@ fn wrap(text: &str, indent: usize, width: usize) -> Vec<String> {
 
 /// `tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs`, plus how it ended unless it left.
 fn header(j: &Journey, first: &Step) -> String {
-    let orig = if first.point.is_nat() {
-        first.orig.as_ref().unwrap_or(&first.tuple)
+    let orig = if first.point().is_nat() {
+        first.orig().unwrap_or(&first.tuple)
     } else {
         &first.tuple
     };
@@ -361,14 +361,14 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
         let masq = t(PROTO_ICMP, "10.13.76.4:7", "203.0.113.80:7");
         let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
         let mut reply = nat(Point::Snat, masq.reversed(), icmp.reversed(), 50, Some(900));
-        reply.reply = true;
+        reply.nat_mut().reply = true;
         reply.attribution = Some(Arc::new(Attribution {
             rule: "IP-MASQ-AGENT".into(),
             service: None,
             why: None,
         }));
         let mut unknown_iface = tc(Point::Egress, "", v6, 70);
-        unknown_iface.iface = None;
+        *unknown_iface.iface_mut() = None;
         let both = nat(Point::Dnat, icmp, masq.reversed(), 80, None);
         let mut no_rule_in_why = nat(Point::Snat, icmp, masq, 90, None);
         no_rule_in_why.attribution = Some(Arc::new(Attribution {

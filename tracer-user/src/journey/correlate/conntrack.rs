@@ -17,11 +17,11 @@ use tracer_common::{TcSeen, Tuple};
 
 use super::{Correlator, JoinKey, Open, ip_id};
 use crate::{
-    journey::model::{Journey, Point, Step},
+    journey::model::{Journey, NatChange, NatPoint, Step, StepKind},
     nat::conntrack::{Chain, NatTable, Translation},
 };
 
-impl From<Translation> for Point {
+impl From<Translation> for NatPoint {
     fn from(t: Translation) -> Self {
         match t {
             Translation::Dnat => Self::Dnat,
@@ -34,14 +34,14 @@ impl From<Translation> for Point {
 fn steps_between(chain: &Chain, from: usize, to: usize, ktime: u64, ip: Option<u32>) -> Vec<Step> {
     (from..to)
         .map(|i| Step {
-            point: chain.hops[i].translation.into(),
-            iface: None,
+            kind: StepKind::Nat(NatChange {
+                point: chain.hops[i].translation.into(),
+                orig: chain.tuples[i],
+                reply: chain.hops[i].reply,
+                latency_ns: None,
+            }),
             tuple: chain.tuples[i + 1],
-            orig: Some(chain.tuples[i]),
-            reply: chain.hops[i].reply,
-            latency_ns: None,
             ktime_ns: ktime,
-            time_bound: false,
             ip_id: ip,
             attribution: None,
         })
@@ -211,7 +211,7 @@ mod tests {
     fn shape(j: &Journey) -> Vec<(Point, bool, Option<u64>)> {
         j.steps
             .iter()
-            .map(|s| (s.point, s.reply, s.latency_ns))
+            .map(|s| (s.point(), s.reply(), s.latency_ns()))
             .collect()
     }
 
@@ -236,7 +236,7 @@ mod tests {
                 (Egress, false, None)
             ]
         );
-        assert_eq!(out.steps[1].orig, Some(e.orig));
+        assert_eq!(out.steps[1].orig(), Some(&e.orig));
         assert_eq!(out.steps[2].tuple, e.reply.reversed());
         assert_eq!(
             out.steps[1].ktime_ns, 200,
@@ -275,7 +275,7 @@ mod tests {
                 (Egress, false, None)
             ]
         );
-        assert_eq!(reply.steps[0].orig, Some(e.reply));
+        assert_eq!(reply.steps[0].orig(), Some(&e.reply));
         assert_eq!(first.ending, Ending::Flushed);
         assert_eq!(
             shape(first),
@@ -290,6 +290,6 @@ mod tests {
         c.push(&tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 6, 600));
         let done = take(&mut c);
         assert_eq!(done.len(), 1);
-        assert_eq!(done[0].steps[0].point, Dnat, "{done:#?}");
+        assert_eq!(done[0].steps[0].point(), Dnat, "{done:#?}");
     }
 }

@@ -8,7 +8,7 @@ use tracer_common::{
 };
 
 use super::*;
-use crate::journey::model::tuple;
+use crate::journey::model::{Point, tuple};
 
 const AZV_CLIENT: u32 = 10;
 const AZV_BACKEND: u32 = 11;
@@ -120,7 +120,7 @@ fn run(c: &mut Correlator, events: &[Observation]) -> Vec<Journey> {
 fn points(j: &Journey) -> Vec<(Point, Option<&str>, bool)> {
     j.steps
         .iter()
-        .map(|s| (s.point, s.iface.as_deref(), s.reply))
+        .map(|s| (s.point(), s.iface(), s.reply()))
         .collect()
 }
 
@@ -141,7 +141,7 @@ fn clusterip_packet_is_one_journey_with_dnat() {
             (Point::Egress, Some("azva4124965a9b"), false),
         ]
     );
-    assert_eq!(j.steps[2].latency_ns, Some(2000));
+    assert_eq!(j.steps[2].latency_ns(), Some(2000));
     assert_eq!(j.transit_ns(), 5100);
     assert_eq!(c.open_count(), 0);
 }
@@ -164,8 +164,8 @@ fn reply_of_masquerade_is_snat_reply_and_reply_of_dnat_is_dnat_reply() {
         ],
     );
     assert_eq!(done.len(), 1);
-    assert_eq!(done[0].steps[2].point, Point::Snat);
-    assert!(done[0].steps[2].reply);
+    assert_eq!(done[0].steps[2].point(), Point::Snat);
+    assert!(done[0].steps[2].reply());
 
     // Reply from a backend, un-DNATed (source back to the VIP) in POST_ROUTING.
     let f = fp(10);
@@ -183,7 +183,7 @@ fn reply_of_masquerade_is_snat_reply_and_reply_of_dnat_is_dnat_reply() {
     );
     assert_eq!(done.len(), 1);
     assert_eq!(
-        (done[0].steps[2].point, done[0].steps[2].reply),
+        (done[0].steps[2].point(), done[0].steps[2].reply()),
         (Point::Dnat, true)
     );
 }
@@ -206,7 +206,7 @@ fn masquerade_in_post_routing_is_snat() {
     );
     assert_eq!(done.len(), 1);
     assert_eq!(
-        (done[0].steps[2].point, done[0].steps[2].reply),
+        (done[0].steps[2].point(), done[0].steps[2].reply()),
         (Point::Snat, false)
     );
     assert_eq!(done[0].steps[4].tuple, node);
@@ -350,7 +350,7 @@ fn a_vanished_interface_closes_only_the_journeys_last_seen_on_it() {
         &mut c,
         &[tc(kind::TC_EGRESS, AZV_BACKEND, reply, fp(32), 9_000)],
     );
-    assert_eq!(late[0].steps[0].iface.as_deref(), Some("if11"));
+    assert_eq!(late[0].steps[0].iface(), Some("if11"));
 }
 
 #[test]
@@ -379,7 +379,7 @@ fn a_renamed_interface_names_later_steps_by_its_new_name() {
         },
     );
     let done = run(&mut c, &clusterip_packet(41303, fp(34), 1_000));
-    assert_eq!(done[0].steps[0].iface.as_deref(), Some("azvrenamed0"));
+    assert_eq!(done[0].steps[0].iface(), Some("azvrenamed0"));
 }
 
 /// Step lists handed back after output are reused empty: later journeys carry only their own
@@ -458,7 +458,7 @@ fn a_claimed_first_packet_ingress_starts_its_journey_at_the_uplink() {
                 (Point::Egress, Some("azva4124965a9b"), false),
             ]
         );
-        let bound: Vec<bool> = j.steps.iter().map(|s| s.time_bound).collect();
+        let bound: Vec<bool> = j.steps.iter().map(|s| s.time_bound()).collect();
         assert_eq!(bound, [claimed, false, false, false]);
         assert_eq!(j.ending, Ending::Left);
     }

@@ -152,19 +152,19 @@ impl From<Stats> for StatsOut {
 #[cfg(test)]
 pub(super) fn step_out(step: &Step, start_ns: u64) -> StepOut<'_> {
     use crate::journey::endpoint;
-    let nat = step.point.is_nat();
+    let nat = step.point().is_nat();
     let attribution = step.attribution.as_ref();
     StepOut {
-        point: step.point.as_str(),
-        iface: (!nat).then_some(step.iface.as_deref()),
+        point: step.point().as_str(),
+        iface: (!nat).then_some(step.iface()),
         src: endpoint(&step.tuple, true),
         dst: endpoint(&step.tuple, false),
-        orig_src: nat.then(|| endpoint(step.orig.as_ref().unwrap_or(&step.tuple), true)),
-        orig_dst: nat.then(|| endpoint(step.orig.as_ref().unwrap_or(&step.tuple), false)),
-        reply: nat.then_some(step.reply),
-        latency_ns: nat.then_some(step.latency_ns),
+        orig_src: nat.then(|| endpoint(step.orig().unwrap_or(&step.tuple), true)),
+        orig_dst: nat.then(|| endpoint(step.orig().unwrap_or(&step.tuple), false)),
+        reply: nat.then_some(step.reply()),
+        latency_ns: nat.then_some(step.latency_ns()),
         t_ns: step.ktime_ns.saturating_sub(start_ns),
-        t_at_or_before: step.time_bound,
+        t_at_or_before: step.time_bound(),
         ip_id: step.ip_id,
         rule: attribution
             .map(|a| a.rule.as_str())

@@ -75,16 +75,16 @@ fn step_variants() {
     let masq = t(PROTO_ICMP, "10.13.76.4:7", "203.0.113.80:7");
     let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
     let mut reply = nat(Point::Snat, masq.reversed(), icmp.reversed(), 50, None);
-    reply.reply = true;
+    reply.nat_mut().reply = true;
     reply.attribution = Some(Arc::new(Attribution {
         rule: "IP-MASQ-AGENT".into(),
         service: None,
         why: Some("MASQUERADE by IP-MASQ-AGENT rule 3".into()),
     }));
     let mut no_iface = tc(Point::Egress, "", v6, 70);
-    no_iface.iface = None;
+    *no_iface.iface_mut() = None;
     let mut claimed = tc(Point::Ingress, "eth0", icmp, 10);
-    claimed.time_bound = true;
+    claimed.set_time_bound();
     let cases: Vec<(Step, Value)> = vec![
         (
             claimed,
@@ -192,14 +192,14 @@ fn journey_bytes_match_serde() {
     let icmp = t(PROTO_ICMP, "10.13.76.46:7", "203.0.113.80:7");
     let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
     let mut odd = nat(Point::Snat, icmp, v6, 40, None);
-    odd.reply = true;
+    odd.nat_mut().reply = true;
     odd.attribution = Some(Arc::new(Attribution {
         rule: String::new(),
         service: Some("ns/\u{9b}svc\"\\".into()),
         why: Some("bidi \u{202e} and \u{1b}[31m".into()),
     }));
     let mut no_iface = tc(Point::Egress, "", v6, 70);
-    no_iface.iface = None;
+    *no_iface.iface_mut() = None;
     let mut other_proto = tc(Point::Ingress, "azv\u{1b}[31m", icmp, 5);
     other_proto.tuple.proto = 47;
     let edges = t(PROTO_TCP, "0.0.0.0:0", "255.255.255.255:65535");
@@ -237,9 +237,10 @@ fn journey_bytes_match_serde() {
             steps: vec![
                 tc(Point::Ingress, "a", edges, 1),
                 tc(Point::Egress, "b", icmp, 2),
-                Step {
-                    time_bound: true,
-                    ..tc(Point::Ingress, "c", v6, 3)
+                {
+                    let mut s = tc(Point::Ingress, "c", v6, 3);
+                    s.set_time_bound();
+                    s
                 },
                 nat(Point::Snat, edges, icmp, 4, None),
                 tc(Point::Egress, "d", edges, 5),

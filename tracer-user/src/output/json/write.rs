@@ -198,33 +198,33 @@ impl Written {
 
 /// Appends one step object, keys in the order of `lines::StepOut` (the tests' serde reference).
 pub(super) fn write_step(buf: &mut Vec<u8>, step: &Step, start_ns: u64, written: &mut Written) {
-    let nat = step.point.is_nat();
-    buf.extend_from_slice(point_open(step.point));
+    let nat = step.point().is_nat();
+    buf.extend_from_slice(point_open(step.point()));
     if !nat {
         key!(buf, "iface");
-        match step.iface.as_deref() {
+        match step.iface() {
             Some(i) => json_str(buf, i),
             None => buf.extend_from_slice(b"null"),
         }
     }
     written.endpoints(buf, &step.tuple, b",\"src\":", b",\"dst\":");
     if nat {
-        let orig = step.orig.as_ref().unwrap_or(&step.tuple);
+        let orig = step.orig().unwrap_or(&step.tuple);
         written.endpoints(buf, orig, b",\"orig_src\":", b",\"orig_dst\":");
-        buf.extend_from_slice(if step.reply {
+        buf.extend_from_slice(if step.reply() {
             b",\"reply\":true"
         } else {
             b",\"reply\":false"
         });
         key!(buf, "latency_ns");
-        match step.latency_ns {
+        match step.latency_ns() {
             Some(n) => num(buf, n),
             None => buf.extend_from_slice(b"null"),
         }
     }
     key!(buf, "t_ns");
     num(buf, step.ktime_ns.saturating_sub(start_ns));
-    if step.time_bound {
+    if step.time_bound() {
         buf.extend_from_slice(b",\"t_at_or_before\":true");
     }
     if let Some(id) = step.ip_id {
