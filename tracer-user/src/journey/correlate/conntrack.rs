@@ -102,10 +102,6 @@ impl Correlator {
     }
 
     /// Starts a journey with `nat` then `step` (a tc step on an edge that leaves ends it).
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the parts of a step being joined"
-    )]
     pub(super) fn start_after(
         &mut self,
         key: JoinKey,
