@@ -12,7 +12,7 @@ use crate::{FAMILY_IPV4, Fingerprint, PKT_WINDOW, PROTO_ICMP, PROTO_TCP, PROTO_U
 /// first 8 bytes of its L4 header (ports, or ICMP type and echo identifier).
 pub const FAST_BYTES: usize = 28;
 
-/// Bytes [`parse_l3`] reads from a packet [`parse_ipv4_fast`] takes (an IPv4 header without
+/// Bytes [`parse_l3`](super::parse_l3) reads from a packet [`parse_ipv4_fast`] takes (an IPv4 header without
 /// options, then TCP, UDP or ICMP): the header and the 16 bytes of L4 header and payload the
 /// fingerprint takes. A caller that copies only these (and gives the packet's real `cap`)
 /// parses such a packet exactly as from all its bytes.
@@ -39,8 +39,8 @@ pub(super) fn fast_l4_end(h: &[u8; FAST_PARSE_BYTES], cap: usize) -> Option<usiz
 /// [`PKT_WINDOW`]): bytes of `head` at or past it may hold anything and are not read.
 ///
 /// Returns `None` when the fast path does not apply (`out` untouched): the caller then copies
-/// the packet and calls [`parse_l3`]. Otherwise `out`, written whole, is exactly
-/// what [`parse_l3`] gives on the packet's first `cap` bytes (host test
+/// the packet and calls [`parse_l3`](super::parse_l3). Otherwise `out`, written whole, is exactly
+/// what [`parse_l3`](super::parse_l3) gives on the packet's first `cap` bytes (host test
 /// `fast_l3_agrees_with_the_parser`, fuzz target `parse_packet`).
 #[inline(always)]
 pub fn parse_ipv4_fast<'a>(
@@ -117,8 +117,8 @@ pub const FAST_ETH_BYTES: usize = ETH_HLEN + FAST_PARSE_BYTES;
 /// [`FAST_ETH_BYTES`] bytes, `len` its length (`skb->len`, linear and paged bytes).
 ///
 /// Returns `None` when the fast path does not apply (`out` untouched): the caller then copies
-/// the frame into a window and calls [`parse_ethernet`]. Otherwise `out`, written whole, is
-/// exactly what [`parse_ethernet`] gives on the frame's first `min(len, PKT_WINDOW)` bytes
+/// the frame into a window and calls [`parse_ethernet`](super::parse_ethernet). Otherwise `out`, written whole, is
+/// exactly what [`parse_ethernet`](super::parse_ethernet) gives on the frame's first `min(len, PKT_WINDOW)` bytes
 /// (host test and fuzz target `parse_packet` check it). `out` may be uninitialised: the tc
 /// programs keep it on the stack.
 #[inline(always)]
@@ -132,7 +132,7 @@ pub fn parse_ethernet_fast<'a>(
 }
 
 /// The IPv4 packet of a plain Ethernet frame's first [`FAST_ETH_BYTES`], and how many of its
-/// bytes [`parse_ethernet`] would read (the frame's first min(`len`, [`PKT_WINDOW`]) bytes,
+/// bytes [`parse_ethernet`](super::parse_ethernet) would read (the frame's first min(`len`, [`PKT_WINDOW`]) bytes,
 /// less the Ethernet header); `None` when the ethertype is not IPv4.
 #[inline(always)]
 pub(super) fn ipv4_of_frame(
