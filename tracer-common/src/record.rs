@@ -96,18 +96,16 @@ pub struct TupleV4 {
 const _: () = assert!(size_of::<TupleV4>() == 16);
 
 impl TupleV4 {
-    /// The IPv4 part of `t` (its family is not checked).
+    /// Writes the IPv4 part of `t` into `self`, every field but the padding: for records,
+    /// which are zeroed first. Writing the padding too made the BPF target call its byte-loop
+    /// `memset` for three bytes on every emitted packet.
     #[inline(always)]
-    #[must_use]
-    pub fn of(t: &Tuple) -> Self {
-        Self {
-            saddr: [t.saddr[0], t.saddr[1], t.saddr[2], t.saddr[3]],
-            daddr: [t.daddr[0], t.daddr[1], t.daddr[2], t.daddr[3]],
-            sport: t.sport,
-            dport: t.dport,
-            proto: t.proto,
-            _pad: [0; 3],
-        }
+    pub fn set(&mut self, t: &Tuple) {
+        self.saddr = [t.saddr[0], t.saddr[1], t.saddr[2], t.saddr[3]];
+        self.daddr = [t.daddr[0], t.daddr[1], t.daddr[2], t.daddr[3]];
+        self.sport = t.sport;
+        self.dport = t.dport;
+        self.proto = t.proto;
     }
 
     /// The [`Tuple`] this stands for.

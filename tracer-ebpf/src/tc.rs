@@ -14,7 +14,7 @@ use aya_ebpf::{
     bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
 };
 use tracer_common::{
-    FAMILY_IPV4, PKT_WINDOW, TcRecord, TcRecordV4, TupleV4, counter, flag, kind,
+    FAMILY_IPV4, PKT_WINDOW, TcRecord, TcRecordV4, counter, flag, kind,
     parse::{self, FAST_ETH_BYTES, Parsed},
 };
 
@@ -239,7 +239,7 @@ fn emit_event(ctx: &TcContext, event_kind: u8, parsed: &Parsed) {
             r.head.ifindex = ifindex;
             r.head.ktime_ns = now;
             r.fp = parsed.fp;
-            r.tuple = TupleV4::of(t);
+            r.tuple.set(t);
         });
         return;
     }

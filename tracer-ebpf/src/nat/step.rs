@@ -4,9 +4,7 @@
 //! is IPv4 before and after the step, else the wide [`NatRecord`]; both carry the packet after
 //! NAT and its tuple before.
 
-use tracer_common::{
-    FAMILY_IPV4, NatRecord, NatRecordV4, RecordHeader, Tuple, TupleV4, flag, kind, parse,
-};
+use tracer_common::{FAMILY_IPV4, NatRecord, NatRecordV4, RecordHeader, Tuple, flag, kind, parse};
 
 use crate::emit::emit;
 
@@ -56,8 +54,8 @@ pub fn emit_step(r: &Rewrite<'_>, m: &Meta) {
             ev.head = nat_header(r, m, 0);
             ev.nat_ns = r.nat_ns;
             ev.fp = r.after.fp;
-            ev.after = TupleV4::of(&r.after.tuple);
-            ev.before = TupleV4::of(r.before);
+            ev.after.set(&r.after.tuple);
+            ev.before.set(r.before);
         });
     } else {
         emit(|ev: &mut NatRecord| {
