@@ -1,12 +1,10 @@
 //! Command-line arguments (clap derive): the CLI contract of DESIGN.md ([`Args`]), parsed but
-//! not yet checked ([`crate::config::Config`] turns them into settings), plus what is not
+//! not yet checked (`config::Config` turns them into settings), plus what is not
 //! tracing: `pktrace merge` ([`Command`]) and the hidden `--generate` used for packaging.
 
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
-
-use crate::config::{Format, NatHook};
 
 /// `--version`: the crate version, the commit it was built from and the SHA-256 of the
 /// embedded eBPF object (all stamped by build.rs).
@@ -55,6 +53,30 @@ pub struct Cli {
     /// Print a man page or shell completions on stdout (packaging: `cargo xtask dist`).
     #[arg(long, value_enum, value_name = "WHAT", hide = true, exclusive = true)]
     pub generate: Option<Generate>,
+}
+
+/// Output format (`-o`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A block of lines per journey, for people.
+    Text,
+    /// One JSON object per line (the JSON lines contract).
+    Json,
+}
+
+/// How NAT steps are observed (`--nat-hook`); see DESIGN.md "NAT observation".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NatHook {
+    /// The best the running kernel offers.
+    Auto,
+    /// BPF netfilter links around the nat hooks (kernel ≥ 6.4).
+    Netfilter,
+    /// Conntrack events over netlink, joined in user space (no in-kernel timing).
+    Conntrack,
+    /// kprobe/kretprobe on `nf_nat_manip_pkt`.
+    Kprobe,
+    /// fentry/fexit on `nf_nat_manip_pkt` (kernel ≥ 5.5 with BTF).
+    Fentry,
 }
 
 /// What `pktrace` does besides tracing.

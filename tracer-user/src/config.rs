@@ -3,39 +3,18 @@
 
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
-use clap::ValueEnum;
+mod knobs;
 
-use crate::{
-    cli::{Args, ColorWhen, DEFAULT_DURATION},
-    util::glob_match,
+pub use knobs::{
+    BTF_PATH_ENV, FLOW_TABLE_ENV, FORCE_CLSACT_ENV, FORCE_TCX_ENV, JOIN_MAX_ENV, Knobs,
+    RING_BYTES_ENV,
 };
+
+use crate::cli::{Args, ColorWhen, DEFAULT_DURATION};
+pub use crate::cli::{Format, NatHook};
 
 /// Longest interface name Linux accepts (`IFNAMSIZ` - 1).
 const IFNAME_MAX: usize = 15;
-
-/// Output format (`-o`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// A block of lines per journey, for people.
-    Text,
-    /// One JSON object per line (the JSON lines contract).
-    Json,
-}
-
-/// How NAT steps are observed (`--nat-hook`); see DESIGN.md "NAT observation".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum NatHook {
-    /// The best the running kernel offers.
-    Auto,
-    /// BPF netfilter links around the nat hooks (kernel ≥ 6.4).
-    Netfilter,
-    /// Conntrack events over netlink, joined in user space (no in-kernel timing).
-    Conntrack,
-    /// kprobe/kretprobe on `nf_nat_manip_pkt`.
-    Kprobe,
-    /// fentry/fexit on `nf_nat_manip_pkt` (kernel ≥ 5.5 with BTF).
-    Fentry,
-}
 
 /// Whose packets to trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +47,7 @@ pub struct Config {
     /// Whether to write ANSI colours (resolved from `--color`, the terminal and `NO_COLOR`).
     pub color: bool,
     /// Interface names and globs to attach to (`--interfaces`); `None`: chosen from the
-    /// node's interfaces at start, see [`choose_interfaces`].
+    /// node's interfaces at start.
     pub interfaces: Option<Vec<String>>,
     pub state_file: PathBuf,
     /// `--kubeconfig`, for resolving `--pod` through the Kubernetes API.
@@ -78,6 +57,8 @@ pub struct Config {
     pub verbose: u8,
     /// Emit every IP packet, not only the target's.
     pub trace_all: bool,
+    /// The hidden knobs of the environment, read once here.
+    pub knobs: Knobs,
 }
 
 /// A setting that clap accepted but pktrace cannot use (a usage error: exit 2).
@@ -99,16 +80,17 @@ pub enum ConfigError {
 
 impl Config {
     /// Checks the arguments; `is_tty` says whether stdout is a terminal (for `--color auto`),
-    /// and the `NO_COLOR` environment variable is honoured.
+    /// and the `NO_COLOR` environment variable is honoured. The hidden knobs ([`Knobs`]) are
+    /// read from the environment here, the only place they are read.
     ///
     /// # Errors
     /// [`ConfigError`] for settings that cannot work; all are usage errors.
     pub fn from_args(args: Args, is_tty: bool) -> Result<Self, ConfigError> {
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Self::build(args, is_tty, no_color)
+        Self::build(args, is_tty, no_color, Knobs::from_env())
     }
 
-    fn build(args: Args, is_tty: bool, no_color: bool) -> Result<Self, ConfigError> {
+    fn build(args: Args, is_tty: bool, no_color: bool, knobs: Knobs) -> Result<Self, ConfigError> {
         let interfaces = args.interfaces.map(check_interfaces).transpose()?;
         Ok(Self {
             target: target(args.pod, &args.namespace, args.pod_ip)?,
@@ -127,6 +109,7 @@ impl Config {
             nat_hook: args.nat_hook,
             verbose: args.verbose,
             trace_all: args.trace_all,
+            knobs,
         })
     }
 }
@@ -191,103 +174,6 @@ fn check_interfaces(list: Vec<String>) -> Result<Vec<String>, ConfigError> {
     Ok(out)
 }
 
-/// The interfaces pktrace attaches to on every node when `--interfaces` is not given: Azure
-/// CNI's uplink, bridge (bridge mode) and pod veths.
-pub const DEFAULT_INTERFACES: [&str; 3] = ["eth0", "azure0", "azv*"];
-
-/// A CNI recognised by an interface on the node, and the patterns added for its pods.
-struct CniInterfaces {
-    cni: &'static str,
-    /// The CNI is there when an interface matches this.
-    marker: &'static str,
-    patterns: &'static [&'static str],
-}
-
-/// kubenet's bridge is `cbr0` (its pod veths are plain `veth…`, which other software makes too,
-/// so `cbr0` is the marker); Calico names its host interfaces `cali…`.
-const CNI_INTERFACES: [CniInterfaces; 2] = [
-    CniInterfaces {
-        cni: "kubenet",
-        marker: "cbr0",
-        patterns: &["cbr0", "veth*"],
-    },
-    CniInterfaces {
-        cni: "Calico",
-        marker: "cali*",
-        patterns: &["cali*"],
-    },
-];
-
-/// The interface patterns of a session and where they came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InterfaceChoice {
-    /// Names and globs, see [`crate::util::iface_matches`].
-    pub patterns: Vec<String>,
-    /// `--interfaces` gave them.
-    pub explicit: bool,
-    /// The CNIs whose interfaces were found (without `--interfaces`).
-    pub detected: Vec<&'static str>,
-}
-
-impl InterfaceChoice {
-    /// One line for the start-up report, e.g. `eth0,azure0,azv*,cali* (default, plus cali*:
-    /// Calico interfaces found)`.
-    #[must_use]
-    pub fn describe(&self) -> String {
-        let list = self.patterns.join(",");
-        if self.explicit {
-            return format!("{list} (--interfaces)");
-        }
-        let found: Vec<String> = CNI_INTERFACES
-            .iter()
-            .filter(|c| self.detected.contains(&c.cni))
-            .map(|c| format!("{}: {} interfaces found", c.patterns.join(","), c.cni))
-            .collect();
-        if found.is_empty() {
-            format!("{list} (default; no kubenet or Calico interfaces found)")
-        } else {
-            format!("{list} (default, plus {})", found.join("; "))
-        }
-    }
-}
-
-/// The interface patterns to attach to: `given` (`--interfaces`) as it is, else
-/// [`DEFAULT_INTERFACES`] plus the patterns of each CNI whose marker interface is in `present`
-/// (the node's interface names).
-#[must_use]
-pub fn choose_interfaces<S: AsRef<str>>(
-    given: Option<&[String]>,
-    present: &[S],
-) -> InterfaceChoice {
-    if let Some(given) = given {
-        return InterfaceChoice {
-            patterns: given.to_vec(),
-            explicit: true,
-            detected: Vec::new(),
-        };
-    }
-    let mut patterns: Vec<String> = DEFAULT_INTERFACES.map(String::from).to_vec();
-    let mut detected = Vec::new();
-    for cni in &CNI_INTERFACES {
-        if present
-            .iter()
-            .any(|name| glob_match(cni.marker, name.as_ref()))
-        {
-            detected.push(cni.cni);
-            for p in cni.patterns {
-                if !patterns.iter().any(|have| have == p) {
-                    patterns.push((*p).to_owned());
-                }
-            }
-        }
-    }
-    InterfaceChoice {
-        patterns,
-        explicit: false,
-        detected,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -297,60 +183,7 @@ mod tests {
     fn config(args: &[&str], is_tty: bool, no_color: bool) -> Result<Config, ConfigError> {
         let args = Args::try_parse_from(std::iter::once("pktrace").chain(args.iter().copied()))
             .expect("clap accepts the test arguments");
-        Config::build(args, is_tty, no_color)
-    }
-
-    #[test]
-    fn default_interfaces_follow_the_cni_found() {
-        let azure = [
-            "lo",
-            "eth0",
-            "azure0",
-            "azv47c3ee9d512",
-            "docker0",
-            "veth1a2b3c",
-        ];
-        let c = choose_interfaces(None, &azure);
-        assert_eq!(c.patterns, DEFAULT_INTERFACES);
-        assert!(!c.explicit && c.detected.is_empty());
-        assert!(
-            c.describe().starts_with("eth0,azure0,azv* (default"),
-            "{}",
-            c.describe()
-        );
-
-        let kubenet = ["lo", "eth0", "cbr0", "veth3f2a9c1d", "veth8b0e4a77"];
-        let c = choose_interfaces(None, &kubenet);
-        assert_eq!(c.patterns, ["eth0", "azure0", "azv*", "cbr0", "veth*"]);
-        assert_eq!(c.detected, ["kubenet"]);
-        assert!(
-            c.describe().contains("cbr0,veth*: kubenet"),
-            "{}",
-            c.describe()
-        );
-        // veth interfaces alone (docker, other CNIs) are not kubenet.
-        assert!(
-            choose_interfaces(None, &["eth0", "veth0"])
-                .detected
-                .is_empty()
-        );
-
-        let calico = ["lo", "eth0", "cali47c3ee9d512", "calia4124965a9b", "tunl0"];
-        let c = choose_interfaces(None, &calico);
-        assert_eq!(c.patterns, ["eth0", "azure0", "azv*", "cali*"]);
-        assert_eq!(c.detected, ["Calico"]);
-        assert!(c.describe().contains("cali*: Calico"), "{}", c.describe());
-
-        let both = ["cbr0", "cali1"];
-        assert_eq!(choose_interfaces(None, &both).patterns.len(), 6);
-        assert!(choose_interfaces(None, &[] as &[&str]).detected.is_empty());
-
-        let given = vec!["eth1".to_owned(), "veth*".to_owned()];
-        let c = choose_interfaces(Some(&given), &calico);
-        assert_eq!((c.patterns, c.explicit), (given, true));
-        assert!(c.detected.is_empty());
-        let c = choose_interfaces(Some(&["eth0".to_owned()]), &calico);
-        assert_eq!(c.describe(), "eth0 (--interfaces)");
+        Config::build(args, is_tty, no_color, Knobs::default())
     }
 
     #[test]

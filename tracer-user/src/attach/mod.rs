@@ -17,6 +17,8 @@ use aya::{
 };
 use tracer_common::{AddrKey, AddrSetV4, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter};
 
+use crate::config::Knobs;
+
 /// The kernel object built by build.rs from tracer-ebpf, embedded so that the binary is the only
 /// file to copy to a node.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -24,14 +26,6 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tr
 /// Ring-buffer fill (bytes) at which the kernel wakes the reader; below it the collector drains
 /// on its timer.
 pub const WAKE_BYTES: u64 = 256 << 10;
-
-/// Hidden knob: the ring buffer's size in bytes (a power of two, a multiple of the page size),
-/// for tests that overrun it on purpose. Unset: the object's 4 MiB.
-pub const RING_BYTES_ENV: &str = "PKTRACE_RING_BYTES";
-
-/// Hidden knob: how many entries the followed-flows table (`FOLLOWED_FLOWS`) holds, for tests
-/// that overrun it on purpose. Unset: the object's 65,536.
-pub const FLOW_TABLE_ENV: &str = "PKTRACE_FLOW_TABLE";
 
 /// Failures to load the kernel object.
 #[derive(Debug, thiserror::Error)]
@@ -99,8 +93,9 @@ pub fn object() -> &'static [u8] {
 }
 
 /// Loads the object: creates its maps and patches its globals (programs are loaded when they
-/// are attached).
-pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
+/// are attached). `knobs` may make the ring buffer and the followed-flows table smaller or
+/// larger than the object's (tests that overrun them on purpose).
+pub fn load(globals: &Globals, knobs: &Knobs) -> Result<Ebpf, LoadError> {
     if OBJECT.is_empty() {
         return Err(LoadError::NoObject);
     }
@@ -114,17 +109,11 @@ pub fn load(globals: &Globals) -> Result<Ebpf, LoadError> {
         .override_global("FILTER_MODE", &globals.filter_mode, true)
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
         .override_global("OFFSETS", &globals.offsets, true);
-    if let Some(bytes) = std::env::var(RING_BYTES_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
+    if let Some(bytes) = knobs.ring_bytes {
         loader.map_max_entries("EVENTS", bytes);
     }
-    if let Some(entries) = std::env::var(FLOW_TABLE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
-        loader.map_max_entries("FOLLOWED_FLOWS", entries.max(1));
+    if let Some(entries) = knobs.flow_table {
+        loader.map_max_entries("FOLLOWED_FLOWS", entries);
     }
     loader.load(OBJECT).map_err(|e| {
         if is_permission(&e) {

@@ -19,7 +19,10 @@
 //! An interface keeps the mechanism it was attached with until it goes.
 
 use super::iface::Iface;
-use crate::util::{glob_match, is_glob};
+use crate::{
+    config::{FORCE_CLSACT_ENV, FORCE_TCX_ENV, Knobs},
+    util::{glob_match, is_glob},
+};
 
 /// The tc mechanism an interface is attached with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +45,6 @@ impl TcMode {
 /// interface, ingress and egress) plus the usual named ones (`eth0`, `azure0`) keep tcx's share
 /// of start-up near 0.3 s.
 pub const TCX_MAX_BY_PATTERN: usize = 8;
-
-/// Set to `1` to use clsact filters on every interface, even where tcx links exist.
-pub const FORCE_CLSACT_ENV: &str = "PKTRACE_FORCE_CLSACT";
-/// Set to `1` to use tcx links on every interface, however many (where the kernel has tcx).
-pub const FORCE_TCX_ENV: &str = "PKTRACE_FORCE_TCX";
 
 /// How the mechanism is chosen for this session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,13 +76,12 @@ impl Policy {
         }
     }
 
-    /// The policy of this kernel and process environment.
+    /// The policy of this kernel and the knobs read at start-up.
     #[must_use]
-    pub fn current() -> Self {
+    pub fn current(knobs: &Knobs) -> Self {
         use aya::util::KernelVersion;
         let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
-        let on = |name: &str| std::env::var_os(name).is_some_and(|v| v == "1");
-        Self::new(tcx, on(FORCE_CLSACT_ENV), on(FORCE_TCX_ENV))
+        Self::new(tcx, knobs.force_clsact, knobs.force_tcx)
     }
 
     /// The mechanism for one interface: `named` when `--interfaces` names it without a glob,

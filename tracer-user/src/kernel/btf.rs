@@ -27,16 +27,3 @@ pub use reader::{Btf, KernelBtf};
 
 /// Where the running kernel exposes its own BTF (needs `CONFIG_DEBUG_INFO_BTF`).
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
-
-/// Hidden override of where the kernel's BTF is looked for (tests of a kernel without BTF:
-/// a missing path makes pktrace run as it would there).
-pub const BTF_PATH_ENV: &str = "PKTRACE_BTF_PATH";
-
-/// The vmlinux BTF path: `PKTRACE_BTF_PATH` when set, else [`VMLINUX_BTF`].
-#[must_use]
-pub fn btf_path() -> String {
-    std::env::var(BTF_PATH_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| VMLINUX_BTF.to_owned())
-}

@@ -120,11 +120,12 @@ impl NatAttachment {
     }
 }
 
-/// Kernel offsets for the NAT programs from the running kernel's BTF; zeros (NAT programs
-/// unusable, tc unaffected) when there is no BTF.
+/// Kernel offsets for the NAT programs from the running kernel's BTF (parsed into
+/// `kernel_btf`, kept there for the NAT hooks); zeros (NAT programs unusable, tc unaffected)
+/// when there is no BTF.
 #[must_use]
-pub fn kernel_offsets_or_default(verbose: u8) -> KernelOffsets {
-    match btf::Btf::from_sys_fs().and_then(|b| btf::kernel_offsets(&b)) {
+pub fn kernel_offsets_or_default(kernel_btf: &btf::KernelBtf, verbose: u8) -> KernelOffsets {
+    match kernel_btf.get().and_then(btf::kernel_offsets) {
         Ok(o) => o,
         Err(e) => {
             if verbose > 0 {
@@ -300,7 +301,7 @@ fn attach_one(
     if globals.offsets.skb_data == 0 {
         return Err(format!(
             "no kernel BTF for sk_buff offsets ({} cannot be read)",
-            btf::btf_path()
+            kernel_btf.path().display()
         )
         .into());
     }

@@ -521,7 +521,8 @@ mod tests {
         let btf = Btf::from_sys_fs().expect("the running kernel's BTF");
         let offsets = crate::kernel::btf::kernel_offsets(&btf).expect("kernel offsets");
         let globals = Globals::new(true, offsets);
-        let ebpf = crate::attach::load(&globals).expect("loading the object");
+        let ebpf = crate::attach::load(&globals, &crate::config::Knobs::default())
+            .expect("loading the object");
         (ebpf, globals)
     }
 

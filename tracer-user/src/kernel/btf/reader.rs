@@ -1,7 +1,10 @@
 //! Reading BTF blobs into a [`Btf`]: vmlinux from sysfs, a module's split BTF after its base,
 //! every record indexed and checked to fit, so that lookups never read out of bounds.
 
-use std::{fs, io, path::Path};
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
 
 use super::{
     BtfError, VMLINUX_BTF,
@@ -34,29 +37,60 @@ fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
     })
 }
 
-/// The running kernel's BTF, read and parsed on first use and then shared by the NAT hooks
-/// start-up tries (the fentry target, the netfilter programs' patches): one parse instead of
-/// one each. A failed read is not kept (the next `get` tries again and gets its own error).
-/// Drop it once attached.
-#[derive(Debug, Default)]
-pub struct KernelBtf(std::cell::OnceCell<Btf>);
+/// The running kernel's BTF, read and parsed on first use and then shared by everything
+/// start-up asks of it (the NAT programs' offsets, the fentry target, the netfilter programs'
+/// patches): one parse instead of one each. A failed read is not kept (the next `get` tries
+/// again and gets its own error). Drop it once attached.
+#[derive(Debug)]
+pub struct KernelBtf {
+    /// Where the vmlinux BTF is read from ([`VMLINUX_BTF`], or the start-up knob's path).
+    path: PathBuf,
+    btf: std::cell::OnceCell<Btf>,
+}
+
+impl Default for KernelBtf {
+    /// The BTF at [`VMLINUX_BTF`].
+    fn default() -> Self {
+        Self::new(PathBuf::from(VMLINUX_BTF))
+    }
+}
 
 impl KernelBtf {
-    /// The parsed BTF ([`Btf::from_sys_fs`]).
+    /// The BTF at `path`, read on first use.
+    #[must_use]
+    pub fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            btf: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Where the BTF is read from.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The parsed BTF ([`Btf::read`]).
     pub fn get(&self) -> Result<&Btf, BtfError> {
-        if let Some(btf) = self.0.get() {
+        if let Some(btf) = self.btf.get() {
             return Ok(btf);
         }
-        let btf = Btf::from_sys_fs()?;
-        Ok(self.0.get_or_init(|| btf))
+        let btf = Btf::read(&self.path)?;
+        Ok(self.btf.get_or_init(|| btf))
     }
 }
 
 impl Btf {
-    /// Reads the running kernel's BTF from [`VMLINUX_BTF`] (or the hidden override
-    /// `PKTRACE_BTF_PATH`, see [`super::btf_path`]).
+    /// Reads the running kernel's BTF from [`VMLINUX_BTF`].
+    #[cfg(test)]
     pub fn from_sys_fs() -> Result<Self, BtfError> {
-        Self::parse(&read_btf_file(Path::new(&super::btf_path()))?)
+        Self::read(Path::new(VMLINUX_BTF))
+    }
+
+    /// Reads vmlinux BTF from `path` (a missing [`VMLINUX_BTF`] is "kernel without BTF").
+    pub fn read(path: &Path) -> Result<Self, BtfError> {
+        Self::parse(&read_btf_file(path)?)
     }
 
     /// Reads a kernel module's split BTF (`/sys/kernel/btf/<module>`, e.g. `nf_conntrack` when

@@ -1,0 +1,228 @@
+//! What a session holds while it runs: the join table, the explainer, the summary (the one
+//! owner of the run's totals: journeys written, events lost, journeys and flows evicted) and
+//! conntrack's events; and what it does with them: drain the ring, join, explain, write, report
+//! new losses.
+
+use std::io;
+
+use crate::{
+    collect::{self, Collector, Counters},
+    diag,
+    explain::Explainer,
+    journey::correlate::Correlator,
+    kernel,
+    nat::conntrack::{self, Conntrack},
+    output::Sink,
+    summary::Summary,
+};
+
+/// Most events joined before their journeys are written (bounds the journeys held at once).
+const DRAIN_BATCH: usize = 1024;
+
+pub(super) struct Session {
+    pub(super) correlator: Correlator,
+    /// The totals; what was reported so far is read from here (the loss and eviction lines
+    /// report what is new since).
+    pub(super) summary: Summary,
+    /// Names the rule of each NAT step (rules re-read when they change).
+    pub(super) explainer: Explainer,
+    /// `-c`: stop after this many journeys.
+    limit: Option<u64>,
+    counters: Counters,
+    /// With `--nat-hook conntrack`: its events, and the losses reported so far.
+    pub(super) conntrack: Option<Conntrack>,
+    ct_reported: conntrack::Losses,
+    /// Events read from the ring and not joined yet (conntrack's reports are read in between).
+    pending: Vec<tracer_common::Observation>,
+}
+
+impl Session {
+    pub(super) fn new(
+        correlator: Correlator,
+        explainer: Explainer,
+        limit: Option<u64>,
+        conntrack: Option<Conntrack>,
+    ) -> Self {
+        Self {
+            correlator,
+            summary: Summary::new(),
+            explainer,
+            limit,
+            counters: Counters::default(),
+            conntrack,
+            ct_reported: conntrack::Losses::default(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The `-c` limit is reached.
+    pub(super) fn limit_reached(&self) -> bool {
+        self.limit.is_some_and(|n| self.summary.journeys() >= n)
+    }
+
+    /// The end of a session, whatever stopped the loop: the events left are joined, every open
+    /// journey is written, losses and evictions are reported, then the summary.
+    pub(super) fn finish(
+        &mut self,
+        collector: &mut Collector,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
+        self.drain(collector, sink)?;
+        self.correlator.flush();
+        self.output(sink)?;
+        self.housekeeping(collector, sink)?;
+        self.flow_evictions(collector, sink, true)?;
+        sink.summary(&self.summary)
+    }
+
+    /// Joins every waiting event and writes the journeys they complete, [`DRAIN_BATCH`]
+    /// events at a time (a full ring is 55,000 events or more: buffered as journeys at once,
+    /// they would cost tens of MiB).
+    pub(super) fn drain(
+        &mut self,
+        collector: &mut Collector,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
+        loop {
+            let (n, bad) = if self.conntrack.is_some() {
+                self.drain_with_conntrack(collector)?
+            } else {
+                let correlator = &mut self.correlator;
+                collector.drain(DRAIN_BATCH, |obs| correlator.push(obs))
+            };
+            self.summary.add_events(n);
+            self.summary.add_bad_records(bad);
+            self.output(sink)?;
+            let emptied = n + bad < DRAIN_BATCH as u64;
+            if emptied || self.limit_reached() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// [`Self::drain`]'s batch with `--nat-hook conntrack`: the events are taken from the ring
+    /// before conntrack's socket is read, so that the report of every connection these packets
+    /// belong to (queued before the packets' later hops) is in the join before they are.
+    fn drain_with_conntrack(&mut self, collector: &mut Collector) -> io::Result<(u64, u64)> {
+        let mut events = std::mem::take(&mut self.pending);
+        let counts = collector.drain(DRAIN_BATCH, |ev| events.push(*ev));
+        self.poll_conntrack(collector)?;
+        for ev in &events {
+            self.correlator.push(ev);
+        }
+        events.clear();
+        self.pending = events;
+        Ok(counts)
+    }
+
+    /// Reads conntrack's reports (NAT mappings into the join, traced flows into the kernel's
+    /// filter) and reports new losses.
+    pub(super) fn poll_conntrack(&mut self, collector: &mut Collector) -> io::Result<()> {
+        let Some(ct) = self.conntrack.as_mut() else {
+            return Ok(());
+        };
+        let losses = ct.poll(self.correlator.nat_table_mut(), collector)?;
+        report_conntrack_losses(&self.ct_reported, &losses);
+        self.ct_reported = losses;
+        Ok(())
+    }
+
+    /// Explains, counts and prints the completed journeys (up to the `-c` limit), then
+    /// flushes them in one write. Their step lists go back to the join table.
+    pub(super) fn output(&mut self, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+        if !self.correlator.has_done() {
+            return Ok(());
+        }
+        let mut wrote = false;
+        self.explainer.take_updates();
+        let (explainer, summary, limit) = (&mut self.explainer, &mut self.summary, self.limit);
+        self.correlator.drain_done(|j| {
+            if j.steps.is_empty() || limit.is_some_and(|n| summary.journeys() >= n) {
+                return Ok(());
+            }
+            explainer.explain_with_current_rules(j);
+            summary.record(j);
+            wrote = true;
+            sink.journey(j)
+        })?;
+        if wrote { sink.flush() } else { Ok(()) }
+    }
+
+    /// Reports new losses and evictions and closes idle journeys.
+    pub(super) fn housekeeping(
+        &mut self,
+        collector: &Collector,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
+        if let Ok(c) = collector.counters() {
+            self.counters = c;
+        }
+        if let Some(update) = self.explainer.refresh() {
+            diag::line(format_args!(
+                "nat rules changed: re-read in {} ms, in use {} ms after the poller saw it ({})",
+                update.read_cost.as_millis(),
+                update.in_use_after.as_millis(),
+                update.rules.describe()
+            ));
+        }
+        let (lost, reported) = (self.counters.ringbuf_full, self.summary.lost_events());
+        if lost > reported {
+            sink.loss(lost - reported, lost)?;
+        }
+        self.summary.set_lost(lost);
+        self.correlator.expire(kernel::host::monotonic_ns());
+        self.output(sink)?;
+        let (evicted, reported) = (self.correlator.evicted(), self.summary.evicted_journeys());
+        if evicted > reported {
+            sink.evicted(evicted - reported, evicted)?;
+        }
+        self.summary.set_evicted(evicted);
+        self.flow_evictions(collector, sink, false)
+    }
+
+    /// Reports new evictions from the kernel's followed-flows table: while running, what the
+    /// counters prove (entries added past the capacity); with `count`, also a walk of the
+    /// table (once, at the end). Call after `housekeeping` read the counters.
+    fn flow_evictions(
+        &mut self,
+        collector: &Collector,
+        sink: &mut (dyn Sink + Send),
+        count: bool,
+    ) -> io::Result<()> {
+        let added = self.counters.flow_entries;
+        let live = (count && added > 0).then(|| collector.live_flow_entries());
+        let evicted = collect::flows_evicted(added, collector.flow_capacity(), live);
+        let reported = self.summary.evicted_flows();
+        if evicted > reported {
+            sink.evicted_flows(evicted - reported, evicted)?;
+            self.summary.set_evicted_flows(evicted);
+        }
+        Ok(())
+    }
+}
+
+/// Says on stderr which of conntrack's losses grew since `before`.
+fn report_conntrack_losses(before: &conntrack::Losses, now: &conntrack::Losses) {
+    if now.overflows > before.overflows {
+        diag::line(format_args!(
+            "conntrack events lost: the kernel dropped events {} times (socket full); NAT steps \
+             of those connections are missing",
+            now.overflows
+        ));
+    }
+    if now.unreadable > before.unreadable {
+        diag::line(format_args!(
+            "{} conntrack event messages could not be read; NAT steps of those connections are \
+             missing",
+            now.unreadable
+        ));
+    }
+    if now.unfollowed > before.unfollowed {
+        diag::line(format_args!(
+            "{} NATed connections could not be followed in the kernel's filter ({}): their \
+             packets beyond the NAT are missing",
+            now.unfollowed,
+            now.follow_error.map_or_else(String::new, |k| k.to_string())
+        ));
+    }
+}

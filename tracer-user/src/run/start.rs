@@ -1,0 +1,264 @@
+//! Start-up as a plan: each step is one function that does one thing and fails with a
+//! [`RunError`] saying what to do. `super::trace` calls them in order.
+
+use std::{
+    io::{self, Write},
+    net::IpAddr,
+};
+
+use aya::Ebpf;
+
+use super::{RunError, interfaces::Chosen, session::Session};
+use crate::{
+    attach::{
+        self, Globals,
+        clsact::CreatedQdiscs,
+        links::LinkMonitor,
+        policy::{self, Policy},
+        tc::{self, TcAttachments, TcMode},
+    },
+    config::{Config, Knobs, Target},
+    diag,
+    explain::Explainer,
+    journey::correlate::{Correlator, Limits},
+    kernel::{self, btf::KernelBtf, caps},
+    nat::{
+        self, NatAttachment,
+        conntrack::{self, Conntrack},
+    },
+    output::{self, Sink},
+    resolve, util,
+};
+
+/// The output's buffer: journeys are written in batches of this size, and at the end of each
+/// drain (one `write` per batch instead of one per line).
+const OUT_BUFFER: usize = 64 << 10;
+
+/// What is traced, resolved: the one set of traced addresses the kernel's filter, conntrack's
+/// filter and the explainer start from.
+pub(super) struct Subject {
+    pub(super) label: String,
+    pub(super) addrs: Vec<IpAddr>,
+}
+
+/// Resolves the target: a pod's addresses, the given ones, or every packet.
+pub(super) fn subject(cfg: &Config) -> Result<Subject, RunError> {
+    Ok(match &cfg.target {
+        Target::Pod { namespace, name } => pod(cfg, namespace, name)?,
+        Target::Ips(ips) => Subject {
+            label: ips
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            addrs: ips.clone(),
+        },
+        Target::All => Subject {
+            label: "*".into(),
+            addrs: Vec::new(),
+        },
+    })
+}
+
+fn pod(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
+    let sources = resolve::Sources::for_node(&cfg.state_file, cfg.kubeconfig.as_deref());
+    let found = resolve::resolve(&sources, namespace, name)?;
+    for line in &found.fallbacks {
+        diag::line(line);
+    }
+    if !found.fallbacks.is_empty() || cfg.verbose > 0 {
+        diag::line(format_args!(
+            "pod {} found through {}",
+            util::safe(&found.pod.label()),
+            found.via
+        ));
+    }
+    Ok(Subject {
+        label: found.pod.label(),
+        addrs: found.pod.ips,
+    })
+}
+
+/// The key of the warning that interfaces are not (or no longer) followed (said once).
+pub(super) const LINKS_LOST: &str = "link-events";
+
+/// The link-event subscription, or `None` (said on stderr) when it cannot be opened.
+pub(super) fn link_monitor() -> Option<LinkMonitor> {
+    match LinkMonitor::open() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            diag::once(
+                LINKS_LOST,
+                format_args!("interfaces that appear later will not be traced: link events: {e}"),
+            );
+            None
+        }
+    }
+}
+
+/// The kernel object, loaded, with the subject's addresses in its filter and the NAT hook
+/// attached.
+pub(super) struct Kernel {
+    pub(super) ebpf: Ebpf,
+    pub(super) globals: Globals,
+    pub(super) nat: NatAttachment,
+}
+
+/// Reads the kernel's BTF (once: the programs' offsets and the NAT hooks both use this parse),
+/// loads the object, seeds the traced addresses and attaches the NAT observation. The BTF
+/// (about 6 MiB) is dropped before the tc programs are loaded and attached.
+pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> {
+    let kernel_btf = KernelBtf::new(cfg.knobs.btf_path.clone());
+    let offsets = nat::kernel_offsets_or_default(&kernel_btf, cfg.verbose);
+    let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
+    // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
+    // NAT programs, which `nat::attach` explains.
+    let mut ebpf = attach::load(&globals, &cfg.knobs)?;
+    attach::track_addrs(&mut ebpf, &subject.addrs)?;
+    let nat = nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
+    drop(kernel_btf);
+    Ok(Kernel { ebpf, globals, nat })
+}
+
+/// The tc attachments and the mechanism of each chosen interface.
+pub(super) struct TcStart {
+    pub(super) attachments: TcAttachments,
+    pub(super) modes: Vec<TcMode>,
+}
+
+/// Attaches the tc programs to the chosen interfaces.
+pub(super) fn attach_tc(
+    cfg: &Config,
+    kernel: &mut Kernel,
+    chosen: &Chosen,
+    created: &mut CreatedQdiscs,
+) -> Result<TcStart, RunError> {
+    let policy = Policy::current(&cfg.knobs);
+    let (attachments, modes) = tc::attach(
+        &mut kernel.ebpf,
+        &chosen.ifaces,
+        &chosen.choice.patterns,
+        policy,
+        created,
+    )?;
+    let swept = attachments.swept();
+    if swept > 0 {
+        diag::line(format_args!(
+            "removed {swept} tc filters left by a pktrace that did not exit cleanly"
+        ));
+    }
+    Ok(TcStart { attachments, modes })
+}
+
+/// With `--nat-hook conntrack` (chosen or fallen back to): its events, and the gates that let
+/// the kernel follow NATed flows (none when every packet is traced: nothing to follow).
+pub(super) fn conntrack(
+    kernel: &mut Kernel,
+    subject: &Subject,
+) -> Result<Option<Conntrack>, RunError> {
+    let Some(monitor) = kernel.nat.take_conntrack() else {
+        return Ok(None);
+    };
+    let gates = if kernel.globals.filter_mode == tracer_common::filter::ALL {
+        None
+    } else {
+        Some(
+            conntrack::Gates::take(&mut kernel.ebpf, attach::object())
+                .map_err(RunError::Conntrack)?,
+        )
+    };
+    Ok(Some(Conntrack::new(monitor, gates, &subject.addrs)))
+}
+
+/// Drops the capabilities the rest of the session does not use.
+pub(super) fn drop_privileges(cfg: &Config) -> Result<(), RunError> {
+    let dropped = caps::drop_unneeded()?;
+    if cfg.verbose > 0 {
+        for line in dropped.report() {
+            diag::line(line);
+        }
+    }
+    Ok(())
+}
+
+/// The start-up report: what is traced where, how, and with which NAT hook.
+pub(super) fn announce(subject: &Subject, chosen: &Chosen, tc: &TcStart, nat: &NatAttachment) {
+    let ifaces = &chosen.ifaces;
+    let names: Vec<String> = ifaces.iter().map(|i| util::safe(&i.name)).collect();
+    let addrs: Vec<String> = subject.addrs.iter().map(ToString::to_string).collect();
+    diag::line(format_args!(
+        "tracing {} ({}) on {} interfaces ({}): {}",
+        util::safe(&subject.label),
+        if addrs.is_empty() {
+            "every packet".into()
+        } else {
+            addrs.join(", ")
+        },
+        ifaces.len(),
+        policy::summary(&tc.modes),
+        names.join(" ")
+    ));
+    for line in nat.report() {
+        diag::line(line);
+    }
+    diag::line(format_args!(
+        "interfaces {}",
+        util::safe(&chosen.choice.describe())
+    ));
+    let policy = tc.attachments.policy;
+    diag::line(format_args!(
+        "attach: {}",
+        policy.describe(ifaces, &tc.modes, &chosen.choice.patterns)
+    ));
+}
+
+/// Writes our process id to `--ready-file`: every hook is attached.
+pub(super) fn ready_file(cfg: &Config) -> Result<(), RunError> {
+    let Some(path) = &cfg.ready_file else {
+        return Ok(());
+    };
+    std::fs::write(path, format!("{}\n", std::process::id())).map_err(|source| {
+        RunError::ReadyFile {
+            path: path.display().to_string(),
+            source,
+        }
+    })
+}
+
+/// The output: text or JSON lines on a buffered stdout.
+pub(super) fn sink(cfg: &Config, subject: &Subject) -> Box<dyn Sink + Send> {
+    let stdout: Box<dyn Write + Send> =
+        Box::new(io::BufWriter::with_capacity(OUT_BUFFER, io::stdout()));
+    output::sink(cfg.format, cfg.color, subject.label.clone(), stdout)
+}
+
+/// The join table (with the interfaces' kinds), the explainer and the output's state.
+pub(super) fn session(
+    cfg: &Config,
+    subject: &Subject,
+    ifaces: &[tc::Iface],
+    conntrack: Option<Conntrack>,
+) -> Session {
+    let (host_ifs, roles_err) = tc::host_ifs(ifaces);
+    if let Some(e) = roles_err {
+        diag::line(format_args!(
+            "warning: reading the interfaces' kinds over rtnetlink failed ({e}): every \
+             interface counts as an edge, so packets routed through a bridge show as two journeys"
+        ));
+    }
+    let mut correlator = Correlator::new(host_ifs, join_limits(&cfg.knobs));
+    if conntrack.is_some() {
+        correlator.use_conntrack();
+    }
+    let explainer = Explainer::start(kernel::host::local_addrs(), subject.addrs.clone());
+    Session::new(correlator, explainer, cfg.limits.count, conntrack)
+}
+
+/// The join table's limits: the defaults, or a smaller table for tests.
+fn join_limits(knobs: &Knobs) -> Limits {
+    let mut limits = Limits::default();
+    if let Some(n) = knobs.join_max {
+        limits.max_open = n;
+    }
+    limits
+}
