@@ -113,7 +113,9 @@ fn middle(i: usize) -> u64 {
     low.saturating_add((1u64 << shift) / 2)
 }
 
-/// What a run saw, accumulated from journeys and the collector's counters.
+/// What a run saw, accumulated from journeys and the collector's counters: the one owner of
+/// the run's totals. The session reports losses and evictions as they grow by comparing the
+/// kernel's counters with the totals kept here, and stops at `-c` on [`Summary::journeys`].
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     journeys: u64,
