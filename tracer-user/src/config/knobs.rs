@@ -34,7 +34,7 @@ pub struct Knobs {
     pub force_clsact: bool,
     /// [`FORCE_TCX_ENV`] is `1`.
     pub force_tcx: bool,
-    /// [`BTF_PATH_ENV`] when set and not empty, else [`VMLINUX_BTF`].
+    /// [`BTF_PATH_ENV`] when set and not empty, else `/sys/kernel/btf/vmlinux`.
     pub btf_path: PathBuf,
     /// [`JOIN_MAX_ENV`], at least 1.
     pub join_max: Option<usize>,

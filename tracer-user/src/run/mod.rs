@@ -1,9 +1,9 @@
 //! One tracing session: resolve → attach → collect → join → explain → output → summary.
 //!
-//! Start-up is a plan of small steps in [`start`] (resolve the subject, check privileges, read
+//! Start-up is a plan of small steps in `start` (resolve the subject, check privileges, read
 //! the kernel's BTF once, load, attach, open the ring, start the explainer), each failing with
-//! a [`RunError`]; the loop ([`event_loop`]) then drives the [`session::Session`] (join,
-//! explain, write, report losses) and [`hot::Hot`] (interfaces and the followed pod that
+//! a [`RunError`]; the loop (`event_loop`) then drives the `session::Session` (join,
+//! explain, write, report losses) and `hot::Hot` (interfaces and the followed pod that
 //! change while tracing).
 
 mod event_loop;
