@@ -28,7 +28,7 @@ pub mod kube;
 pub mod kubectl;
 pub mod merge;
 mod nat;
-mod output;
+pub mod output;
 pub mod resolve;
 pub mod run;
 mod summary;

@@ -9,10 +9,13 @@
 //! attribution explains itself. `start_ktime_ns` and `ip_id`
 //! are what `pktrace merge` joins nodes by.
 //!
-//! Journey lines, one per traced packet, are written by hand into one reused buffer (no
-//! allocation per journey or step; the serde structs cost 45 % of the collector's CPU); the
-//! rare lines go through serde. A test checks the two write the same bytes.
+//! The lines are typed in [`contract`], which readers (`merge`, the integration tests) parse
+//! with. Journey lines, one per traced packet, are written by hand into one reused buffer (no
+//! allocation per journey or step; serde structs cost 45 % of the collector's CPU); the rare
+//! lines go through serde. Tests check the hand-written lines parse as [`contract::Line`] and
+//! serialize back to the very same bytes.
 
+pub mod contract;
 mod lines;
 #[cfg(test)]
 mod tests;
@@ -21,7 +24,8 @@ mod write;
 use std::io::{self, Write};
 
 use self::{
-    lines::{EvictedFlowsLine, EvictedLine, LossLine, NatStats, SummaryLine, write_line},
+    contract::{EvictedFlowsLine, EvictedLine, Line, LossLine, NatStats, SummaryLine},
+    lines::write_line,
     write::{json_str, write_journey},
 };
 use super::Sink;
@@ -97,11 +101,10 @@ impl Sink for JsonSink {
         self.write_pending()?;
         write_line(
             &mut self.out,
-            &LossLine {
-                r#type: "loss",
+            &Line::Loss(LossLine {
                 lost: lost_new,
                 lost_total,
-            },
+            }),
         )
     }
 
@@ -109,11 +112,10 @@ impl Sink for JsonSink {
         self.write_pending()?;
         write_line(
             &mut self.out,
-            &EvictedLine {
-                r#type: "evicted",
+            &Line::Evicted(EvictedLine {
                 journeys: new,
                 journeys_total: total,
-            },
+            }),
         )
     }
 
@@ -121,11 +123,10 @@ impl Sink for JsonSink {
         self.write_pending()?;
         write_line(
             &mut self.out,
-            &EvictedFlowsLine {
-                r#type: "evicted_flows",
+            &Line::EvictedFlows(EvictedFlowsLine {
                 flows: new,
                 flows_total: total,
-            },
+            }),
         )
     }
 
@@ -133,8 +134,7 @@ impl Sink for JsonSink {
         self.write_pending()?;
         write_line(
             &mut self.out,
-            &SummaryLine {
-                r#type: "summary",
+            &Line::Summary(SummaryLine {
                 journeys: s.journeys(),
                 events: s.events(),
                 lost_events: s.lost_events(),
@@ -146,7 +146,7 @@ impl Sink for JsonSink {
                     snat: s.snat().into(),
                 },
                 transit: s.transit().into(),
-            },
+            }),
         )
     }
 }

@@ -251,30 +251,178 @@ fn journey_bytes_match_serde() {
     for pod in ["default/ubuntu", "odd\u{7f}\"pod"] {
         for j in &journeys {
             let mut sink = JsonSink::new(Box::new(io::sink()), pod.into());
-            let first = &j.steps[0];
-            let reference = JourneyLine {
-                r#type: "journey",
-                proto: j.proto(),
-                pod,
-                steps: j
-                    .steps
-                    .iter()
-                    .map(|s| step_out(s, first.ktime_ns))
-                    .collect(),
-                ending: ending(j.ending),
-                transit_ns: j.transit_ns(),
-                start_ktime_ns: first.ktime_ns,
-            };
-            let mut want = Vec::new();
-            write_line(&mut want, &reference).unwrap();
             sink.buf.clear();
-            write_journey(&mut sink.buf, &sink.pod, j, first);
-            assert_eq!(
-                String::from_utf8_lossy(&sink.buf),
-                String::from_utf8_lossy(&want)
-            );
+            write_journey(&mut sink.buf, &sink.pod, j, &j.steps[0]);
+            let text = String::from_utf8(sink.buf.clone()).unwrap();
+            let line = Line::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            let mut again = Vec::new();
+            write_line(&mut again, &line).unwrap();
+            assert_eq!(String::from_utf8_lossy(&again), text);
+            let Line::Journey(parsed) = line else {
+                panic!("not a journey: {text}")
+            };
+            check_parsed(&parsed, j, pod);
         }
     }
+}
+
+/// The values of a parsed journey line are the journey's.
+fn check_parsed(line: &contract::JourneyLine, j: &Journey, pod: &str) {
+    let start = j.steps[0].ktime_ns;
+    assert_eq!(
+        (line.proto.as_str(), line.pod.as_str(), line.nodes.as_ref()),
+        (j.proto().as_str(), pod, None)
+    );
+    assert_eq!(line.transit_ns, Some(j.transit_ns()));
+    assert_eq!(line.start_ktime_ns, Some(start));
+    assert_eq!(
+        line.ending.map(|e| serde_json::to_vec(&e).unwrap()),
+        Some(ending_json(j.ending).to_vec())
+    );
+    assert_eq!(line.steps.len(), j.steps.len());
+    for (got, step) in line.steps.iter().zip(&j.steps) {
+        let v = StepView::of(step);
+        assert_eq!(got.point.is_nat(), v.point.is_nat());
+        assert_eq!(serde_json::to_value(got.point).unwrap(), v.point.as_str());
+        assert_eq!(got.t_ns, v.ktime_ns.saturating_sub(start));
+        assert_eq!((got.src.clone(), got.dst.clone()), endpoints(v.tuple));
+        let nat = v.point.is_nat();
+        let orig = (got.orig_src.clone(), got.orig_dst.clone());
+        let want_orig = nat.then(|| endpoints(v.orig));
+        assert_eq!(
+            orig,
+            want_orig.map_or((None, None), |(s, d)| (Some(s), Some(d)))
+        );
+        assert_eq!(got.iface, (!nat).then(|| v.iface.map(str::to_owned)));
+        assert_eq!(got.reply, nat.then_some(v.reply));
+        assert_eq!(got.latency_ns, nat.then_some(v.latency_ns));
+        assert_eq!((got.t_at_or_before, got.ip_id), (v.time_bound, v.ip_id));
+        assert_eq!(got.rule.as_deref(), v.rule);
+        assert_eq!(got.service.as_deref(), v.service);
+        assert_eq!(got.why.as_deref(), v.why);
+        assert_eq!((&got.node, got.wire_ns), (&None, None));
+        assert!(got.extra.is_empty(), "only the contract's fields");
+    }
+}
+
+fn endpoints(t: &tracer_common::Tuple) -> (String, String) {
+    (
+        crate::journey::endpoint(t, true),
+        crate::journey::endpoint(t, false),
+    )
+}
+
+/// Every field DESIGN.md names for a journey, its tc and NAT steps and the summary is written.
+#[test]
+fn every_field_design_names_is_written() {
+    let out = lines(|s| {
+        s.journey(&contract_journey()).unwrap();
+        s.summary(&Summary::new()).unwrap();
+    });
+    let has = |v: &Value, keys: &[&str]| {
+        for k in keys {
+            assert!(v.get(k).is_some(), "{k} missing in {v}");
+        }
+    };
+    has(&out[0], &["type", "proto", "pod", "steps"]);
+    let tc = ["point", "iface", "src", "dst", "t_ns"];
+    has(&out[0]["steps"][0], &tc);
+    has(&out[0]["steps"][2], &tc);
+    has(
+        &out[0]["steps"][1],
+        &[
+            "point",
+            "src",
+            "dst",
+            "orig_src",
+            "orig_dst",
+            "reply",
+            "latency_ns",
+            "t_ns",
+        ],
+    );
+    has(&out[0]["steps"][1], &["rule", "service"]);
+    has(
+        &out[1],
+        &[
+            "type",
+            "journeys",
+            "events",
+            "lost_events",
+            "nat",
+            "transit",
+        ],
+    );
+    let stats = ["count", "p50_ns", "p99_ns", "max_ns"];
+    for v in [
+        &out[1]["nat"]["dnat"],
+        &out[1]["nat"]["snat"],
+        &out[1]["transit"],
+    ] {
+        has(v, &stats);
+    }
+}
+
+/// The rare lines read back as the values written.
+#[test]
+fn rare_lines_round_trip() {
+    let buf = Shared::default();
+    let mut sink = JsonSink::new(Box::new(buf.clone()), "p".into());
+    let mut summary = Summary::new();
+    summary.record(&contract_journey());
+    summary.add_events(3);
+    sink.loss(2, 5).unwrap();
+    sink.evicted(3, 4).unwrap();
+    sink.evicted_flows(2, 6).unwrap();
+    sink.summary(&summary).unwrap();
+    let got: Vec<Line> = buf
+        .text()
+        .lines()
+        .map(|l| Line::parse(l).unwrap())
+        .collect();
+    let stats = |n| contract::Stats {
+        count: 1,
+        p50_ns: n,
+        p99_ns: n,
+        max_ns: n,
+    };
+    let want = [
+        Line::Loss(LossLine {
+            lost: 2,
+            lost_total: 5,
+        }),
+        Line::Evicted(EvictedLine {
+            journeys: 3,
+            journeys_total: 4,
+        }),
+        Line::EvictedFlows(EvictedFlowsLine {
+            flows: 2,
+            flows_total: 6,
+        }),
+        Line::Summary(SummaryLine {
+            journeys: 1,
+            events: 3,
+            lost_events: 0,
+            bad_records: 0,
+            evicted_journeys: 0,
+            evicted_flows: 0,
+            nat: NatStats {
+                dnat: stats(2710),
+                snat: contract::Stats::default(),
+            },
+            transit: stats(9410),
+        }),
+    ];
+    assert_eq!(got, want);
+}
+
+/// Line types a reader does not know are told apart from broken lines.
+#[test]
+fn unknown_line_types_are_skippable() {
+    let line = Line::parse(r#"{"type":"from_the_future","x":[1]}"#).unwrap();
+    assert_eq!(line, Line::Unknown);
+    assert!(Line::parse(r#"{"type":"loss","lost":1}"#).is_err());
+    assert!(Line::parse("[1]").is_err());
 }
 
 /// Strings written as they are give serde's bytes: every character below U+3000, the
@@ -358,19 +506,29 @@ fn numbers_match_display() {
 }
 
 #[test]
-fn written_endings_and_points_are_their_json_strings() {
-    for e in [
+fn written_endings_and_points_are_the_contracts() {
+    let endings = [
         Ending::Left,
         Ending::TimedOut,
         Ending::Flushed,
         Ending::InterfaceGone,
-    ] {
-        let want = serde_json::to_string(ending(e)).unwrap();
-        assert_eq!(ending_json(e), want.as_bytes());
+    ];
+    let parsed: Vec<contract::Ending> = endings
+        .iter()
+        .map(|&e| serde_json::from_slice(ending_json(e)).unwrap())
+        .collect();
+    for (i, e) in parsed.iter().enumerate() {
+        assert!(
+            !parsed[..i].contains(e),
+            "{endings:?} are written as {parsed:?}"
+        );
     }
     for p in [Point::Ingress, Point::Egress, Point::Dnat, Point::Snat] {
-        let want = format!("{{\"point\":{}", serde_json::to_string(p.as_str()).unwrap());
-        assert_eq!(point_open(p), want.as_bytes());
+        let open = point_open(p);
+        let value = &open[b"{\"point\":".len()..];
+        let parsed: contract::Point = serde_json::from_slice(value).unwrap();
+        assert_eq!(serde_json::to_value(parsed).unwrap(), p.as_str());
+        assert_eq!(parsed.is_nat(), p.is_nat());
     }
 }
 

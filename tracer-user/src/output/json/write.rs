@@ -1,17 +1,57 @@
-//! Journey lines written by hand into one reused buffer: strings escaped as [`TerminalSafe`]
+//! Journey lines written by hand into one reused buffer: strings escaped as [`super::lines::TerminalSafe`]
 //! does, endpoints and numbers formatted without allocating, repeated endpoints copied from
-//! earlier in the line. Must write the same bytes serde would (tested against the reference in
-//! the [`super::lines`] module).
+//! earlier in the line. Must write the bytes serde writes for [`super::contract::JourneyLine`]
+//! (tested: a written line parses and serializes back to the same bytes).
 
 use std::{io::Write as _, net::SocketAddr, ops::Range};
 
-use serde::Serialize as _;
 use tracer_common::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP, Tuple};
 
-use super::lines::TerminalSafe;
+use super::lines::serialize;
 use crate::journey::{Ending, Journey, Point, Step, dst_ip, proto_name, src_ip};
 
-/// Appends `s` as a JSON string, escaped as [`TerminalSafe`] does. Strings with nothing to
+/// What a step line is written from: every read of [`Step`]'s fields is here.
+pub(super) struct StepView<'a> {
+    pub(super) point: Point,
+    pub(super) iface: Option<&'a str>,
+    pub(super) tuple: &'a Tuple,
+    /// NAT steps: the tuple before the translation.
+    pub(super) orig: &'a Tuple,
+    pub(super) reply: bool,
+    pub(super) latency_ns: Option<u64>,
+    pub(super) ktime_ns: u64,
+    pub(super) time_bound: bool,
+    pub(super) ip_id: Option<u32>,
+    /// An empty rule is left out.
+    pub(super) rule: Option<&'a str>,
+    pub(super) service: Option<&'a str>,
+    pub(super) why: Option<&'a str>,
+}
+
+impl<'a> StepView<'a> {
+    #[inline]
+    pub(super) fn of(step: &'a Step) -> Self {
+        let attribution = step.attribution.as_deref();
+        Self {
+            point: step.point(),
+            iface: step.iface(),
+            tuple: &step.tuple,
+            orig: step.orig().unwrap_or(&step.tuple),
+            reply: step.reply(),
+            latency_ns: step.latency_ns(),
+            ktime_ns: step.ktime_ns,
+            time_bound: step.time_bound(),
+            ip_id: step.ip_id,
+            rule: attribution
+                .map(|a| a.rule.as_str())
+                .filter(|r| !r.is_empty()),
+            service: attribution.and_then(|a| a.service.as_deref()),
+            why: attribution.and_then(|a| a.why.as_deref()),
+        }
+    }
+}
+
+/// Appends `s` as a JSON string, escaped as [`super::lines::TerminalSafe`] does. Strings with nothing to
 /// escape (interface names, chains, services, nearly every `why`) are copied as they are.
 pub(super) fn json_str(buf: &mut Vec<u8>, s: &str) {
     if needs_no_escape(s) {
@@ -20,14 +60,10 @@ pub(super) fn json_str(buf: &mut Vec<u8>, s: &str) {
         buf.push(b'"');
         return;
     }
-    // Writing into a Vec cannot fail.
-    let _ = s.serialize(&mut serde_json::Serializer::with_formatter(
-        &mut *buf,
-        TerminalSafe,
-    ));
+    serialize(buf, s);
 }
 
-/// True when neither serde_json (`"`, `\\`, below U+0020) nor [`TerminalSafe`] (controls,
+/// True when neither serde_json (`"`, `\\`, below U+0020) nor [`super::lines::TerminalSafe`] (controls,
 /// invisible format characters) would escape any character of `s`.
 pub(super) fn needs_no_escape(s: &str) -> bool {
     // Printable ASCII without `"` and `\\` (nearly every string): one pass the compiler
@@ -196,60 +232,55 @@ impl Written {
     }
 }
 
-/// Appends one step object, keys in the order of `lines::StepOut` (the tests' serde reference).
-pub(super) fn write_step(buf: &mut Vec<u8>, step: &Step, start_ns: u64, written: &mut Written) {
-    let nat = step.point().is_nat();
-    buf.extend_from_slice(point_open(step.point()));
+/// Appends one step object, keys in the order of [`super::contract::StepLine`].
+pub(super) fn write_step(buf: &mut Vec<u8>, step: &StepView, start_ns: u64, written: &mut Written) {
+    let nat = step.point.is_nat();
+    buf.extend_from_slice(point_open(step.point));
     if !nat {
         key!(buf, "iface");
-        match step.iface() {
+        match step.iface {
             Some(i) => json_str(buf, i),
             None => buf.extend_from_slice(b"null"),
         }
     }
-    written.endpoints(buf, &step.tuple, b",\"src\":", b",\"dst\":");
+    written.endpoints(buf, step.tuple, b",\"src\":", b",\"dst\":");
     if nat {
-        let orig = step.orig().unwrap_or(&step.tuple);
-        written.endpoints(buf, orig, b",\"orig_src\":", b",\"orig_dst\":");
-        buf.extend_from_slice(if step.reply() {
+        written.endpoints(buf, step.orig, b",\"orig_src\":", b",\"orig_dst\":");
+        buf.extend_from_slice(if step.reply {
             b",\"reply\":true"
         } else {
             b",\"reply\":false"
         });
         key!(buf, "latency_ns");
-        match step.latency_ns() {
+        match step.latency_ns {
             Some(n) => num(buf, n),
             None => buf.extend_from_slice(b"null"),
         }
     }
     key!(buf, "t_ns");
     num(buf, step.ktime_ns.saturating_sub(start_ns));
-    if step.time_bound() {
+    if step.time_bound {
         buf.extend_from_slice(b",\"t_at_or_before\":true");
     }
     if let Some(id) = step.ip_id {
         key!(buf, "ip_id");
         num(buf, u64::from(id));
     }
-    if let Some(a) = step.attribution.as_ref() {
-        if !a.rule.is_empty() {
-            key!(buf, "rule");
-            json_str(buf, &a.rule);
-        }
-        if let Some(service) = a.service.as_deref() {
-            key!(buf, "service");
-            json_str(buf, service);
-        }
-        if let Some(why) = a.why.as_deref() {
-            key!(buf, "why");
-            json_str(buf, why);
+    for (k, v) in [
+        (&b",\"rule\":"[..], step.rule),
+        (b",\"service\":", step.service),
+        (b",\"why\":", step.why),
+    ] {
+        if let Some(v) = v {
+            buf.extend_from_slice(k);
+            json_str(buf, v);
         }
     }
     buf.push(b'}');
 }
 
-/// Appends a journey line (with its newline), keys in the order of `lines::JourneyLine` (the
-/// tests' serde reference).
+/// Appends a journey line (with its newline), keys in the order of
+/// [`super::contract::JourneyLine`].
 pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, first: &Step) {
     let start = first.ktime_ns;
     buf.extend_from_slice(b"{\"type\":\"journey\",\"proto\":");
@@ -267,7 +298,7 @@ pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, fir
         if i > 0 {
             buf.push(b',');
         }
-        write_step(buf, step, start, &mut written);
+        write_step(buf, &StepView::of(step), start, &mut written);
     }
     buf.extend_from_slice(b"],\"ending\":");
     buf.extend_from_slice(ending_json(j.ending));
@@ -278,7 +309,7 @@ pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, fir
     buf.extend_from_slice(b"}\n");
 }
 
-/// The `ending` of a journey line as a JSON string.
+/// An ending as a JSON string.
 pub(super) const fn ending_json(e: Ending) -> &'static [u8] {
     match e {
         Ending::Left => b"\"left\"",
