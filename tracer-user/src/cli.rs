@@ -83,8 +83,42 @@ pub enum NatHook {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Merge `-o json` output of several nodes into journeys that cross nodes.
-    Merge(crate::merge::MergeArgs),
+    Merge(MergeArgs),
 }
+
+/// `pktrace merge` arguments.
+#[derive(Clone, Debug, clap::Args)]
+#[command(after_help = MERGE_HELP)]
+pub struct MergeArgs {
+    /// JSON lines of `pktrace -o json` from each node: `NODE=FILE`, or `FILE` for a node named
+    /// after the file (`aks-node-1.jsonl` is node `aks-node-1`).
+    #[arg(value_name = "[NODE=]FILE", required = true, num_args = 1..)]
+    pub inputs: Vec<String>,
+
+    /// Interfaces that connect the nodes (comma-separated names and globs).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "eth0"
+    )]
+    pub uplink: Vec<String>,
+
+    /// Longest one-way delay between nodes to accept once the clocks are aligned.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    #[arg(value_parser = parse_duration)]
+    pub max_delay: Duration,
+}
+
+const MERGE_HELP: &str = "\
+Record on each node with pktrace ... -o json > NODE.jsonl (trace the same addresses on every
+node, e.g. --pod-ip with both pods' IPs), then merge. A journey leaving a node on an uplink
+(last step egress on eth0) is joined to the journey entering another node on its uplink with
+the same packet (protocol, src, dst, IP id). Clocks are aligned from the packets crossing both
+ways (NTP-style); wall clocks are not used.
+
+Output: one JSON line per journey, steps with a `node` field, `t_ns` on the aligned clock,
+`wire_ns` on the first step of each later node; a {\"type\":\"merge\",...} line last.";
 
 /// What `--generate` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

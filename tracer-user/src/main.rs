@@ -14,7 +14,12 @@ fn main() -> ExitCode {
         return finish_output(generate::generate(what, &mut std::io::stdout().lock()));
     }
     if let Some(cli::Command::Merge(args)) = cli.command {
-        return match merge::run(&args, &mut std::io::stdout().lock()) {
+        let options = merge::Options {
+            inputs: args.inputs,
+            uplinks: args.uplink,
+            max_delay: args.max_delay,
+        };
+        return match merge::run(&options, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(merge::MergeError::Output(e)) => finish_output(Err(e)),
             Err(e) => {

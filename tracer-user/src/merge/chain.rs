@@ -5,9 +5,8 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value, json};
-
 use super::{clock::NodeClock, input::NodeJourney};
+use crate::output::json::contract::JourneyLine;
 
 /// A journey across one or more nodes: indexes of node journeys in order, with the delay of
 /// each link (`None` for the first).
@@ -69,42 +68,36 @@ pub fn line(
     journeys: &[NodeJourney],
     clocks: &[NodeClock],
     names: &[String],
-) -> Value {
+) -> JourneyLine {
     let first = &journeys[chain.parts[0].0];
     let start = aligned(first, 0, clocks);
     let mut steps = Vec::new();
-    let mut nodes: Vec<Value> = Vec::new();
+    let mut nodes = Vec::new();
     let mut last_t: i64 = 0;
     for &(idx, wire) in &chain.parts {
         let j = &journeys[idx];
-        nodes.push(names[j.node].clone().into());
-        for (i, step) in j.steps.iter().enumerate() {
-            let mut out: Map<String, Value> = step.clone();
+        nodes.push(names[j.node].clone());
+        for (i, step) in j.steps().iter().enumerate() {
+            let mut out = step.clone();
             last_t = last_t.max(aligned(j, i, clocks).saturating_sub(start));
-            out.insert("t_ns".into(), last_t.into());
-            out.insert("node".into(), names[j.node].clone().into());
+            out.t_ns = last_t.unsigned_abs();
+            out.node = Some(names[j.node].clone());
             if i == 0
                 && let Some(delay) = wire
             {
-                out.insert("wire_ns".into(), delay.into());
+                out.wire_ns = Some(delay);
             }
-            steps.push(Value::Object(out));
+            steps.push(out);
         }
     }
     let last = &journeys[chain.parts[chain.parts.len() - 1].0];
-    let mut out = Map::new();
-    out.insert("type".into(), "journey".into());
-    for key in ["proto", "pod"] {
-        out.insert(
-            key.into(),
-            first.fields.get(key).cloned().unwrap_or(Value::Null),
-        );
+    JourneyLine {
+        proto: first.line.proto.clone(),
+        pod: first.line.pod.clone(),
+        nodes: Some(nodes),
+        steps,
+        ending: last.line.ending,
+        transit_ns: Some(last_t.unsigned_abs()),
+        start_ktime_ns: None,
     }
-    out.insert("nodes".into(), Value::Array(nodes));
-    out.insert("steps".into(), Value::Array(steps));
-    if let Some(ending) = last.fields.get("ending") {
-        out.insert("ending".into(), ending.clone());
-    }
-    out.insert("transit_ns".into(), json!(last_t));
-    Value::Object(out)
 }

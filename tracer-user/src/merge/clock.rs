@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::link::Candidate;
+use super::candidate::Candidate;
 
 /// How a node's clock was aligned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! Reading `pktrace -o json` output of one node: its journey lines, kept as JSON objects so
-//! that every field (rules, services, extra fields of newer versions) reaches the output.
+//! Reading `pktrace -o json` output of one node: its journey lines, parsed as the contract's
+//! [`JourneyLine`] (step fields of newer versions are kept in [`StepLine::extra`], so every
+//! field reaches the output).
 
 use std::{
     fs,
@@ -7,9 +8,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::MergeError;
+use crate::output::json::contract::{JourneyLine, StepLine};
 
 /// One input: a node's name and the file holding its JSON lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,9 +47,7 @@ impl NodeInput {
 pub struct NodeJourney {
     /// Index of the node in the inputs.
     pub node: usize,
-    /// The line's fields except `steps`.
-    pub fields: Map<String, Value>,
-    pub steps: Vec<Map<String, Value>>,
+    pub line: JourneyLine,
     /// `start_ktime_ns`: the node's monotonic clock at the first step.
     pub start_ns: i64,
 }
@@ -56,12 +56,13 @@ impl NodeJourney {
     /// The node-local time of step `i` (`start_ktime_ns` + its `t_ns`).
     #[must_use]
     pub fn time_of(&self, i: usize) -> i64 {
-        let t = self
-            .steps
-            .get(i)
-            .and_then(|s| s.get("t_ns"))
-            .and_then(Value::as_i64);
-        self.start_ns.saturating_add(t.unwrap_or(0))
+        let t = self.steps().get(i).map_or(0, |s| s.t_ns);
+        self.start_ns.saturating_add(i64::try_from(t).unwrap_or(0))
+    }
+
+    #[must_use]
+    pub fn steps(&self) -> &[StepLine] {
+        &self.line.steps
     }
 }
 
@@ -103,34 +104,27 @@ pub fn parse(
         };
         let value: Value =
             serde_json::from_str(&line).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let Value::Object(mut fields) = value else {
+        let Value::Object(object) = value else {
             return Err(bad("not a JSON object".into()));
         };
-        if fields.get("type").and_then(Value::as_str) != Some("journey") {
+        let line = JourneyLine::from_object(object).map_err(|e| {
+            bad(format!(
+                "not a journey line of pktrace -o json ({e}): record it with this pktrace's -o json"
+            ))
+        })?;
+        let Some(line) = line else {
             continue;
-        }
-        let start_ns = fields
-            .get("start_ktime_ns")
-            .and_then(Value::as_i64)
+        };
+        let start_ns = line
+            .start_ktime_ns
+            .and_then(|t| i64::try_from(t).ok())
             .ok_or_else(|| {
                 bad("journey without start_ktime_ns: record it with this pktrace's -o json".into())
             })?;
-        let steps = match fields.remove("steps") {
-            Some(Value::Array(steps)) => steps,
-            _ => return Err(bad("journey without a steps array".into())),
-        };
-        let steps = steps
-            .into_iter()
-            .map(|s| match s {
-                Value::Object(m) => Ok(m),
-                _ => Err(bad("a step is not a JSON object".into())),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if !steps.is_empty() {
+        if !line.steps.is_empty() {
             out.push(NodeJourney {
                 node,
-                fields,
-                steps,
+                line,
                 start_ns,
             });
         }

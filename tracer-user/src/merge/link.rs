@@ -6,10 +6,8 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value};
-
-use super::{clock::NodeClock, input::NodeJourney};
-use crate::util::iface_matches;
+use super::{candidate::Candidate, clock::NodeClock, input::NodeJourney};
+use crate::{output::json::contract::Point, util::iface_matches};
 
 /// The packet as seen on the wire between nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -17,39 +15,20 @@ struct WireKey {
     proto: String,
     src: String,
     dst: String,
-    ip_id: u64,
-}
-
-/// A departure from one node possibly being an arrival at another.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    /// Index of the departing journey.
-    pub from: usize,
-    /// Index of the arriving journey.
-    pub to: usize,
-    pub from_node: usize,
-    pub to_node: usize,
-    /// Arrival time on the arriving node's clock minus departure time on the departing
-    /// node's: the clock offset plus the one-way delay.
-    pub delta_ns: i64,
+    ip_id: u32,
 }
 
 /// The wire key of step `i` of `j` when it is `point` on an uplink.
-fn wire_key(j: &NodeJourney, i: usize, point: &str, uplinks: &[String]) -> Option<WireKey> {
-    let step = j.steps.get(i)?;
-    let text =
-        |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
-    if step.get("point").and_then(Value::as_str) != Some(point) {
-        return None;
-    }
-    if !iface_matches(uplinks, step.get("iface").and_then(Value::as_str)?) {
+fn wire_key(j: &NodeJourney, i: usize, point: Point, uplinks: &[String]) -> Option<WireKey> {
+    let step = j.steps().get(i)?;
+    if step.point != point || !iface_matches(uplinks, step.iface.as_ref()?.as_deref()?) {
         return None;
     }
     Some(WireKey {
-        proto: text(&j.fields, "proto").unwrap_or_default(),
-        src: text(step, "src")?,
-        dst: text(step, "dst")?,
-        ip_id: step.get("ip_id").and_then(Value::as_u64)?,
+        proto: j.line.proto.clone(),
+        src: step.src.clone(),
+        dst: step.dst.clone(),
+        ip_id: step.ip_id?,
     })
 }
 
@@ -58,14 +37,14 @@ fn wire_key(j: &NodeJourney, i: usize, point: &str, uplinks: &[String]) -> Optio
 pub fn candidates(journeys: &[NodeJourney], uplinks: &[String]) -> Vec<Candidate> {
     let mut arrivals: HashMap<WireKey, Vec<usize>> = HashMap::new();
     for (idx, j) in journeys.iter().enumerate() {
-        if let Some(key) = wire_key(j, 0, "ingress", uplinks) {
+        if let Some(key) = wire_key(j, 0, Point::Ingress, uplinks) {
             arrivals.entry(key).or_default().push(idx);
         }
     }
     let mut out = Vec::new();
     for (from, j) in journeys.iter().enumerate() {
-        let last = j.steps.len() - 1;
-        let Some(key) = wire_key(j, last, "egress", uplinks) else {
+        let last = j.steps().len() - 1;
+        let Some(key) = wire_key(j, last, Point::Egress, uplinks) else {
             continue;
         };
         let departed = j.time_of(last);

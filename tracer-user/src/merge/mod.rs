@@ -9,6 +9,7 @@
 //! Limits: IPv4 only (the join needs the IP id), and nodes must see the same packet on the
 //! wire (Azure CNI, kubenet routes; not an overlay that encapsulates it).
 
+pub mod candidate;
 pub mod chain;
 pub mod clock;
 pub mod input;
@@ -20,46 +21,22 @@ use std::{
     time::Duration,
 };
 
-use serde_json::{Value, json};
-
 use self::{
     clock::{NodeClock, PairOffset},
     input::{NodeInput, NodeJourney},
 };
+use crate::output::json::contract::{Line, MergeLine, MergeNode, MergePair};
 
-/// `pktrace merge` arguments.
-#[derive(Clone, Debug, clap::Args)]
-#[command(after_help = MERGE_HELP)]
-pub struct MergeArgs {
-    /// JSON lines of `pktrace -o json` from each node: `NODE=FILE`, or `FILE` for a node named
-    /// after the file (`aks-node-1.jsonl` is node `aks-node-1`).
-    #[arg(value_name = "[NODE=]FILE", required = true, num_args = 1..)]
+/// What `pktrace merge` is asked to do (the command line's `MergeArgs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// `NODE=FILE` or `FILE` (see [`NodeInput::parse`]).
     pub inputs: Vec<String>,
-
-    /// Interfaces that connect the nodes (comma-separated names and globs).
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        default_value = "eth0"
-    )]
-    pub uplink: Vec<String>,
-
+    /// Interfaces that connect the nodes (names and globs).
+    pub uplinks: Vec<String>,
     /// Longest one-way delay between nodes to accept once the clocks are aligned.
-    #[arg(long, value_name = "DURATION", default_value = "1s")]
-    #[arg(value_parser = crate::cli::parse_duration)]
     pub max_delay: Duration,
 }
-
-const MERGE_HELP: &str = "\
-Record on each node with pktrace ... -o json > NODE.jsonl (trace the same addresses on every
-node, e.g. --pod-ip with both pods' IPs), then merge. A journey leaving a node on an uplink
-(last step egress on eth0) is joined to the journey entering another node on its uplink with
-the same packet (protocol, src, dst, IP id). Clocks are aligned from the packets crossing both
-ways (NTP-style); wall clocks are not used.
-
-Output: one JSON line per journey, steps with a `node` field, `t_ns` on the aligned clock,
-`wire_ns` on the first step of each later node; a {\"type\":\"merge\",...} line last.";
 
 /// Failures of `pktrace merge` (exit 1).
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +71,7 @@ impl MergeError {
 ///
 /// # Errors
 /// An input cannot be read or parsed, two inputs name the same node, or writing failed.
-pub fn run(args: &MergeArgs, out: &mut dyn Write) -> Result<(), MergeError> {
+pub fn run(args: &Options, out: &mut dyn Write) -> Result<(), MergeError> {
     let inputs: Vec<NodeInput> = args.inputs.iter().map(|a| NodeInput::parse(a)).collect();
     for (i, input) in inputs.iter().enumerate() {
         if inputs[..i].iter().any(|o| o.node == input.node) {
@@ -106,7 +83,7 @@ pub fn run(args: &MergeArgs, out: &mut dyn Write) -> Result<(), MergeError> {
         journeys.extend(input::read(node, input)?);
     }
     let max_delay = i64::try_from(args.max_delay.as_nanos()).unwrap_or(i64::MAX);
-    let merged = merge(&inputs, &journeys, &args.uplink, max_delay);
+    let merged = merge(&inputs, &journeys, &args.uplinks, max_delay);
     for line in &merged {
         let mut buf = serde_json::to_vec(line).map_err(|e| MergeError::Output(e.into()))?;
         buf.push(b'\n');
@@ -122,7 +99,7 @@ pub fn merge(
     journeys: &[NodeJourney],
     uplinks: &[String],
     max_delay_ns: i64,
-) -> Vec<Value> {
+) -> Vec<Line> {
     let candidates = link::candidates(journeys, uplinks);
     let pairs = clock::pair_offsets(&link::unambiguous(&candidates), max_delay_ns);
     let clocks = clock::align(inputs.len(), &pairs);
@@ -130,9 +107,9 @@ pub fn merge(
     let mut chains = chain::chains(journeys.len(), &links);
     chains.sort_by_key(|c| chain::start_of(c, journeys, &clocks));
     let names: Vec<String> = inputs.iter().map(|i| i.node.clone()).collect();
-    let mut lines: Vec<Value> = chains
+    let mut lines: Vec<Line> = chains
         .iter()
-        .map(|c| chain::line(c, journeys, &clocks, &names))
+        .map(|c| Line::Journey(chain::line(c, journeys, &clocks, &names)))
         .collect();
     let stats = Stats {
         journeys_in: journeys.len(),
@@ -141,7 +118,9 @@ pub fn merge(
         links: links.len(),
         candidates: candidates.len(),
     };
-    lines.push(merge_line(inputs, journeys, &clocks, &pairs, &stats));
+    lines.push(Line::Merge(merge_line(
+        inputs, journeys, &clocks, &pairs, &stats,
+    )));
     lines
 }
 
@@ -159,47 +138,46 @@ fn merge_line(
     clocks: &[NodeClock],
     pairs: &[PairOffset],
     stats: &Stats,
-) -> Value {
+) -> MergeLine {
     let name = |i: usize| inputs[i].node.clone();
-    let nodes: Vec<Value> = inputs
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let nodes = inputs
         .iter()
         .enumerate()
         .map(|(i, input)| {
             let c = &clocks[i];
-            let mut node = json!({
-                "node": input.node,
-                "file": PathBuf::from(&input.path).display().to_string(),
-                "journeys": journeys.iter().filter(|j| j.node == i).count(),
-                "reference": name(c.reference),
-                "offset_ns": c.offset_ns,
-                "clock": c.method.as_str(),
-            });
-            if let Some(e) = c.error_ns {
-                node["error_ns"] = e.into();
+            MergeNode {
+                node: input.node.clone(),
+                file: PathBuf::from(&input.path).display().to_string(),
+                journeys: count(journeys.iter().filter(|j| j.node == i).count()),
+                reference: name(c.reference),
+                offset_ns: c.offset_ns,
+                clock: c.method.as_str().to_owned(),
+                error_ns: c.error_ns,
+                via: c.via.map(name),
             }
-            if let Some(via) = c.via {
-                node["via"] = name(via).into();
-            }
-            node
         })
         .collect();
-    let pairs: Vec<Value> = pairs
+    let pairs = pairs
         .iter()
-        .map(|p| {
-            json!({"a": name(p.a), "b": name(p.b), "offset_ns": p.offset_ns,
-                   "error_ns": p.error_ns, "samples_ab": p.samples.0, "samples_ba": p.samples.1})
+        .map(|p| MergePair {
+            a: name(p.a),
+            b: name(p.b),
+            offset_ns: p.offset_ns,
+            error_ns: p.error_ns,
+            samples_ab: count(p.samples.0),
+            samples_ba: count(p.samples.1),
         })
         .collect();
-    json!({
-        "type": "merge",
-        "journeys_in": stats.journeys_in,
-        "journeys_out": stats.journeys_out,
-        "cross_node": stats.cross_node,
-        "links": stats.links,
-        "candidates": stats.candidates,
-        "nodes": nodes,
-        "pairs": pairs,
-    })
+    MergeLine {
+        journeys_in: count(stats.journeys_in),
+        journeys_out: count(stats.journeys_out),
+        cross_node: count(stats.cross_node),
+        links: count(stats.links),
+        candidates: count(stats.candidates),
+        nodes,
+        pairs,
+    }
 }
 
 #[cfg(test)]

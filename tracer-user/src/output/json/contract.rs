@@ -63,6 +63,20 @@ pub struct JourneyLine {
     pub start_ktime_ns: Option<u64>,
 }
 
+impl JourneyLine {
+    /// The journey line in a JSON object; `None` for a line of another type, or of none, which
+    /// is not read further (readers skip what they do not need).
+    ///
+    /// # Errors
+    /// A journey line lacks a field of the contract or has one of the wrong type.
+    pub fn from_object(object: Map<String, Value>) -> serde_json::Result<Option<Self>> {
+        if object.get("type").and_then(Value::as_str) != Some("journey") {
+            return Ok(None);
+        }
+        serde_json::from_value(Value::Object(object)).map(Some)
+    }
+}
+
 /// Why a journey was closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -147,6 +161,32 @@ pub struct StepLine {
     /// Fields this version does not know (written by a newer pktrace), kept as they are.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl StepLine {
+    /// A step with its point, packet and time, and no other field.
+    #[must_use]
+    pub fn new(point: Point, src: String, dst: String, t_ns: u64) -> Self {
+        Self {
+            point,
+            iface: None,
+            src,
+            dst,
+            orig_src: None,
+            orig_dst: None,
+            reply: None,
+            latency_ns: None,
+            t_ns,
+            t_at_or_before: false,
+            ip_id: None,
+            rule: None,
+            service: None,
+            why: None,
+            node: None,
+            wire_ns: None,
+            extra: Map::new(),
+        }
+    }
 }
 
 /// A key that is present is `Some`, even when its value is `null` (serde's default for an
