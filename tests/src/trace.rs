@@ -10,6 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
+use tracer_user::output::json::contract::{JourneyLine, Line, SummaryLine};
 use xtask::lab::{NODE_NS, STATE_FILE, in_ns};
 
 use crate::pktrace_bin;
@@ -94,7 +95,10 @@ pub struct Pktrace {
 #[derive(Debug)]
 pub struct Trace {
     pub status: ExitStatus,
+    /// Every line as JSON.
     pub lines: Vec<Value>,
+    /// The same lines as the JSON lines contract reads them (`tracer_user`'s own types).
+    pub contract: Vec<Line>,
     pub stderr: String,
 }
 
@@ -272,11 +276,7 @@ impl Pktrace {
 
     fn finish(&self, status: ExitStatus) -> Trace {
         let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
-        let lines = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-            .collect();
-        Trace { status, lines, stderr: self.stderr() }
+        Trace::from_output(status, &out, self.stderr())
     }
 }
 
@@ -303,18 +303,58 @@ fn file(dir: &std::path::Path, name: &str) -> fs::File {
 }
 
 impl Trace {
+    /// What pktrace printed on stdout, every line of which must be JSON and read as the JSON
+    /// lines contract (line types the contract does not know are allowed).
+    #[must_use]
+    pub fn from_output(status: ExitStatus, stdout: &str, stderr: String) -> Self {
+        let lines = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        let contract = stdout
+            .lines()
+            .map(|l| Line::parse(l).unwrap_or_else(|e| panic!("not a line of the contract ({e}): {l}")))
+            .collect();
+        Self { status, lines, contract, stderr }
+    }
+
     /// The `journey` lines.
     #[must_use]
     pub fn journeys(&self) -> Vec<&Value> {
-        self.lines.iter().filter(|l| l["type"] == "journey").collect()
+        self.with_contract().filter(|(_, c)| matches!(c, Line::Journey(_))).map(|(l, _)| l).collect()
+    }
+
+    /// The `journey` lines, typed.
+    #[must_use]
+    pub fn journey_lines(&self) -> Vec<&JourneyLine> {
+        self.contract
+            .iter()
+            .filter_map(|c| match c {
+                Line::Journey(j) => Some(j),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn with_contract(&self) -> impl Iterator<Item = (&Value, &Line)> {
+        self.lines.iter().zip(&self.contract)
     }
 
     /// The summary line; it must be the last line.
     #[must_use]
     pub fn summary(&self) -> &Value {
         let last = self.lines.last().unwrap_or_else(|| panic!("no output; stderr:\n{}", self.stderr));
-        assert_eq!(last["type"], "summary", "the summary must come last");
+        let _checked_it_is_the_summary = self.summary_line();
         last
+    }
+
+    /// The summary line, typed; it must be the last line.
+    #[must_use]
+    pub fn summary_line(&self) -> &SummaryLine {
+        match self.contract.last() {
+            Some(Line::Summary(s)) => s,
+            other => panic!("the summary must come last, not {other:?}; stderr:\n{}", self.stderr),
+        }
     }
 
     /// Journeys whose first step saw the packet as `src` → `dst`.

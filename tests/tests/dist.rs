@@ -69,15 +69,7 @@ impl Started {
         unsafe { libc::kill(i32::try_from(self.child.id()).unwrap(), libc::SIGINT) };
         let status = self.child.wait().expect("wait");
         let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
-        let lines = out
-            .lines()
-            .map(|l| serde_json::from_str(l).expect(l))
-            .collect();
-        let trace = Trace {
-            status,
-            lines,
-            stderr: self.stderr(),
-        };
+        let trace = Trace::from_output(status, &out, self.stderr());
         fs::remove_dir_all(&self.dir).ok();
         trace
     }

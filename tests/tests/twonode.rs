@@ -7,11 +7,11 @@
 
 use std::{fs, path::Path, process::Command};
 
-use serde_json::Value;
 use tests::{
     LabGuard, pktrace_bin,
-    trace::{Pktrace, Trace, nat_steps, steps},
+    trace::{Pktrace, Trace},
 };
+use tracer_user::output::json::contract::{JourneyLine, Line, MergeLine, Point, StepLine};
 use xtask::lab::{
     self, UBUNTU,
     node2::{NODE2_NS, REMOTE_BACKEND, REMOTE_CLUSTER_IP, REMOTE_SEP_CHAIN},
@@ -27,18 +27,29 @@ fn write_jsonl(path: &Path, trace: &Trace) {
 }
 
 /// Steps of a merged journey that happened on `node`.
-fn on(journey: &Value, node: &str) -> Vec<Value> {
-    steps(journey)
-        .into_iter()
-        .filter(|s| s["node"] == node)
+fn on<'a>(journey: &'a JourneyLine, node: &str) -> Vec<&'a StepLine> {
+    journey
+        .steps
+        .iter()
+        .filter(|s| s.node.as_deref() == Some(node))
         .collect()
 }
 
-fn point(step: &Value) -> (String, String) {
-    (
-        step["point"].as_str().unwrap_or("?").to_owned(),
-        step["iface"].as_str().unwrap_or("-").to_owned(),
-    )
+fn point(step: &StepLine) -> (Point, String) {
+    let iface = step.iface.clone().flatten();
+    (step.point, iface.unwrap_or_else(|| "-".into()))
+}
+
+fn nat_steps(journey: &JourneyLine) -> Vec<&StepLine> {
+    journey.steps.iter().filter(|s| s.point.is_nat()).collect()
+}
+
+fn first_iface(journey: &JourneyLine) -> Option<&str> {
+    journey.steps[0].iface.as_ref()?.as_deref()
+}
+
+fn nodes(names: &[&str]) -> Option<Vec<String>> {
+    Some(names.iter().map(|&n| n.to_owned()).collect())
 }
 
 #[test]
@@ -60,8 +71,8 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
     let t2 = node2.stop();
     assert!(t1.status.success(), "node 1:\n{}", t1.dump());
     assert!(t2.status.success(), "node 2:\n{}", t2.dump());
-    assert_eq!(t1.summary()["lost_events"], 0, "{}", t1.dump());
-    assert_eq!(t2.summary()["lost_events"], 0, "{}", t2.dump());
+    assert_eq!(t1.summary_line().lost_events, 0, "{}", t1.dump());
+    assert_eq!(t2.summary_line().lost_events, 0, "{}", t2.dump());
 
     // The backend on node 2 saw the client pod's own address: no SNAT anywhere.
     let log = lab::server_log(&REMOTE_BACKEND.netns());
@@ -73,15 +84,15 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
 
     // What each node saw on its own: node 1 sends requests out of eth0, node 2 takes them in.
     let vip = REMOTE_CLUSTER_IP.to_string();
-    let requests1: Vec<&Value> = t1
-        .journeys()
+    let requests1: Vec<&JourneyLine> = t1
+        .journey_lines()
         .into_iter()
-        .filter(|j| j["steps"][0]["dst"] == vip.as_str())
+        .filter(|j| j.steps[0].dst == vip)
         .collect();
-    let replies2: Vec<&Value> = t2
-        .journeys()
+    let replies2: Vec<&JourneyLine> = t2
+        .journey_lines()
         .into_iter()
-        .filter(|j| j["steps"][0]["iface"] == REMOTE_BACKEND.host_if)
+        .filter(|j| first_iface(j) == Some(REMOTE_BACKEND.host_if))
         .collect();
     assert!(
         requests1.len() >= 3 * CONNECTIONS,
@@ -108,101 +119,94 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
         "merge failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let (merge, merged) = lines.split_last().expect("merge output");
-    assert_eq!(merge["type"], "merge", "{merge}");
+    let mut merged: Vec<JourneyLine> = Vec::new();
+    let mut merge: Option<MergeLine> = None;
+    for l in text.lines() {
+        assert!(merge.is_none(), "the merge line must come last: {text}");
+        match Line::parse(l).unwrap_or_else(|e| panic!("{e}: {l}")) {
+            Line::Journey(j) => merged.push(j),
+            Line::Merge(m) => merge = Some(m),
+            other => panic!("merge wrote {other:?}"),
+        }
+    }
+    let merge = merge.unwrap_or_else(|| panic!("no merge line: {text}"));
     let dump = || format!("{text}\nnode 1:\n{}\nnode 2:\n{}", t1.dump(), t2.dump());
 
     // Requests: every one node 1 traced is one journey over both nodes.
-    let requests: Vec<&Value> = merged
+    let requests: Vec<&JourneyLine> = merged
         .iter()
-        .filter(|j| j["steps"][0]["node"] == "node1" && j["steps"][0]["dst"] == vip.as_str())
+        .filter(|j| j.steps[0].node.as_deref() == Some("node1") && j.steps[0].dst == vip)
         .collect();
     assert_eq!(requests.len(), requests1.len(), "{}", dump());
     for j in &requests {
-        assert_eq!(j["nodes"], serde_json::json!(["node1", "node2"]), "{j}");
+        assert_eq!(j.nodes, nodes(&["node1", "node2"]), "{j:?}");
         let (n1, n2) = (on(j, "node1"), on(j, "node2"));
         assert_eq!(
             point(&n1[0]),
-            ("ingress".into(), UBUNTU.host_if.into()),
-            "{j}"
+            (Point::Ingress, UBUNTU.host_if.into()),
+            "{j:?}"
         );
         assert_eq!(
             point(n1.last().unwrap()),
-            ("egress".into(), UPLINK.into()),
-            "{j}"
+            (Point::Egress, UPLINK.into()),
+            "{j:?}"
         );
-        assert_eq!(point(&n2[0]), ("ingress".into(), UPLINK.into()), "{j}");
+        assert_eq!(point(n2[0]), (Point::Ingress, UPLINK.into()), "{j:?}");
         assert_eq!(
             point(n2.last().unwrap()),
-            ("egress".into(), REMOTE_BACKEND.host_if.into()),
-            "{j}"
+            (Point::Egress, REMOTE_BACKEND.host_if.into()),
+            "{j:?}"
         );
         // The one NAT step: the DNAT on node 1, by the service's endpoint rule; none on node 2.
         let nat = nat_steps(j);
-        assert_eq!(nat.len(), 1, "{j}");
-        assert_eq!(nat[0]["point"], "dnat", "{j}");
-        assert_eq!(nat[0]["node"], "node1", "{j}");
-        assert_eq!(nat[0]["orig_dst"], vip.as_str(), "{j}");
-        assert!(
-            nat[0]["dst"]
-                .as_str()
-                .is_some_and(|d| d.starts_with(&format!("{backend}:"))),
-            "{j}"
-        );
-        if nat[0].get("rule").is_some() {
-            assert_eq!(nat[0]["rule"], REMOTE_SEP_CHAIN, "{j}");
+        assert_eq!(nat.len(), 1, "{j:?}");
+        assert_eq!(nat[0].point, Point::Dnat, "{j:?}");
+        assert_eq!(nat[0].node.as_deref(), Some("node1"), "{j:?}");
+        assert_eq!(nat[0].orig_dst.as_deref(), Some(vip.as_str()), "{j:?}");
+        assert!(nat[0].dst.starts_with(&format!("{backend}:")), "{j:?}");
+        if let Some(rule) = &nat[0].rule {
+            assert_eq!(rule, REMOTE_SEP_CHAIN, "{j:?}");
         }
         // On the wire: the client pod's own address to the pod, as node 2 received it.
-        assert!(
-            n2[0]["src"]
-                .as_str()
-                .is_some_and(|s| s.starts_with(&format!("{client}:"))),
-            "{j}"
-        );
-        assert!(
-            n2[0]["wire_ns"].is_i64() || n2[0]["wire_ns"].is_u64(),
-            "{j}"
-        );
-        assert_eq!(n1.last().unwrap()["ip_id"], n2[0]["ip_id"], "{j}");
+        assert!(n2[0].src.starts_with(&format!("{client}:")), "{j:?}");
+        assert!(n2[0].wire_ns.is_some(), "{j:?}");
+        assert_eq!(n1.last().unwrap().ip_id, n2[0].ip_id, "{j:?}");
     }
 
     // Replies: node 2's pod veth → node 2's eth0 → node 1's eth0 → the un-DNAT on node 1 →
     // ubuntu's veth.
-    let replies: Vec<&Value> = merged
+    let replies: Vec<&JourneyLine> = merged
         .iter()
         .filter(|j| {
-            j["steps"][0]["node"] == "node2" && j["steps"][0]["iface"] == REMOTE_BACKEND.host_if
+            j.steps[0].node.as_deref() == Some("node2")
+                && first_iface(j) == Some(REMOTE_BACKEND.host_if)
         })
         .collect();
     assert_eq!(replies.len(), replies2.len(), "{}", dump());
     for j in &replies {
-        assert_eq!(j["nodes"], serde_json::json!(["node2", "node1"]), "{j}");
+        assert_eq!(j.nodes, nodes(&["node2", "node1"]), "{j:?}");
         let (n2, n1) = (on(j, "node2"), on(j, "node1"));
         assert_eq!(
             point(n2.last().unwrap()),
-            ("egress".into(), UPLINK.into()),
-            "{j}"
+            (Point::Egress, UPLINK.into()),
+            "{j:?}"
         );
-        assert_eq!(point(&n1[0]), ("ingress".into(), UPLINK.into()), "{j}");
+        assert_eq!(point(n1[0]), (Point::Ingress, UPLINK.into()), "{j:?}");
         assert_eq!(
             point(n1.last().unwrap()),
-            ("egress".into(), UBUNTU.host_if.into()),
-            "{j}"
+            (Point::Egress, UBUNTU.host_if.into()),
+            "{j:?}"
         );
         let nat = nat_steps(j);
-        assert_eq!(nat.len(), 1, "{j}");
+        assert_eq!(nat.len(), 1, "{j:?}");
         assert_eq!(
-            (&nat[0]["point"], &nat[0]["reply"], &nat[0]["node"]),
-            (&"dnat".into(), &true.into(), &"node1".into()),
-            "{j}"
+            (nat[0].point, nat[0].reply, nat[0].node.as_deref()),
+            (Point::Dnat, Some(true), Some("node1")),
+            "{j:?}"
         );
         assert!(
-            n1.last().unwrap()["src"] == vip.as_str(),
-            "the reply leaves as the ClusterIP: {j}"
+            n1.last().unwrap().src == vip,
+            "the reply leaves as the ClusterIP: {j:?}"
         );
     }
 
@@ -210,30 +214,31 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
     assert!(
         merged
             .iter()
-            .all(|j| nat_steps(j).iter().all(|s| s["point"] != "snat")),
+            .all(|j| nat_steps(j).iter().all(|s| s.point != Point::Snat)),
         "{}",
         dump()
     );
     let cross = requests.len() + replies.len();
-    assert_eq!(merge["cross_node"], cross, "{merge}");
+    assert_eq!(merge.cross_node, cross as u64, "{merge:?}");
     assert_eq!(
-        merge["journeys_in"],
-        t1.journeys().len() + t2.journeys().len(),
-        "{merge}"
+        merge.journeys_in,
+        (t1.journeys().len() + t2.journeys().len()) as u64,
+        "{merge:?}"
     );
 
     // One kernel, one clock: the offset estimated from the packets must be within its own
     // error bound of zero (two-way: requests one way, replies the other).
-    let node2_clock = merge["nodes"]
-        .as_array()
-        .and_then(|n| n.iter().find(|n| n["node"] == "node2"))
-        .unwrap_or_else(|| panic!("{merge}"));
-    assert_eq!(node2_clock["clock"], "two-way", "{merge}");
-    let offset = node2_clock["offset_ns"].as_i64().unwrap();
-    let error = node2_clock["error_ns"].as_i64().unwrap();
+    let node2_clock = merge
+        .nodes
+        .iter()
+        .find(|n| n.node == "node2")
+        .unwrap_or_else(|| panic!("{merge:?}"));
+    assert_eq!(node2_clock.clock, "two-way", "{merge:?}");
+    let offset = node2_clock.offset_ns;
+    let error = node2_clock.error_ns.unwrap_or_else(|| panic!("{merge:?}"));
     assert!(
         offset.abs() <= error,
-        "offset {offset} ns beyond its bound {error} ns: {merge}"
+        "offset {offset} ns beyond its bound {error} ns: {merge:?}"
     );
     eprintln!(
         "two_node: {} of {} node-1 requests and {} of {} node-2 replies merged across nodes \
@@ -243,7 +248,7 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
         requests1.len(),
         replies.len(),
         replies2.len(),
-        merge["journeys_in"],
-        merge["journeys_out"],
+        merge.journeys_in,
+        merge.journeys_out,
     );
 }
