@@ -403,6 +403,12 @@ pub fn shape(journey: &Value) -> Vec<(String, String, bool)> {
         .collect()
 }
 
+/// A journey line (from [`Trace::journeys`]) as the contract's type.
+#[must_use]
+pub fn typed(journey: &Value) -> JourneyLine {
+    serde_json::from_value(journey.clone()).unwrap_or_else(|e| panic!("not a journey line ({e}): {journey}"))
+}
+
 /// The steps of a journey.
 #[must_use]
 pub fn steps(journey: &Value) -> Vec<Value> {

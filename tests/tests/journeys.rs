@@ -8,10 +8,10 @@ use serde_json::Value;
 use tests::{
     LabGuard,
     trace::{
-        CtEntry, Pktrace, Trace, assert_path, assert_masqueraded, conntrack_hook, ct_entry, nat_steps, shape,
-        steps,
+        CtEntry, Pktrace, Trace, assert_path, assert_masqueraded, conntrack_hook, ct_entry, nat_steps, shape, typed,
     },
 };
+use tracer_user::output::json::contract::Point;
 use xtask::lab::{self, PODS, UBUNTU};
 
 const POD: &str = "10.13.76.46";
@@ -27,37 +27,31 @@ fn veth_of(ip: &str) -> &'static str {
         .unwrap_or_else(|| panic!("{ip} is not a lab pod"))
 }
 
-fn step_tuple(s: &Value) -> (String, String) {
-    (s["src"].as_str().unwrap_or("").to_owned(), s["dst"].as_str().unwrap_or("").to_owned())
-}
-
 fn owned(v: &[(&str, &str, bool)]) -> Vec<(String, String, bool)> {
     v.iter().map(|(p, i, r)| ((*p).to_owned(), (*i).to_owned(), *r)).collect()
 }
 
-/// Checks what every journey must satisfy: steps in time order starting at 0, contract keys.
+/// Checks what every journey must satisfy: steps in time order starting at 0, the keys of
+/// each kind of step (the contract's types read every line already).
 fn check_contract(trace: &Trace) {
-    for j in trace.journeys() {
-        assert_eq!(j["pod"], "default/ubuntu", "{j}");
-        let steps = steps(j);
-        assert!(!steps.is_empty(), "{j}");
-        assert_eq!(steps[0]["t_ns"], 0, "{j}");
-        let times: Vec<u64> = steps.iter().map(|s| s["t_ns"].as_u64().expect("t_ns")).collect();
-        assert!(times.windows(2).all(|w| w[0] <= w[1]), "steps out of time order: {j}");
-        for s in &steps {
-            match s["point"].as_str() {
-                Some("ingress" | "egress") => assert!(s["iface"].is_string(), "{s}"),
-                Some("dnat" | "snat") => {
-                    for key in ["orig_src", "orig_dst", "reply", "latency_ns"] {
-                        assert!(s.get(key).is_some(), "NAT step without {key}: {s}");
-                    }
-                }
-                other => panic!("unknown point {other:?} in {j}"),
+    for j in trace.journey_lines() {
+        assert_eq!(j.pod, "default/ubuntu", "{j:?}");
+        assert!(!j.steps.is_empty(), "{j:?}");
+        assert_eq!(j.steps[0].t_ns, 0, "{j:?}");
+        assert!(j.steps.windows(2).all(|w| w[0].t_ns <= w[1].t_ns), "steps out of time order: {j:?}");
+        for s in &j.steps {
+            if s.point.is_nat() {
+                let nat = (&s.orig_src, &s.orig_dst, s.reply, s.latency_ns);
+                assert!(
+                    nat.0.is_some() && nat.1.is_some() && nat.2.is_some() && nat.3.is_some(),
+                    "NAT step without orig_src, orig_dst, reply or latency_ns: {s:?}"
+                );
+            } else {
+                assert!(matches!(s.iface, Some(Some(_))), "tc step without iface: {s:?}");
             }
         }
     }
-    let summary = trace.summary();
-    assert_eq!(summary["lost_events"], 0, "{}", trace.dump());
+    assert_eq!(trace.summary_line().lost_events, 0, "{}", trace.dump());
 }
 
 /// The journeys of one flow, split into original direction (from the pod) and replies.
@@ -71,27 +65,27 @@ fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) 
 
 /// Each NAT step must be what conntrack recorded for the connection.
 fn check_nat_against_conntrack(journey: &Value, ct: &CtEntry) {
-    for s in nat_steps(journey) {
-        let (src, dst) = step_tuple(&s);
-        let reply = s["reply"].as_bool().expect("reply");
-        match (s["point"].as_str().expect("point"), reply) {
-            ("dnat", false) => {
-                assert_eq!(s["orig_dst"], ct.orig_dst_ep().as_str(), "{s} vs {ct:?}");
-                assert_eq!(dst, ct.reply_src_ep(), "DNAT target must be conntrack's reply source: {s} vs {ct:?}");
+    for s in typed(journey).steps.iter().filter(|s| s.point.is_nat()) {
+        let (src, dst) = (s.src.as_str(), s.dst.as_str());
+        match (s.point, s.reply.expect("reply")) {
+            (Point::Dnat, false) => {
+                assert_eq!(s.orig_dst.as_deref(), Some(ct.orig_dst_ep().as_str()), "{s:?} vs {ct:?}");
+                assert_eq!(dst, ct.reply_src_ep(), "DNAT target must be conntrack's reply source: {s:?} vs {ct:?}");
             }
-            ("snat", false) => {
-                assert_eq!(src, ct.reply_dst_ep(), "SNAT source must be conntrack's reply destination: {s} vs {ct:?}");
+            (Point::Snat, false) => {
+                assert_eq!(src, ct.reply_dst_ep(), "SNAT source must be conntrack's reply destination: {s:?} vs {ct:?}");
             }
-            ("dnat", true) => assert_eq!(src, ct.orig_dst_ep(), "un-DNAT restores the original destination: {s} vs {ct:?}"),
-            ("snat", true) => assert_eq!(dst, ct.orig_src_ep(), "un-SNAT restores the pod: {s} vs {ct:?}"),
+            (Point::Dnat, true) => assert_eq!(src, ct.orig_dst_ep(), "un-DNAT restores the original destination: {s:?} vs {ct:?}"),
+            (Point::Snat, true) => assert_eq!(dst, ct.orig_src_ep(), "un-SNAT restores the pod: {s:?} vs {ct:?}"),
             other => panic!("unexpected NAT step {other:?}"),
         }
+        let latency = s.latency_ns.unwrap_or_else(|| panic!("NAT step without latency_ns: {s:?}"));
         if conntrack_hook() {
-            assert!(s["latency_ns"].is_null(), "conntrack cannot time a NAT step: {s}");
+            assert!(latency.is_none(), "conntrack cannot time a NAT step: {s:?}");
             continue;
         }
-        let latency = s["latency_ns"].as_u64().unwrap_or_else(|| panic!("latency not measured: {s}"));
-        assert!(latency > 0 && latency < 1_000_000_000, "implausible NAT latency {latency}: {s}");
+        let latency = latency.unwrap_or_else(|| panic!("latency not measured: {s:?}"));
+        assert!(latency > 0 && latency < 1_000_000_000, "implausible NAT latency {latency}: {s:?}");
     }
 }
 
@@ -174,10 +168,11 @@ fn udp_to_dns_cluster_ip_is_dnated_to_the_dns_pod() {
     assert_path(reply[0], "azv3cd1b2db354", &[("dnat", true)], POD_VETH, BRIDGE);
     check_nat_against_conntrack(orig[0], &ct);
     check_nat_against_conntrack(reply[0], &ct);
-    let rule = &nat_steps(orig[0])[0];
-    if rule.get("rule").is_some() {
-        assert_eq!(rule["rule"], "KUBE-SEP-DNSA5WQ4ZDRJQTVF");
-        assert_eq!(rule["service"], "kube-system/kube-dns");
+    let dnat = typed(orig[0]);
+    let rule = dnat.steps.iter().find(|s| s.point.is_nat()).expect("a NAT step");
+    if rule.rule.is_some() {
+        assert_eq!(rule.rule.as_deref(), Some("KUBE-SEP-DNSA5WQ4ZDRJQTVF"));
+        assert_eq!(rule.service.as_deref(), Some("kube-system/kube-dns"));
     }
 }
 
@@ -208,7 +203,7 @@ fn tcp_and_icmp_to_the_internet_are_masqueraded_to_the_node() {
     answers.extend(trace.starting_at_nat("203.0.113.80", NODE_IP));
     assert_eq!(answers.len(), 2, "two echo replies\n{}", trace.dump());
     check_masqueraded(&echo, (POD_VETH, "eth0"), &[("snat", false)], &icmp);
-    assert!(echo.iter().all(|j| j["proto"] == "icmp"));
+    assert!(echo.iter().all(|j| typed(j).proto == "icmp"));
     check_masqueraded(&answers, ("eth0", POD_VETH), &[("snat", true)], &icmp);
 }
 

@@ -142,7 +142,7 @@ fn two_node_cluster_ip_journeys_merge_across_nodes() {
         assert_eq!(j.nodes, nodes(&["node1", "node2"]), "{j:?}");
         let (n1, n2) = (on(j, "node1"), on(j, "node2"));
         assert_eq!(
-            point(&n1[0]),
+            point(n1[0]),
             (Point::Ingress, UBUNTU.host_if.into()),
             "{j:?}"
         );
