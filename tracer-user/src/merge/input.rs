@@ -47,6 +47,7 @@ impl NodeInput {
 pub struct NodeJourney {
     /// Index of the node in the inputs.
     pub node: usize,
+    /// The journey line as read.
     pub line: JourneyLine,
     /// `start_ktime_ns`: the node's monotonic clock at the first step.
     pub start_ns: i64,
@@ -60,6 +61,7 @@ impl NodeJourney {
         self.start_ns.saturating_add(i64::try_from(t).unwrap_or(0))
     }
 
+    /// The steps, in time order.
     #[must_use]
     pub fn steps(&self) -> &[StepLine] {
         &self.line.steps
