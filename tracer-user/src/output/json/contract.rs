@@ -1,7 +1,7 @@
 //! The JSON lines contract of DESIGN.md as types: every line `pktrace -o json` and
 //! `pktrace merge` write, and what their readers (`merge`, the integration tests) parse. The
 //! field names and their order live here only: the hand-written journey writer
-//! ([`super::write`]) is tested to write the bytes serde writes for [`JourneyLine`].
+//! (`write.rs` beside this file) is tested to write the bytes serde writes for [`JourneyLine`].
 //!
 //! Readers parse a line with [`Line::parse`]; line types they do not know are
 //! [`Line::Unknown`], and step fields they do not know are kept in [`StepLine::extra`] (so that
