@@ -17,7 +17,7 @@ mod attach;
 pub mod cli;
 mod collect;
 pub mod config;
-mod diag;
+pub mod diag;
 pub mod explain;
 pub mod expr;
 mod follow;

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     let cfg = match config::Config::from_args(cli.trace, std::io::stdout().is_terminal()) {
         Ok(cfg) => cfg,
         Err(e) => {
-            eprintln!("pktrace: {e}");
+            tracer_user::diag::line(e);
             return ExitCode::from(2);
         }
     };
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let code = if e.is_usage() { 2 } else { 1 };
-            eprintln!("pktrace: {:#}", anyhow::Error::new(e));
+            tracer_user::diag::line(format_args!("{:#}", anyhow::Error::new(e)));
             ExitCode::from(code)
         }
     }
@@ -52,7 +52,7 @@ fn finish_output(result: std::io::Result<()>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pktrace: writing the output: {e}");
+            tracer_user::diag::line(format_args!("writing the output: {e}"));
             ExitCode::from(1)
         }
     }

@@ -84,11 +84,11 @@ pub fn role_of(index: u32, name: &str) -> Role {
     match roles::of(index) {
         Ok(role) => role.unwrap_or(Role::Uplink),
         Err(e) => {
-            eprintln!(
-                "pktrace: warning: reading the kind of {} over rtnetlink failed ({e}): it counts \
+            crate::diag::line(format_args!(
+                "warning: reading the kind of {} over rtnetlink failed ({e}): it counts \
                  as an edge, so a packet routed through it would show as two journeys",
                 crate::util::safe(name)
-            );
+            ));
             Role::Uplink
         }
     }

@@ -248,7 +248,7 @@ static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 /// Says each lost source on stderr, once per tool and process.
 pub fn report(lost: &[Lost]) {
     for line in first_time(&SAID, lost) {
-        eprintln!("pktrace: {line}");
+        crate::diag::line(line);
     }
 }
 

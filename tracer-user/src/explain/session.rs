@@ -77,12 +77,12 @@ impl Explainer {
         let rules = match Ruleset::load() {
             Ok(rules) => {
                 for note in &rules.notes {
-                    eprintln!("pktrace: {note}");
+                    crate::diag::line(note);
                 }
                 Some(Arc::new(rules))
             }
             Err(e) => {
-                eprintln!("pktrace: NAT steps will not name their rules: {e}");
+                crate::diag::line(format_args!("NAT steps will not name their rules: {e}"));
                 None
             }
         };
@@ -312,7 +312,7 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>,
             }
         });
     if let Err(e) = spawned {
-        eprintln!("pktrace: rules will not be re-read when they change: {e}");
+        crate::diag::line(format_args!("rules will not be re-read when they change: {e}"));
     }
     (rx, stop)
 }

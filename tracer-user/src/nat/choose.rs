@@ -129,7 +129,7 @@ pub fn kernel_offsets_or_default(kernel_btf: &btf::KernelBtf, verbose: u8) -> Ke
         Ok(o) => o,
         Err(e) => {
             if verbose > 0 {
-                eprintln!("pktrace: no kernel offsets for the NAT programs: {e}");
+                crate::diag::line(format_args!("no kernel offsets for the NAT programs: {e}"));
             }
             KernelOffsets::default()
         }
@@ -265,7 +265,7 @@ pub fn attach(
             Err(skip) => skip.explained(lockdown.as_deref()),
         };
         if let Some(log) = skip.verifier_log.as_deref().filter(|_| verbose > 0) {
-            eprintln!("pktrace: NAT hook {name}: verifier log:\n{log}");
+            crate::diag::line(format_args!("NAT hook {name}: verifier log:\n{log}"));
         }
         if want != NatHook::Auto {
             return Err(skip.unavailable(name));
