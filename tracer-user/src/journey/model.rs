@@ -8,8 +8,9 @@ use std::{
 
 use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, TcHook, Tuple};
 
-/// Where in the node a step was observed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Where in the node a step was observed (serde names: the JSON lines contract's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Point {
     /// tc ingress of an interface.
     Ingress,
@@ -195,8 +196,9 @@ impl Step {
     }
 }
 
-/// How a journey ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a journey ended (serde names: the JSON lines contract's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Ending {
     /// The packet left the node (egress on a pod veth or the uplink).
     Left,

@@ -448,7 +448,7 @@ fn merge_reads_lines_written_by_the_json_sink() {
 
     use crate::{
         config::Format,
-        journey::{Ending as Closed, Journey, Point as At, Step},
+        journey::{Journey, Step},
         output::test_support::{Shared, nat, t, tc},
         summary::Summary,
     };
@@ -461,18 +461,18 @@ fn merge_reads_lines_written_by_the_json_sink() {
         }
         Journey {
             steps,
-            ending: Closed::Left,
+            ending: Ending::Left,
         }
     };
     let on_a = with_id(vec![
-        tc(At::Ingress, "azv47c3ee9d512", pre, 1_000_000),
-        nat(At::Dnat, pre, post, 1_003_000, Some(2_000)),
-        tc(At::Egress, "eth0", post, 1_010_000),
+        tc(Ingress, "azv47c3ee9d512", pre, 1_000_000),
+        nat(Dnat, pre, post, 1_003_000, Some(2_000)),
+        tc(Egress, "eth0", post, 1_010_000),
     ]);
     let b_start = 1_050_000 + THETA.unsigned_abs();
     let on_b = with_id(vec![
-        tc(At::Ingress, "eth0", post, b_start),
-        tc(At::Egress, "azvb0b0b0b0b0b", post, b_start + 4_000),
+        tc(Ingress, "eth0", post, b_start),
+        tc(Egress, "azvb0b0b0b0b0b", post, b_start + 4_000),
     ]);
     let written = |j: &Journey| {
         let out = Shared::default();

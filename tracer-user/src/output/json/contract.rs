@@ -77,39 +77,10 @@ impl JourneyLine {
     }
 }
 
-/// Why a journey was closed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Ending {
-    /// Its last step left the node (or the pod).
-    Left,
-    /// No step came for the journey timeout.
-    TimedOut,
-    /// Closed at exit.
-    Flushed,
-    /// The interface it was waiting on went away.
-    InterfaceGone,
-}
+/// Where a step was seen, and why a journey was closed: the journey model's own enums, whose
+/// serde names are the contract's (`ingress`, `dnat`, `timed_out`, …).
+pub use crate::journey::{Ending, Point};
 
-/// Where a step was seen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Point {
-    /// tc ingress of `iface`.
-    Ingress,
-    /// tc egress of `iface`.
-    Egress,
-    Dnat,
-    Snat,
-}
-
-impl Point {
-    /// True for the NAT steps (which carry `orig_src`, `orig_dst`, `reply`, `latency_ns`).
-    #[must_use]
-    pub const fn is_nat(self) -> bool {
-        matches!(self, Self::Dnat | Self::Snat)
-    }
-}
 
 /// One step of a journey. `Option<Option<_>>`: outer `None` leaves the key out (it does not
 /// belong to this kind of step), inner `None` is `null` (it belongs but is unknown).

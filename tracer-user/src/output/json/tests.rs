@@ -513,7 +513,7 @@ fn written_endings_and_points_are_the_contracts() {
         Ending::Flushed,
         Ending::InterfaceGone,
     ];
-    let parsed: Vec<contract::Ending> = endings
+    let parsed: Vec<Ending> = endings
         .iter()
         .map(|&e| serde_json::from_slice(ending_json(e)).unwrap())
         .collect();
@@ -526,7 +526,7 @@ fn written_endings_and_points_are_the_contracts() {
     for p in [Point::Ingress, Point::Egress, Point::Dnat, Point::Snat] {
         let open = point_open(p);
         let value = &open[b"{\"point\":".len()..];
-        let parsed: contract::Point = serde_json::from_slice(value).unwrap();
+        let parsed: Point = serde_json::from_slice(value).unwrap();
         assert_eq!(serde_json::to_value(parsed).unwrap(), p.as_str());
         assert_eq!(parsed.is_nat(), p.is_nat());
     }
