@@ -67,12 +67,20 @@ impl Entry {
 
     /// `program args` in namespace `ns`, entered this way.
     #[must_use]
-    pub fn command(self, ns: &str, program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> Command {
+    pub fn command(
+        self,
+        ns: &str,
+        program: impl AsRef<std::ffi::OsStr>,
+        args: &[String],
+    ) -> Command {
         match self {
             Self::IpNetnsExec => in_ns(ns, program, args),
             Self::Nsenter => {
                 let mut cmd = Command::new("nsenter");
-                cmd.arg(format!("--net=/run/netns/{ns}")).arg("--").arg(program).args(args);
+                cmd.arg(format!("--net=/run/netns/{ns}"))
+                    .arg("--")
+                    .arg(program)
+                    .args(args);
                 cmd
             }
         }
@@ -154,12 +162,24 @@ impl Pktrace {
         {
             full.extend(["--nat-hook".into(), hook]);
         }
-        full.extend(["-o".into(), "json".into(), "--ready-file".into(), ready.display().to_string()]);
+        full.extend([
+            "-o".into(),
+            "json".into(),
+            "--ready-file".into(),
+            ready.display().to_string(),
+        ]);
         let mut cmd = entry.command(ns, pktrace_bin(), &full);
         cmd.envs(env.iter().copied());
-        cmd.stdout(file(&dir, "stdout")).stderr(file(&dir, "stderr")).stdin(Stdio::null());
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));
-        Self { child: Some(child), dir }
+        cmd.stdout(file(&dir, "stdout"))
+            .stderr(file(&dir, "stderr"))
+            .stdin(Stdio::null());
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting pktrace {full:?}: {e}"));
+        Self {
+            child: Some(child),
+            dir,
+        }
     }
 
     /// True once pktrace has attached every hook (its ready file exists).
@@ -179,10 +199,21 @@ impl Pktrace {
         let ready = self.dir.join("ready");
         let start = Instant::now();
         while !ready.exists() {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("pktrace exited before it was ready ({status}):\n{}", self.stderr());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "pktrace exited before it was ready ({status}):\n{}",
+                    self.stderr()
+                );
             }
-            assert!(start.elapsed() < READY_TIMEOUT, "pktrace not ready after {READY_TIMEOUT:?}:\n{}", self.stderr());
+            assert!(
+                start.elapsed() < READY_TIMEOUT,
+                "pktrace not ready after {READY_TIMEOUT:?}:\n{}",
+                self.stderr()
+            );
             sleep(Duration::from_millis(50));
         }
     }
@@ -191,7 +222,9 @@ impl Pktrace {
     /// exec).
     #[must_use]
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| i32::try_from(c.id()).unwrap_or(0))
+        self.child
+            .as_ref()
+            .map_or(0, |c| i32::try_from(c.id()).unwrap_or(0))
     }
 
     fn stderr(&self) -> String {
@@ -203,14 +236,19 @@ impl Pktrace {
     pub fn so_far(&self) -> (Vec<Value>, String) {
         let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
         let complete = out.rfind('\n').map_or("", |end| &out[..end]);
-        let lines = complete.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let lines = complete
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
         (lines, self.stderr())
     }
 
     /// Whether the process still runs.
     #[must_use]
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// Sends `signal` and waits for the exit; returns what was printed.
@@ -228,7 +266,10 @@ impl Pktrace {
             }
             if start.elapsed() > EXIT_TIMEOUT {
                 let _ = child.kill();
-                panic!("pktrace did not exit {EXIT_TIMEOUT:?} after signal {signal}:\n{}", self.stderr());
+                panic!(
+                    "pktrace did not exit {EXIT_TIMEOUT:?} after signal {signal}:\n{}",
+                    self.stderr()
+                );
             }
             sleep(Duration::from_millis(20));
         };
@@ -313,15 +354,25 @@ impl Trace {
             .collect();
         let contract = stdout
             .lines()
-            .map(|l| Line::parse(l).unwrap_or_else(|e| panic!("not a line of the contract ({e}): {l}")))
+            .map(|l| {
+                Line::parse(l).unwrap_or_else(|e| panic!("not a line of the contract ({e}): {l}"))
+            })
             .collect();
-        Self { status, lines, contract, stderr }
+        Self {
+            status,
+            lines,
+            contract,
+            stderr,
+        }
     }
 
     /// The `journey` lines.
     #[must_use]
     pub fn journeys(&self) -> Vec<&Value> {
-        self.with_contract().filter(|(_, c)| matches!(c, Line::Journey(_))).map(|(l, _)| l).collect()
+        self.with_contract()
+            .filter(|(_, c)| matches!(c, Line::Journey(_)))
+            .map(|(l, _)| l)
+            .collect()
     }
 
     /// The `journey` lines, typed.
@@ -343,7 +394,10 @@ impl Trace {
     /// The summary line; it must be the last line.
     #[must_use]
     pub fn summary(&self) -> &Value {
-        let last = self.lines.last().unwrap_or_else(|| panic!("no output; stderr:\n{}", self.stderr));
+        let last = self
+            .lines
+            .last()
+            .unwrap_or_else(|| panic!("no output; stderr:\n{}", self.stderr));
         let _checked_it_is_the_summary = self.summary_line();
         last
     }
@@ -353,7 +407,10 @@ impl Trace {
     pub fn summary_line(&self) -> &SummaryLine {
         match self.contract.last() {
             Some(Line::Summary(s)) => s,
-            other => panic!("the summary must come last, not {other:?}; stderr:\n{}", self.stderr),
+            other => panic!(
+                "the summary must come last, not {other:?}; stderr:\n{}",
+                self.stderr
+            ),
         }
     }
 
@@ -375,7 +432,9 @@ impl Trace {
             .into_iter()
             .filter(|j| {
                 let s = &j["steps"][0];
-                (s["point"] == "dnat" || s["point"] == "snat") && s["orig_src"] == src && s["orig_dst"] == dst
+                (s["point"] == "dnat" || s["point"] == "snat")
+                    && s["orig_src"] == src
+                    && s["orig_dst"] == dst
             })
             .collect()
     }
@@ -384,7 +443,12 @@ impl Trace {
     #[must_use]
     pub fn dump(&self) -> String {
         let lines: Vec<String> = self.lines.iter().map(Value::to_string).collect();
-        format!("status {}\nstderr:\n{}\nstdout:\n{}", self.status, self.stderr, lines.join("\n"))
+        format!(
+            "status {}\nstderr:\n{}\nstdout:\n{}",
+            self.status,
+            self.stderr,
+            lines.join("\n")
+        )
     }
 }
 
@@ -406,7 +470,8 @@ pub fn shape(journey: &Value) -> Vec<(String, String, bool)> {
 /// A journey line (from [`Trace::journeys`]) as the contract's type.
 #[must_use]
 pub fn typed(journey: &Value) -> JourneyLine {
-    serde_json::from_value(journey.clone()).unwrap_or_else(|e| panic!("not a journey line ({e}): {journey}"))
+    serde_json::from_value(journey.clone())
+        .unwrap_or_else(|e| panic!("not a journey line ({e}): {journey}"))
 }
 
 /// The steps of a journey.
@@ -418,7 +483,10 @@ pub fn steps(journey: &Value) -> Vec<Value> {
 /// The NAT steps of a journey.
 #[must_use]
 pub fn nat_steps(journey: &Value) -> Vec<Value> {
-    steps(journey).into_iter().filter(|s| s["point"] == "dnat" || s["point"] == "snat").collect()
+    steps(journey)
+        .into_iter()
+        .filter(|s| s["point"] == "dnat" || s["point"] == "snat")
+        .collect()
 }
 
 /// One conntrack entry: the original and reply tuples.
@@ -437,7 +505,11 @@ pub struct CtEntry {
 
 impl CtEntry {
     fn endpoint(&self, ip: &str, port: &str) -> String {
-        if self.proto == "icmp" { ip.to_owned() } else { format!("{ip}:{port}") }
+        if self.proto == "icmp" {
+            ip.to_owned()
+        } else {
+            format!("{ip}:{port}")
+        }
     }
     #[must_use]
     pub fn orig_src_ep(&self) -> String {
@@ -465,36 +537,64 @@ pub fn conntrack() -> Vec<CtEntry> {
         .stderr(Stdio::null())
         .output()
         .expect("conntrack -L");
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(parse_ct_line).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(parse_ct_line)
+        .collect()
 }
 
 /// Parses one `conntrack -L` line.
 #[must_use]
 pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
-    let mut e = CtEntry { proto: line.split_whitespace().next()?.to_owned(), ..CtEntry::default() };
+    let mut e = CtEntry {
+        proto: line.split_whitespace().next()?.to_owned(),
+        ..CtEntry::default()
+    };
     let (mut src, mut dst, mut sport, mut dport) = (0, 0, 0, 0);
     for word in line.split_whitespace() {
-        let Some((k, v)) = word.split_once('=') else { continue };
+        let Some((k, v)) = word.split_once('=') else {
+            continue;
+        };
         let v = v.to_owned();
         match k {
             "src" => {
-                if src == 0 { e.orig_src = v } else { e.reply_src = v }
+                if src == 0 {
+                    e.orig_src = v
+                } else {
+                    e.reply_src = v
+                }
                 src += 1;
             }
             "dst" => {
-                if dst == 0 { e.orig_dst = v } else { e.reply_dst = v }
+                if dst == 0 {
+                    e.orig_dst = v
+                } else {
+                    e.reply_dst = v
+                }
                 dst += 1;
             }
             "sport" | "id" => {
-                if sport == 0 { e.orig_sport = v.clone() } else { e.reply_sport = v.clone() }
+                if sport == 0 {
+                    e.orig_sport = v.clone()
+                } else {
+                    e.reply_sport = v.clone()
+                }
                 if k == "id" {
-                    if dport == 0 { e.orig_dport = v } else { e.reply_dport = v }
+                    if dport == 0 {
+                        e.orig_dport = v
+                    } else {
+                        e.reply_dport = v
+                    }
                     dport += 1;
                 }
                 sport += 1;
             }
             "dport" => {
-                if dport == 0 { e.orig_dport = v } else { e.reply_dport = v }
+                if dport == 0 {
+                    e.orig_dport = v
+                } else {
+                    e.reply_dport = v
+                }
                 dport += 1;
             }
             _ => {}
@@ -526,15 +626,30 @@ pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
 #[must_use]
 pub fn split_early<'a>(journeys: &[&'a Value]) -> (Vec<&'a Value>, Vec<&'a Value>) {
     let is_nat = |s: &Value| s["point"] == "dnat" || s["point"] == "snat";
-    let (early, whole): (Vec<&Value>, Vec<&Value>) = by_start(journeys).into_iter().partition(|j| {
-        let steps = steps(j);
-        steps.first().is_some_and(is_nat) || steps.last().is_some_and(is_nat)
-    });
-    let dump = || journeys.iter().map(|j| j.to_string()).collect::<Vec<_>>().join("\n");
-    assert!(!whole.is_empty(), "no whole journey once conntrack's report was read:\n{}", dump());
+    let (early, whole): (Vec<&Value>, Vec<&Value>) =
+        by_start(journeys).into_iter().partition(|j| {
+            let steps = steps(j);
+            steps.first().is_some_and(is_nat) || steps.last().is_some_and(is_nat)
+        });
+    let dump = || {
+        journeys
+            .iter()
+            .map(|j| j.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        !whole.is_empty(),
+        "no whole journey once conntrack's report was read:\n{}",
+        dump()
+    );
     let start = |j: &Value| j["start_ktime_ns"].as_u64().unwrap_or(0);
     let first_whole = whole.iter().map(|j| start(j)).min().unwrap_or(0);
-    assert!(early.iter().all(|j| start(j) < first_whole), "an early journey after a whole one:\n{}", dump());
+    assert!(
+        early.iter().all(|j| start(j) < first_whole),
+        "an early journey after a whole one:\n{}",
+        dump()
+    );
     let first = journeys.iter().map(|j| start(j)).min().unwrap_or(0);
     assert!(
         early.iter().all(|j| start(j) - first < EARLY_WITHIN_NS),
@@ -553,8 +668,17 @@ pub const EARLY_WITHIN_NS: u64 = 1_000_000_000;
 /// addresses (MASQUERADE): each goes from `first` through `nat` to `last` ([`assert_path`]),
 /// except, with `--nat-hook conntrack`, the earliest ones ([`split_early`]), which must still
 /// have the NAT steps `nat`.
-pub fn assert_masqueraded(journeys: &[&Value], (first, last): (&str, &str), nat: &[(&str, bool)], middle: &[&str]) {
-    let (early, whole) = if conntrack_hook() { split_early(journeys) } else { (Vec::new(), journeys.to_vec()) };
+pub fn assert_masqueraded(
+    journeys: &[&Value],
+    (first, last): (&str, &str),
+    nat: &[(&str, bool)],
+    middle: &[&str],
+) {
+    let (early, whole) = if conntrack_hook() {
+        split_early(journeys)
+    } else {
+        (Vec::new(), journeys.to_vec())
+    };
     for j in whole {
         assert_path(j, first, nat, last, middle);
     }
@@ -562,7 +686,12 @@ pub fn assert_masqueraded(journeys: &[&Value], (first, last): (&str, &str), nat:
     for j in early {
         let got: Vec<(String, bool)> = nat_steps(j)
             .iter()
-            .map(|s| (s["point"].as_str().unwrap_or("?").to_owned(), s["reply"].as_bool().unwrap_or(false)))
+            .map(|s| {
+                (
+                    s["point"].as_str().unwrap_or("?").to_owned(),
+                    s["reply"].as_bool().unwrap_or(false),
+                )
+            })
             .collect();
         assert_eq!(got, want, "NAT steps of an early journey: {j}");
     }
@@ -580,10 +709,19 @@ pub fn by_start<'a>(journeys: &[&'a Value]) -> Vec<&'a Value> {
 /// the steps before `end` are on `middle` interfaces.
 fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end: usize) {
     let steps = steps(j);
-    assert_eq!((steps[0]["point"].as_str(), steps[0]["iface"].as_str()), (Some("ingress"), Some(first)), "{j}");
+    assert_eq!(
+        (steps[0]["point"].as_str(), steps[0]["iface"].as_str()),
+        (Some("ingress"), Some(first)),
+        "{j}"
+    );
     let got_nat: Vec<(String, bool)> = nat_steps(j)
         .iter()
-        .map(|s| (s["point"].as_str().unwrap_or("?").to_owned(), s["reply"].as_bool().unwrap_or(false)))
+        .map(|s| {
+            (
+                s["point"].as_str().unwrap_or("?").to_owned(),
+                s["reply"].as_bool().unwrap_or(false),
+            )
+        })
         .collect();
     let want_nat: Vec<(String, bool)> = nat.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
     assert_eq!(got_nat, want_nat, "NAT steps of {j}");
@@ -591,14 +729,25 @@ fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end
     for (i, s) in steps.iter().enumerate().skip(1) {
         match s["point"].as_str() {
             Some("dnat" | "snat") => {
-                assert_eq!((s["orig_src"].clone(), s["orig_dst"].clone()), current, "NAT step {i} rewrote another packet: {j}");
+                assert_eq!(
+                    (s["orig_src"].clone(), s["orig_dst"].clone()),
+                    current,
+                    "NAT step {i} rewrote another packet: {j}"
+                );
                 current = (s["src"].clone(), s["dst"].clone());
             }
             _ => {
-                assert_eq!((s["src"].clone(), s["dst"].clone()), current, "step {i} saw another packet: {j}");
+                assert_eq!(
+                    (s["src"].clone(), s["dst"].clone()),
+                    current,
+                    "step {i} saw another packet: {j}"
+                );
                 let iface = s["iface"].as_str().unwrap_or("");
                 if i + 1 < end {
-                    assert!(middle.contains(&iface), "unexpected interface {iface} at step {i}: {j}");
+                    assert!(
+                        middle.contains(&iface),
+                        "unexpected interface {iface} at step {i}: {j}"
+                    );
                 }
             }
         }
@@ -614,6 +763,10 @@ pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, mid
     let steps = steps(j);
     assert!(steps.len() >= 2, "too short: {j}");
     let end = &steps[steps.len() - 1];
-    assert_eq!((end["point"].as_str(), end["iface"].as_str()), (Some("egress"), Some(last)), "{j}");
+    assert_eq!(
+        (end["point"].as_str(), end["iface"].as_str()),
+        (Some("egress"), Some(last)),
+        "{j}"
+    );
     check_path(j, first, nat, middle, steps.len());
 }

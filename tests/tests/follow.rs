@@ -25,7 +25,10 @@ const CLUSTER_IP: &str = "10.0.159.58:80";
 const ATTACH_BOUND: Duration = Duration::from_secs(2);
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime into a timespec we own; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
@@ -47,7 +50,9 @@ fn from_pod<'a>(lines: &'a [Value], ip: &str, veth: &str) -> Vec<&'a Value> {
             s.first().is_some_and(|f| {
                 f["point"] == "ingress"
                     && f["iface"] == veth
-                    && f["src"].as_str().is_some_and(|src| src.starts_with(&format!("{ip}:")))
+                    && f["src"]
+                        .as_str()
+                        .is_some_and(|src| src.starts_with(&format!("{ip}:")))
             })
         })
         .collect()
@@ -55,7 +60,13 @@ fn from_pod<'a>(lines: &'a [Value], ip: &str, veth: &str) -> Vec<&'a Value> {
 
 /// Sends a request every 100 ms (at most `tries`) until pktrace has printed a journey from the
 /// pod on its veth; returns that journey's start (kernel monotonic ns).
-fn traffic_until_traced(tracer: &Pktrace, ns: &str, ip: &str, veth: &str, tries: usize) -> Option<u64> {
+fn traffic_until_traced(
+    tracer: &Pktrace,
+    ns: &str,
+    ip: &str,
+    veth: &str,
+    tries: usize,
+) -> Option<u64> {
     for _ in 0..tries {
         let _ = request(ns);
         sleep(Duration::from_millis(100));
@@ -68,7 +79,9 @@ fn traffic_until_traced(tracer: &Pktrace, ns: &str, ip: &str, veth: &str, tries:
 }
 
 fn ip_link(line: &str) {
-    let status = in_ns(NODE_NS, "ip", line.split_whitespace()).status().expect("ip");
+    let status = in_ns(NODE_NS, "ip", line.split_whitespace())
+        .status()
+        .expect("ip");
     assert!(status.success(), "ip {line}");
 }
 
@@ -82,7 +95,12 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
     let (ns, ip) = (pod.netns(), pod.ip.to_string());
     let first = traffic_until_traced(&tracer, &ns, &ip, &pod.host_if, 30);
     let (_, stderr) = tracer.so_far();
-    let first = first.unwrap_or_else(|| panic!("no journey from {ip} on {} within 3 s:\n{stderr}", pod.host_if));
+    let first = first.unwrap_or_else(|| {
+        panic!(
+            "no journey from {ip} on {} within 3 s:\n{stderr}",
+            pod.host_if
+        )
+    });
     let delay = Duration::from_nanos(first.saturating_sub(created));
     eprintln!(
         "follow: pod {} ({ip} on {}) traced {delay:?} after it was wired ({:?} to create it)",
@@ -90,15 +108,23 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
         pod.host_if,
         Duration::from_nanos(created - before)
     );
-    assert!(delay <= ATTACH_BOUND, "first traced packet {delay:?} after the pod was created");
-    assert!(stderr.contains(&format!("attached to {}", pod.host_if)), "{stderr}");
+    assert!(
+        delay <= ATTACH_BOUND,
+        "first traced packet {delay:?} after the pod was created"
+    );
+    assert!(
+        stderr.contains(&format!("attached to {}", pod.host_if)),
+        "{stderr}"
+    );
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
     let journeys = from_pod(&trace.lines, &ip, &pod.host_if);
     // The pod's request went through the ClusterIP's DNAT and left on a backend's veth.
     assert!(
-        journeys.iter().any(|j| steps(j).iter().any(|s| s["point"] == "dnat")),
+        journeys
+            .iter()
+            .any(|j| steps(j).iter().any(|s| s["point"] == "dnat")),
         "no DNAT step in the new pod's journeys:\n{}",
         trace.dump()
     );
@@ -109,8 +135,13 @@ fn follow_a_pod_recreated_with_a_new_ip() {
     let _lab = LabGuard::new();
     let old = pods::add("follow-b").expect("adding pod follow-b");
     let mut tracer = Pktrace::start(&["--pod", "follow-b", "--follow"]);
-    let traced_old = traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
-    assert!(traced_old.is_some(), "the pod was not traced before its recreation:\n{}", tracer.so_far().1);
+    let traced_old =
+        traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
+    assert!(
+        traced_old.is_some(),
+        "the pod was not traced before its recreation:\n{}",
+        tracer.so_far().1
+    );
 
     pods::del("follow-b").expect("deleting pod follow-b");
     let new = pods::add("follow-b").expect("adding pod follow-b again");
@@ -118,16 +149,34 @@ fn follow_a_pod_recreated_with_a_new_ip() {
     let line = format!("pod default/follow-b: now {} (was {})", new.ip, old.ip);
     let start = Instant::now();
     while !tracer.so_far().1.contains(&line) {
-        assert!(start.elapsed() < Duration::from_secs(3), "no '{line}' within 3 s:\n{}", tracer.so_far().1);
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "no '{line}' within 3 s:\n{}",
+            tracer.so_far().1
+        );
         sleep(Duration::from_millis(50));
     }
-    eprintln!("follow: '{line}' {:?} after the recreation", start.elapsed());
-    let traced_new = traffic_until_traced(&tracer, &new.netns(), &new.ip.to_string(), &new.host_if, 20);
+    eprintln!(
+        "follow: '{line}' {:?} after the recreation",
+        start.elapsed()
+    );
+    let traced_new =
+        traffic_until_traced(&tracer, &new.netns(), &new.ip.to_string(), &new.host_if, 20);
     assert!(tracer.is_running());
     let trace = tracer.stop();
-    assert!(traced_new.is_some(), "no journey from the new IP {}:\n{}", new.ip, trace.dump());
+    assert!(
+        traced_new.is_some(),
+        "no journey from the new IP {}:\n{}",
+        new.ip,
+        trace.dump()
+    );
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.stderr.matches("follow-b: now ").count(), 1, "one line per move:\n{}", trace.stderr);
+    assert_eq!(
+        trace.stderr.matches("follow-b: now ").count(),
+        1,
+        "one line per move:\n{}",
+        trace.stderr
+    );
     for j in trace.journeys() {
         assert_eq!(j["pod"], "default/follow-b", "{j}");
     }
@@ -164,25 +213,58 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
     let ok = sender.join().expect("sender");
     assert!(ok > 0, "no request succeeded before the deletion");
     sleep(Duration::from_millis(500));
-    assert!(tracer.is_running(), "pktrace died when the veth went:\n{}", tracer.so_far().1);
+    assert!(
+        tracer.is_running(),
+        "pktrace died when the veth went:\n{}",
+        tracer.so_far().1
+    );
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    let about: Vec<&str> = trace.stderr.lines().filter(|l| l.contains(&pod.host_if)).collect();
+    let about: Vec<&str> = trace
+        .stderr
+        .lines()
+        .filter(|l| l.contains(&pod.host_if))
+        .collect();
     // At -v: one line when it was attached, one when it went.
-    assert!(about.len() <= 2, "more than two lines about {}:\n{}", pod.host_if, trace.stderr);
-    assert!(about.iter().any(|l| l.contains("is gone")), "{}", trace.stderr);
-    let noisy = trace.stderr.lines().filter(|l| l.contains("error") || l.contains("failed")).count();
+    assert!(
+        about.len() <= 2,
+        "more than two lines about {}:\n{}",
+        pod.host_if,
+        trace.stderr
+    );
+    assert!(
+        about.iter().any(|l| l.contains("is gone")),
+        "{}",
+        trace.stderr
+    );
+    let noisy = trace
+        .stderr
+        .lines()
+        .filter(|l| l.contains("error") || l.contains("failed"))
+        .count();
     assert_eq!(noisy, 0, "{}", trace.stderr);
     // A journey closed for its interface ends on that interface.
-    for j in trace.journeys().into_iter().filter(|j| j["ending"] == "interface_gone") {
-        let last = steps(j).into_iter().rev().find(|s| s["iface"].is_string()).expect("a tc step");
+    for j in trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j["ending"] == "interface_gone")
+    {
+        let last = steps(j)
+            .into_iter()
+            .rev()
+            .find(|s| s["iface"].is_string())
+            .expect("a tc step");
         assert_eq!(last["iface"], pod.host_if.as_str(), "{j}");
     }
     eprintln!(
         "follow: {} requests during the deletion, {} journeys closed as interface_gone",
         ok,
-        trace.journeys().iter().filter(|j| j["ending"] == "interface_gone").count()
+        trace
+            .journeys()
+            .iter()
+            .filter(|j| j["ending"] == "interface_gone")
+            .count()
     );
 }
 
@@ -197,7 +279,9 @@ const HELD_SENT: usize = 10;
 const HELD_PAYLOAD: usize = 500;
 
 fn tc(args: &str) {
-    let status = in_ns(NODE_NS, "tc", args.split_whitespace()).status().expect("tc");
+    let status = in_ns(NODE_NS, "tc", args.split_whitespace())
+        .status()
+        .expect("tc");
     assert!(status.success(), "tc {args}");
 }
 
@@ -215,7 +299,9 @@ impl HoldingQueue {
         ip_link(&format!("link add {HOLD_DEV} type ifb"));
         let me = Self;
         ip_link(&format!("link set {HOLD_DEV} up"));
-        tc(&format!("qdisc add dev {HOLD_DEV} root tbf rate 8kbit burst 600 limit 60000"));
+        tc(&format!(
+            "qdisc add dev {HOLD_DEV} root tbf rate 8kbit burst 600 limit 60000"
+        ));
         tc(&format!("qdisc add dev {veth} clsact"));
         tc(&format!(
             "filter add dev {veth} ingress pref 65000 protocol ip u32 match ip protocol 17 0xff \
@@ -251,7 +337,9 @@ fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
             enter_netns(&ns);
             let socket = UdpSocket::bind(("0.0.0.0", 0)).expect("udp socket");
             socket.connect((DNS_IP, 53)).expect("connect");
-            socket.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+            socket
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
             let mut payload = vec![b'.'; HELD_PAYLOAD];
             let mut sent = 0;
             for i in 0..HELD_SENT {
@@ -278,7 +366,9 @@ fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
             (sent, replies)
         })
     };
-    sent_rx.recv_timeout(Duration::from_secs(5)).expect("the sender did not send");
+    sent_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the sender did not send");
     // The datagrams after the first wait in the queue; the veth goes while they do.
     sleep(Duration::from_millis(150));
     let deletion = Instant::now();
@@ -288,19 +378,38 @@ fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
     let (sent, replies) = sender.join().expect("sender");
     pods::del("follow-e").expect("deleting pod follow-e");
     sleep(Duration::from_millis(300));
-    assert!(tracer.is_running(), "pktrace died when the veth went:\n{}", tracer.so_far().1);
+    assert!(
+        tracer.is_running(),
+        "pktrace died when the veth went:\n{}",
+        tracer.so_far().1
+    );
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
     let about: Vec<&str> = trace.stderr.lines().filter(|l| l.contains(&veth)).collect();
-    assert!(about.len() <= 2, "more than two lines about {veth}:\n{}", trace.stderr);
-    assert_eq!(about.iter().filter(|l| l.contains("is gone")).count(), 1, "{}", trace.stderr);
-    let noisy = trace.stderr.lines().filter(|l| l.contains("error") || l.contains("failed")).count();
+    assert!(
+        about.len() <= 2,
+        "more than two lines about {veth}:\n{}",
+        trace.stderr
+    );
+    assert_eq!(
+        about.iter().filter(|l| l.contains("is gone")).count(),
+        1,
+        "{}",
+        trace.stderr
+    );
+    let noisy = trace
+        .stderr
+        .lines()
+        .filter(|l| l.contains("error") || l.contains("failed"))
+        .count();
     assert_eq!(noisy, 0, "{}", trace.stderr);
 
     let dns = format!("{DNS_IP}:53");
-    let requests: Vec<&Value> =
-        from_pod(&trace.lines, &ip, &veth).into_iter().filter(|j| steps(j)[0]["dst"] == dns.as_str()).collect();
+    let requests: Vec<&Value> = from_pod(&trace.lines, &ip, &veth)
+        .into_iter()
+        .filter(|j| steps(j)[0]["dst"] == dns.as_str())
+        .collect();
     let ending = |e: &str| requests.iter().filter(|j| j["ending"] == e).count();
     let (gone, left) = (ending("interface_gone"), ending("left"));
     eprintln!(
@@ -312,17 +421,38 @@ fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
     // Every datagram entered on the veth and is accounted for: it went on (left through the
     // DNS pod's veth) or was still held when the veth went (interface gone). Nothing timed
     // out or was flushed at exit.
-    assert_eq!(requests.len(), sent, "one journey per datagram:\n{}", trace.dump());
-    assert_eq!(gone + left, sent, "every journey left or ended with its interface:\n{}", trace.dump());
+    assert_eq!(
+        requests.len(),
+        sent,
+        "one journey per datagram:\n{}",
+        trace.dump()
+    );
+    assert_eq!(
+        gone + left,
+        sent,
+        "every journey left or ended with its interface:\n{}",
+        trace.dump()
+    );
     // A datagram that was answered was delivered: its journey is never closed as gone.
-    assert!(left >= replies, "{replies} answered but only {left} journeys left");
+    assert!(
+        left >= replies,
+        "{replies} answered but only {left} journeys left"
+    );
     // The queue lets at most two through before the deletion (one at once, the next 0.54 s
     // later): the rest were in flight when the veth went.
-    assert!(gone >= sent - 2, "only {gone} of {sent} held datagrams closed as interface_gone:\n{}", trace.dump());
+    assert!(
+        gone >= sent - 2,
+        "only {gone} of {sent} held datagrams closed as interface_gone:\n{}",
+        trace.dump()
+    );
     for j in requests.iter().filter(|j| j["ending"] == "interface_gone") {
         let s = steps(j);
         assert_eq!(s.len(), 1, "a held journey has only its ingress step: {j}");
-        assert_eq!((s[0]["point"].as_str(), s[0]["iface"].as_str()), (Some("ingress"), Some(veth.as_str())), "{j}");
+        assert_eq!(
+            (s[0]["point"].as_str(), s[0]["iface"].as_str()),
+            (Some("ingress"), Some(veth.as_str())),
+            "{j}"
+        );
     }
 }
 
@@ -342,7 +472,10 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
         let _ = request(&ns);
     }
     sleep(Duration::from_millis(300));
-    assert!(from_pod(&tracer.so_far().0, &ip, &veth).len() > seen, "not traced after down/up");
+    assert!(
+        from_pod(&tracer.so_far().0, &ip, &veth).len() > seen,
+        "not traced after down/up"
+    );
 
     // Renamed out of the patterns: detached; renamed back: attached again.
     let other = "pkttmp0";
@@ -355,19 +488,33 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
     }
     sleep(Duration::from_millis(300));
     let (lines, stderr) = tracer.so_far();
-    assert!(stderr.contains(&format!("detached from {other}")), "{stderr}");
-    assert!(from_pod(&lines, &ip, other).is_empty(), "traced on an interface no pattern matches");
+    assert!(
+        stderr.contains(&format!("detached from {other}")),
+        "{stderr}"
+    );
+    assert!(
+        from_pod(&lines, &ip, other).is_empty(),
+        "traced on an interface no pattern matches"
+    );
     ip_link(&format!("link set {other} down"));
     ip_link(&format!("link set {other} name {veth}"));
     ip_link(&format!("link set {veth} up"));
     let seen = from_pod(&tracer.so_far().0, &ip, &veth).len();
     let start = Instant::now();
     while from_pod(&tracer.so_far().0, &ip, &veth).len() <= seen {
-        assert!(start.elapsed() < Duration::from_secs(3), "not traced after the rename back");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "not traced after the rename back"
+        );
         let _ = request(&ns);
         sleep(Duration::from_millis(100));
     }
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.stderr.matches(&format!("attached to {veth}")).count(), 1, "{}", trace.stderr);
+    assert_eq!(
+        trace.stderr.matches(&format!("attached to {veth}")).count(),
+        1,
+        "{}",
+        trace.stderr
+    );
 }

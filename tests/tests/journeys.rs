@@ -8,7 +8,8 @@ use serde_json::Value;
 use tests::{
     LabGuard,
     trace::{
-        CtEntry, Pktrace, Trace, assert_path, assert_masqueraded, conntrack_hook, ct_entry, nat_steps, shape, typed,
+        CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, conntrack_hook, ct_entry,
+        nat_steps, shape, typed,
     },
 };
 use tracer_user::output::json::contract::Point;
@@ -28,7 +29,9 @@ fn veth_of(ip: &str) -> &'static str {
 }
 
 fn owned(v: &[(&str, &str, bool)]) -> Vec<(String, String, bool)> {
-    v.iter().map(|(p, i, r)| ((*p).to_owned(), (*i).to_owned(), *r)).collect()
+    v.iter()
+        .map(|(p, i, r)| ((*p).to_owned(), (*i).to_owned(), *r))
+        .collect()
 }
 
 /// Checks what every journey must satisfy: steps in time order starting at 0, the keys of
@@ -38,7 +41,10 @@ fn check_contract(trace: &Trace) {
         assert_eq!(j.pod, "default/ubuntu", "{j:?}");
         assert!(!j.steps.is_empty(), "{j:?}");
         assert_eq!(j.steps[0].t_ns, 0, "{j:?}");
-        assert!(j.steps.windows(2).all(|w| w[0].t_ns <= w[1].t_ns), "steps out of time order: {j:?}");
+        assert!(
+            j.steps.windows(2).all(|w| w[0].t_ns <= w[1].t_ns),
+            "steps out of time order: {j:?}"
+        );
         for s in &j.steps {
             if s.point.is_nat() {
                 let nat = (&s.orig_src, &s.orig_dst, s.reply, s.latency_ns);
@@ -47,7 +53,10 @@ fn check_contract(trace: &Trace) {
                     "NAT step without orig_src, orig_dst, reply or latency_ns: {s:?}"
                 );
             } else {
-                assert!(matches!(s.iface, Some(Some(_))), "tc step without iface: {s:?}");
+                assert!(
+                    matches!(s.iface, Some(Some(_))),
+                    "tc step without iface: {s:?}"
+                );
             }
         }
     }
@@ -58,8 +67,16 @@ fn check_contract(trace: &Trace) {
 fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) {
     let orig = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
     let reply = trace.starting(&ct.reply_src_ep(), &ct.reply_dst_ep());
-    assert!(!orig.is_empty(), "no journey from the pod for {ct:?}\n{}", trace.dump());
-    assert!(!reply.is_empty(), "no reply journey for {ct:?}\n{}", trace.dump());
+    assert!(
+        !orig.is_empty(),
+        "no journey from the pod for {ct:?}\n{}",
+        trace.dump()
+    );
+    assert!(
+        !reply.is_empty(),
+        "no reply journey for {ct:?}\n{}",
+        trace.dump()
+    );
     (orig, reply)
 }
 
@@ -69,23 +86,48 @@ fn check_nat_against_conntrack(journey: &Value, ct: &CtEntry) {
         let (src, dst) = (s.src.as_str(), s.dst.as_str());
         match (s.point, s.reply.expect("reply")) {
             (Point::Dnat, false) => {
-                assert_eq!(s.orig_dst.as_deref(), Some(ct.orig_dst_ep().as_str()), "{s:?} vs {ct:?}");
-                assert_eq!(dst, ct.reply_src_ep(), "DNAT target must be conntrack's reply source: {s:?} vs {ct:?}");
+                assert_eq!(
+                    s.orig_dst.as_deref(),
+                    Some(ct.orig_dst_ep().as_str()),
+                    "{s:?} vs {ct:?}"
+                );
+                assert_eq!(
+                    dst,
+                    ct.reply_src_ep(),
+                    "DNAT target must be conntrack's reply source: {s:?} vs {ct:?}"
+                );
             }
             (Point::Snat, false) => {
-                assert_eq!(src, ct.reply_dst_ep(), "SNAT source must be conntrack's reply destination: {s:?} vs {ct:?}");
+                assert_eq!(
+                    src,
+                    ct.reply_dst_ep(),
+                    "SNAT source must be conntrack's reply destination: {s:?} vs {ct:?}"
+                );
             }
-            (Point::Dnat, true) => assert_eq!(src, ct.orig_dst_ep(), "un-DNAT restores the original destination: {s:?} vs {ct:?}"),
-            (Point::Snat, true) => assert_eq!(dst, ct.orig_src_ep(), "un-SNAT restores the pod: {s:?} vs {ct:?}"),
+            (Point::Dnat, true) => assert_eq!(
+                src,
+                ct.orig_dst_ep(),
+                "un-DNAT restores the original destination: {s:?} vs {ct:?}"
+            ),
+            (Point::Snat, true) => assert_eq!(
+                dst,
+                ct.orig_src_ep(),
+                "un-SNAT restores the pod: {s:?} vs {ct:?}"
+            ),
             other => panic!("unexpected NAT step {other:?}"),
         }
-        let latency = s.latency_ns.unwrap_or_else(|| panic!("NAT step without latency_ns: {s:?}"));
+        let latency = s
+            .latency_ns
+            .unwrap_or_else(|| panic!("NAT step without latency_ns: {s:?}"));
         if conntrack_hook() {
             assert!(latency.is_none(), "conntrack cannot time a NAT step: {s:?}");
             continue;
         }
         let latency = latency.unwrap_or_else(|| panic!("latency not measured: {s:?}"));
-        assert!(latency > 0 && latency < 1_000_000_000, "implausible NAT latency {latency}: {s:?}");
+        assert!(
+            latency > 0 && latency < 1_000_000_000,
+            "implausible NAT latency {latency}: {s:?}"
+        );
     }
 }
 
@@ -110,8 +152,14 @@ fn tcp_to_cluster_ip_is_dnated_to_a_backend_without_snat() {
     let trace = traced(|| seen = tcp("10.0.159.58:80"));
     let ct = ct_entry(POD, "10.0.159.58:80");
     let backend = ct.reply_src.clone();
-    assert_eq!(seen, format!("client={}", ct.orig_src_ep()), "the backend saw the pod itself");
-    assert!(lab::server_log(&format!("pkt-pod-{}", pod_name(&backend))).contains(&ct.orig_src_ep()));
+    assert_eq!(
+        seen,
+        format!("client={}", ct.orig_src_ep()),
+        "the backend saw the pod itself"
+    );
+    assert!(
+        lab::server_log(&format!("pkt-pod-{}", pod_name(&backend))).contains(&ct.orig_src_ep())
+    );
 
     let (orig, reply) = flow(&trace, &ct);
     for j in &orig {
@@ -133,7 +181,10 @@ fn check_masqueraded(journeys: &[&Value], ends: (&str, &str), nat: &[(&str, bool
 }
 
 fn pod_name(ip: &str) -> &'static str {
-    PODS.iter().find(|p| p.ip.to_string() == ip).map(|p| p.name).expect("lab pod")
+    PODS.iter()
+        .find(|p| p.ip.to_string() == ip)
+        .map(|p| p.name)
+        .expect("lab pod")
 }
 
 #[test]
@@ -142,13 +193,30 @@ fn tcp_to_load_balancer_vip_is_dnated_and_masqueraded() {
     let mut seen = String::new();
     let trace = traced(|| seen = tcp("203.0.113.251:80"));
     let ct = ct_entry(POD, "203.0.113.251:80");
-    assert_eq!(ct.reply_dst, NODE_IP, "KUBE-MARK-MASQ: the backend answers the node");
-    assert_eq!(seen, format!("client={}", ct.reply_dst_ep()), "the backend saw the node address");
+    assert_eq!(
+        ct.reply_dst, NODE_IP,
+        "KUBE-MARK-MASQ: the backend answers the node"
+    );
+    assert_eq!(
+        seen,
+        format!("client={}", ct.reply_dst_ep()),
+        "the backend saw the node address"
+    );
     let backend = ct.reply_src.clone();
     let (orig, mut reply) = flow(&trace, &ct);
     reply.extend(trace.starting_at_nat(&ct.reply_src_ep(), &ct.reply_dst_ep()));
-    check_masqueraded(&orig, (POD_VETH, veth_of(&backend)), &[("dnat", false), ("snat", false)], &ct);
-    check_masqueraded(&reply, (veth_of(&backend), POD_VETH), &[("snat", true), ("dnat", true)], &ct);
+    check_masqueraded(
+        &orig,
+        (POD_VETH, veth_of(&backend)),
+        &[("dnat", false), ("snat", false)],
+        &ct,
+    );
+    check_masqueraded(
+        &reply,
+        (veth_of(&backend), POD_VETH),
+        &[("snat", true), ("dnat", true)],
+        &ct,
+    );
 }
 
 #[test]
@@ -156,7 +224,8 @@ fn udp_to_dns_cluster_ip_is_dnated_to_the_dns_pod() {
     let _lab = LabGuard::new();
     let mut seen = String::new();
     let trace = traced(|| {
-        seen = lab::client_udp(&UBUNTU.netns(), "10.0.0.10:53").unwrap_or_else(|e| panic!("udp: {e:#}"));
+        seen = lab::client_udp(&UBUNTU.netns(), "10.0.0.10:53")
+            .unwrap_or_else(|e| panic!("udp: {e:#}"));
     });
     let ct = ct_entry(POD, "10.0.0.10:53");
     assert_eq!(ct.reply_src, "10.13.76.17");
@@ -164,12 +233,28 @@ fn udp_to_dns_cluster_ip_is_dnated_to_the_dns_pod() {
     let (orig, reply) = flow(&trace, &ct);
     assert_eq!(orig.len(), 1, "one datagram");
     assert_eq!(reply.len(), 1, "one answer");
-    assert_path(orig[0], POD_VETH, &[("dnat", false)], "azv3cd1b2db354", BRIDGE);
-    assert_path(reply[0], "azv3cd1b2db354", &[("dnat", true)], POD_VETH, BRIDGE);
+    assert_path(
+        orig[0],
+        POD_VETH,
+        &[("dnat", false)],
+        "azv3cd1b2db354",
+        BRIDGE,
+    );
+    assert_path(
+        reply[0],
+        "azv3cd1b2db354",
+        &[("dnat", true)],
+        POD_VETH,
+        BRIDGE,
+    );
     check_nat_against_conntrack(orig[0], &ct);
     check_nat_against_conntrack(reply[0], &ct);
     let dnat = typed(orig[0]);
-    let rule = dnat.steps.iter().find(|s| s.point.is_nat()).expect("a NAT step");
+    let rule = dnat
+        .steps
+        .iter()
+        .find(|s| s.point.is_nat())
+        .expect("a NAT step");
     if rule.rule.is_some() {
         assert_eq!(rule.rule.as_deref(), Some("KUBE-SEP-DNSA5WQ4ZDRJQTVF"));
         assert_eq!(rule.service.as_deref(), Some("kube-system/kube-dns"));
@@ -182,14 +267,22 @@ fn tcp_and_icmp_to_the_internet_are_masqueraded_to_the_node() {
     let mut seen = String::new();
     let trace = traced(|| {
         seen = tcp("203.0.113.80:80");
-        let ok = lab::in_ns(&UBUNTU.netns(), "ping", ["-c", "2", "-i", "0.2", "-W", "2", "203.0.113.80"])
-            .status()
-            .expect("ping");
+        let ok = lab::in_ns(
+            &UBUNTU.netns(),
+            "ping",
+            ["-c", "2", "-i", "0.2", "-W", "2", "203.0.113.80"],
+        )
+        .status()
+        .expect("ping");
         assert!(ok.success(), "ping 203.0.113.80 failed");
     });
     let ct = ct_entry(POD, "203.0.113.80:80");
     assert_eq!(ct.reply_dst, NODE_IP);
-    assert_eq!(seen, format!("client={}", ct.reply_dst_ep()), "the internet host saw the node");
+    assert_eq!(
+        seen,
+        format!("client={}", ct.reply_dst_ep()),
+        "the internet host saw the node"
+    );
     let (orig, mut reply) = flow(&trace, &ct);
     reply.extend(trace.starting_at_nat(&ct.reply_src_ep(), &ct.reply_dst_ep()));
     check_masqueraded(&orig, (POD_VETH, "eth0"), &[("snat", false)], &ct);
@@ -213,8 +306,15 @@ fn tcp_inside_the_vnet_is_not_translated() {
     let mut seen = String::new();
     let trace = traced(|| seen = tcp("10.13.1.4:80"));
     let ct = ct_entry(POD, "10.13.1.4:80");
-    assert_eq!(ct.reply_dst, POD, "ip-masq-agent: no MASQUERADE inside 10.13.0.0/16");
-    assert_eq!(seen, format!("client={}", ct.orig_src_ep()), "the VNet host saw the pod");
+    assert_eq!(
+        ct.reply_dst, POD,
+        "ip-masq-agent: no MASQUERADE inside 10.13.0.0/16"
+    );
+    assert_eq!(
+        seen,
+        format!("client={}", ct.orig_src_ep()),
+        "the VNet host saw the pod"
+    );
     let (orig, reply) = flow(&trace, &ct);
     for j in orig.iter().chain(&reply) {
         assert!(nat_steps(j).is_empty(), "no NAT expected: {j}");

@@ -8,8 +8,11 @@ use std::{
 };
 
 use tests::{
-    leftovers::{kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot},
-    LabGuard, pktrace_bin,
+    LabGuard,
+    leftovers::{
+        kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot,
+    },
+    pktrace_bin,
     trace::{Pktrace, Trace, assert_path, conntrack, nat_steps, steps},
 };
 use xtask::lab::{self, NODE_NS, PODS, UBUNTU, in_ns};
@@ -22,20 +25,32 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
     let children: Vec<_> = (0..CONNECTIONS)
         .map(|_| {
-            in_ns(&UBUNTU.netns(), xtask::xtask_exe().expect("xtask"), ["lab", "client", "--tcp", "10.0.159.58:80"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("client")
+            in_ns(
+                &UBUNTU.netns(),
+                xtask::xtask_exe().expect("xtask"),
+                ["lab", "client", "--tcp", "10.0.159.58:80"],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("client")
         })
         .collect();
     let mut seen = BTreeSet::new();
     for c in children {
         let out = c.wait_with_output().expect("client");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         seen.insert(String::from_utf8_lossy(&out.stdout).trim().to_owned());
     }
-    assert_eq!(seen.len(), CONNECTIONS, "every connection got its own answer");
+    assert_eq!(
+        seen.len(),
+        CONNECTIONS,
+        "every connection got its own answer"
+    );
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
 
@@ -50,22 +65,50 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
     for j in trace.journeys() {
         let first = &steps(j)[0];
         let src = first["src"].as_str().unwrap_or_default().to_owned();
-        let Some(ct) = flows.iter().find(|e| e.orig_src_ep() == src && first["dst"] == "10.0.159.58:80") else {
+        let Some(ct) = flows
+            .iter()
+            .find(|e| e.orig_src_ep() == src && first["dst"] == "10.0.159.58:80")
+        else {
             continue;
         };
         // Not merged: every step of the journey is this flow's packet (before or after DNAT).
         for s in steps(j) {
-            assert_eq!(s["src"], ct.orig_src_ep().as_str(), "step of another flow in {j}");
+            assert_eq!(
+                s["src"],
+                ct.orig_src_ep().as_str(),
+                "step of another flow in {j}"
+            );
         }
         // Not split: the whole path, from the pod's veth to the backend's, DNAT once.
-        let backend = PODS.iter().find(|p| p.ip.to_string() == ct.reply_src).expect("a lab backend");
-        assert_path(j, UBUNTU.host_if, &[("dnat", false)], backend.host_if, &["azure0"]);
+        let backend = PODS
+            .iter()
+            .find(|p| p.ip.to_string() == ct.reply_src)
+            .expect("a lab backend");
+        assert_path(
+            j,
+            UBUNTU.host_if,
+            &[("dnat", false)],
+            backend.host_if,
+            &["azure0"],
+        );
         *syns_per_flow.entry(src).or_default() += 1;
     }
-    assert_eq!(syns_per_flow.len(), CONNECTIONS, "a complete journey for every connection\n{}", trace.dump());
+    assert_eq!(
+        syns_per_flow.len(),
+        CONNECTIONS,
+        "a complete journey for every connection\n{}",
+        trace.dump()
+    );
     assert_eq!(trace.summary()["lost_events"], 0);
-    let incomplete: Vec<_> = trace.journeys().into_iter().filter(|j| j["ending"] != "left").collect();
-    assert!(incomplete.is_empty(), "journeys that did not leave the node: {incomplete:?}");
+    let incomplete: Vec<_> = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j["ending"] != "left")
+        .collect();
+    assert!(
+        incomplete.is_empty(),
+        "journeys that did not leave the node: {incomplete:?}"
+    );
 }
 
 #[test]
@@ -80,11 +123,17 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
     let _lab = LabGuard::new();
     // The previous test's programs may still be on their way out (RCU).
     let loaded = ours_loaded_after_settling();
-    assert!(loaded.is_empty(), "programs of ours loaded before the test: {loaded:?}");
+    assert!(
+        loaded.is_empty(),
+        "programs of ours loaded before the test: {loaded:?}"
+    );
     let tc_before = tc_snapshot();
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
     let loaded = ours_loaded();
-    assert!(loaded.iter().any(|l| l.contains("tc_ingress")), "pktrace attached nothing? {loaded:?}");
+    assert!(
+        loaded.iter().any(|l| l.contains("tc_ingress")),
+        "pktrace attached nothing? {loaded:?}"
+    );
     lab::client_tcp(&UBUNTU.netns(), "10.0.159.58:80").expect("traffic while attached");
     let trace = pk.stop_with(libc::SIGKILL);
     assert!(!trace.status.success());
@@ -95,10 +144,14 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
 }
 
 fn ping(n: u32) {
-    let ok = in_ns(&UBUNTU.netns(), "ping", ["-c", &n.to_string(), "-i", "0.05", "-W", "1", "10.13.1.4"])
-        .stdout(Stdio::null())
-        .status()
-        .expect("ping");
+    let ok = in_ns(
+        &UBUNTU.netns(),
+        "ping",
+        ["-c", &n.to_string(), "-i", "0.05", "-W", "1", "10.13.1.4"],
+    )
+    .stdout(Stdio::null())
+    .status()
+    .expect("ping");
     assert!(ok.success(), "ping failed: a packet's fate changed?");
 }
 
@@ -113,15 +166,33 @@ fn another_program_on_the_same_hook_still_sees_every_packet() {
     ping(10);
     // One connection through the ClusterIP: both see its DNAT, when NAT is observed at all (a
     // BPF netfilter link needs a priority of its own, so the second brackets the first).
-    let client = in_ns(&UBUNTU.netns(), xtask::xtask_exe().expect("xtask"), ["lab", "client", "--tcp", "10.0.159.58:80"])
-        .output()
-        .expect("client");
-    assert!(client.status.success(), "{}", String::from_utf8_lossy(&client.stderr));
+    let client = in_ns(
+        &UBUNTU.netns(),
+        xtask::xtask_exe().expect("xtask"),
+        ["lab", "client", "--tcp", "10.0.159.58:80"],
+    )
+    .output()
+    .expect("client");
+    assert!(
+        client.status.success(),
+        "{}",
+        String::from_utf8_lossy(&client.stderr)
+    );
     let (second, first) = (second.stop(), first.stop());
     let requests = |t: &Trace| t.starting("10.13.76.46", "10.13.1.4").len();
     let replies = |t: &Trace| t.starting("10.13.1.4", "10.13.76.46").len();
-    assert_eq!((requests(&first), replies(&first)), (20, 20), "the first program missed packets\n{}", first.dump());
-    assert_eq!((requests(&second), replies(&second)), (10, 10), "{}", second.dump());
+    assert_eq!(
+        (requests(&first), replies(&first)),
+        (20, 20),
+        "the first program missed packets\n{}",
+        first.dump()
+    );
+    assert_eq!(
+        (requests(&second), replies(&second)),
+        (10, 10),
+        "{}",
+        second.dump()
+    );
     // The NAT hook each chose ("pktrace: NAT hook NAME: …", not a skipped one) and its DNATs.
     let nat_hook = |t: &Trace| {
         t.stderr
@@ -130,13 +201,20 @@ fn another_program_on_the_same_hook_still_sees_every_packet() {
             .filter_map(|l| l.split(':').nth(1).map(str::to_owned))
             .collect::<Vec<_>>()
     };
-    assert_eq!(nat_hook(&second), nat_hook(&first), "the second pktrace chose another NAT hook\n{}", second.dump());
+    assert_eq!(
+        nat_hook(&second),
+        nat_hook(&first),
+        "the second pktrace chose another NAT hook\n{}",
+        second.dump()
+    );
     let dnats = |t: &Trace| {
         t.journeys()
             .into_iter()
             .filter(|j| {
                 let first = &steps(j)[0];
-                first["src"].as_str().is_some_and(|s| s.starts_with("10.13.76.46:"))
+                first["src"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("10.13.76.46:"))
                     && first["dst"] == "10.0.159.58:80"
                     && nat_steps(j).iter().any(|s| s["point"] == "dnat")
             })
@@ -162,23 +240,46 @@ fn count_limit_stops_after_n_journeys_with_the_summary_last() {
 #[test]
 fn unknown_pod_exits_2_and_lists_the_pods_there() {
     let _lab = LabGuard::new();
-    let out = in_ns(NODE_NS, pktrace_bin(), ["--pod", "ubutnu", "--state-file", lab::STATE_FILE, "-d", "1s"])
-        .output()
-        .expect("pktrace");
+    let out = in_ns(
+        NODE_NS,
+        pktrace_bin(),
+        [
+            "--pod",
+            "ubutnu",
+            "--state-file",
+            lab::STATE_FILE,
+            "-d",
+            "1s",
+        ],
+    )
+    .output()
+    .expect("pktrace");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("ubuntu"), "should suggest ubuntu: {err}");
-    assert!(err.contains("whereami-564765b89-qfq2k"), "should list the namespace's pods: {err}");
+    assert!(
+        err.contains("whereami-564765b89-qfq2k"),
+        "should list the namespace's pods: {err}"
+    );
 }
 
 #[test]
 fn without_privileges_pktrace_says_so_and_exits_1() {
     let _lab = LabGuard::new();
-    let out = in_ns(NODE_NS, "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
-        .arg(pktrace_bin())
-        .args(["--pod-ip", "10.13.76.46", "-d", "1s"])
-        .output()
-        .expect("setpriv");
+    let out = in_ns(
+        NODE_NS,
+        "setpriv",
+        [
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ],
+    )
+    .arg(pktrace_bin())
+    .args(["--pod-ip", "10.13.76.46", "-d", "1s"])
+    .output()
+    .expect("setpriv");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("root") && err.contains("CAP_BPF"), "{err}");
@@ -197,20 +298,41 @@ fn clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left() {
     ping(3);
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.starting("10.13.76.46", "10.13.1.4").len(), 3, "{}", trace.dump());
-    assert!(our_filters().is_empty(), "filters left after a clean exit: {:?}", our_filters());
+    assert_eq!(
+        trace.starting("10.13.76.46", "10.13.1.4").len(),
+        3,
+        "{}",
+        trace.dump()
+    );
+    assert!(
+        our_filters().is_empty(),
+        "filters left after a clean exit: {:?}",
+        our_filters()
+    );
     assert_eq!(tc_snapshot(), tc_before, "qdiscs left after a clean exit");
 
     // SIGKILL: clsact filters outlive the process (tcx links would not)...
     let killed = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
     let _ = killed.stop_with(libc::SIGKILL);
-    assert!(!our_filters().is_empty(), "expected the killed pktrace's filters to remain");
+    assert!(
+        !our_filters().is_empty(),
+        "expected the killed pktrace's filters to remain"
+    );
     // ...and the next pktrace removes them, then cleans up after itself.
     let next = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[FORCE_CLSACT]);
     ping(2);
     let trace = next.stop();
-    assert!(trace.stderr.contains("removed") && trace.stderr.contains("tc filters left"), "{}", trace.stderr);
-    assert_eq!(trace.starting("10.13.76.46", "10.13.1.4").len(), 2, "no duplicate events from stale filters\n{}", trace.dump());
+    assert!(
+        trace.stderr.contains("removed") && trace.stderr.contains("tc filters left"),
+        "{}",
+        trace.stderr
+    );
+    assert_eq!(
+        trace.starting("10.13.76.46", "10.13.1.4").len(),
+        2,
+        "no duplicate events from stale filters\n{}",
+        trace.dump()
+    );
     assert!(our_filters().is_empty(), "left behind: {:?}", our_filters());
     let loaded = ours_loaded_after_settling();
     assert!(loaded.is_empty(), "programs left: {loaded:?}");

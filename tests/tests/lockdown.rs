@@ -131,7 +131,8 @@ mod lockdown {
 
     #[test]
     fn auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook() {
-        if !locked_down("auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook") {
+        if !locked_down("auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook")
+        {
             return;
         }
         let _lab = LabGuard::new();
@@ -176,7 +177,11 @@ mod lockdown {
         // The ClusterIP's DNAT, from conntrack's events: what conntrack recorded, untimed.
         let ct = ct_entry(&UBUNTU.ip.to_string(), CLUSTER_IP);
         let to_svc = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
-        assert!(!to_svc.is_empty(), "no journey to the ClusterIP: {}", trace.dump());
+        assert!(
+            !to_svc.is_empty(),
+            "no journey to the ClusterIP: {}",
+            trace.dump()
+        );
         for j in &to_svc {
             let nat = nat_steps(j);
             assert_eq!(nat.len(), 1, "one DNAT: {j}");

@@ -266,7 +266,10 @@ fn check_dnat_seen(trace: &Trace, timed: bool) {
                 "{j}"
             );
             if !timed {
-                assert!(steps[0]["latency_ns"].is_null(), "conntrack cannot time a step: {j}");
+                assert!(
+                    steps[0]["latency_ns"].is_null(),
+                    "conntrack cannot time a step: {j}"
+                );
                 continue;
             }
             let latency = steps[0]["latency_ns"]
@@ -326,7 +329,10 @@ fn fentry_hook_fails_fast_where_tracing_is_refused_and_works_elsewhere() {
 fn auto_takes_the_best_hook_and_says_why_it_skipped_the_better_ones() {
     let _lab = LabGuard::new();
     let kernel = Kernel::probe();
-    let best = ORDER.iter().position(|h| kernel.has(h)).unwrap_or(ORDER.len() - 1);
+    let best = ORDER
+        .iter()
+        .position(|h| kernel.has(h))
+        .unwrap_or(ORDER.len() - 1);
     let chosen = ORDER[best];
     println!("kernel: {kernel:?}; auto must choose {chosen}");
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "--nat-hook", "auto"]);
@@ -409,7 +415,10 @@ fn without_btf_auto_falls_back_to_conntrack_and_sees_nat() {
     let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow", "--nat-hook", "auto"], &env);
     let (names, kprobes) = held_by(pk.pid());
     assert!(
-        !names.iter().any(|n| n.starts_with("nat_") || n.starts_with("nf_")) && kprobes == 0,
+        !names
+            .iter()
+            .any(|n| n.starts_with("nat_") || n.starts_with("nf_"))
+            && kprobes == 0,
         "no NAT program without BTF: {names:?}, {kprobes} kprobes"
     );
     lab::client_tcp(&UBUNTU.netns(), CLUSTER_IP).expect("traffic");
@@ -419,7 +428,9 @@ fn without_btf_auto_falls_back_to_conntrack_and_sees_nat() {
     assert_eq!(lines.len(), ORDER.len(), "{}", trace.stderr);
     for (line, hook) in lines.iter().zip(&ORDER[..3]) {
         assert!(
-            line.starts_with(&format!("{hook}: skipped (no kernel BTF for sk_buff offsets (/nonexistent/vmlinux")),
+            line.starts_with(&format!(
+                "{hook}: skipped (no kernel BTF for sk_buff offsets (/nonexistent/vmlinux"
+            )),
             "{line}"
         );
     }

@@ -62,7 +62,11 @@ fn judged(
         journeys.len()
     );
     // Each answered request is at least a packet there and one back.
-    assert!(packets.len() >= 2 * requests, "the capture missed packets: {} for {requests} requests", packets.len());
+    assert!(
+        packets.len() >= 2 * requests,
+        "the capture missed packets: {} for {requests} requests",
+        packets.len()
+    );
     Tally::of(&packets, &journeys, &names)
 }
 
@@ -97,7 +101,10 @@ fn local_backends(variant: Variant) -> Vec<Ipv4Addr> {
         .collect();
     out.sort_unstable();
     out.dedup();
-    assert!(!out.is_empty(), "no endpoint of default/whereami-local in {variant}'s rules");
+    assert!(
+        !out.is_empty(),
+        "no endpoint of default/whereami-local in {variant}'s rules"
+    );
     out
 }
 
@@ -106,20 +113,30 @@ fn local_lb(variant: Variant, entry: Entry) -> Tally {
     let backends = local_backends(variant);
     let ips: Vec<String> = backends.iter().map(ToString::to_string).collect();
     let list = ips.join(",");
-    judged(entry, &["--pod-ip", &list], &[], &backends, 2 * LB_CONNECTIONS, || {
-        for _ in 0..LB_CONNECTIONS {
-            for host in [&INET_HOST, &PEER_HOST] {
-                tcp_from(host.netns, WHEREAMI_LOCAL_LB_VIP);
+    judged(
+        entry,
+        &["--pod-ip", &list],
+        &[],
+        &backends,
+        2 * LB_CONNECTIONS,
+        || {
+            for _ in 0..LB_CONNECTIONS {
+                for host in [&INET_HOST, &PEER_HOST] {
+                    tcp_from(host.netns, WHEREAMI_LOCAL_LB_VIP);
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 fn one_packet_one_journey(variant: Variant) {
     let _lab = LabGuard::with_variant(variant);
     let mut failed = Vec::new();
     for entry in ENTRIES {
-        for (case, run) in [("pod ubuntu", ubuntu as fn(Variant, Entry) -> Tally), ("Local LB backends", local_lb)] {
+        for (case, run) in [
+            ("pod ubuntu", ubuntu as fn(Variant, Entry) -> Tally),
+            ("Local LB backends", local_lb),
+        ] {
             let tally = run(variant, entry);
             let line = format!("one-journey {variant} {} {case}: {tally}", entry.name());
             eprintln!("{line}");
@@ -128,7 +145,11 @@ fn one_packet_one_journey(variant: Variant) {
             }
         }
     }
-    assert!(failed.is_empty(), "packets that were not one whole journey:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "packets that were not one whole journey:\n{}",
+        failed.join("\n")
+    );
 }
 
 #[test]

@@ -151,7 +151,10 @@ fn resolve_refuses_a_pod_on_another_node_or_unknown_to_the_api() {
         "{err}"
     );
     assert!(err.contains("pods in 'default' here: "), "{err}");
-    assert!(!err.contains(r.name), "a pod of another node is not offered: {err}");
+    assert!(
+        !err.contains(r.name),
+        "a pod of another node is not offered: {err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
@@ -221,7 +224,10 @@ fn resolve_through_the_api_sees_pods_added_and_deleted() {
     let (out, _) = pktrace_fails(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("pktrace: pod default/resolve-a found through the Kubernetes API"), "{err}");
+    assert!(
+        err.contains("pktrace: pod default/resolve-a found through the Kubernetes API"),
+        "{err}"
+    );
     let tracing = format!("pktrace: tracing default/resolve-a ({}) on ", pod.ip);
     assert!(err.contains(&tracing), "the added pod's address: {err}");
 
@@ -229,5 +235,8 @@ fn resolve_through_the_api_sees_pods_added_and_deleted() {
     let (out, _) = pktrace_fails(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("pod default/resolve-a does not exist (404)"), "{err}");
+    assert!(
+        err.contains("pod default/resolve-a does not exist (404)"),
+        "{err}"
+    );
 }

@@ -127,7 +127,11 @@ mod safety {
             &[true]
         };
         for &clsact in modes {
-            let env: &[(&str, &str)] = if clsact { &[FORCE_CLSACT] } else { &[FORCE_TCX] };
+            let env: &[(&str, &str)] = if clsact {
+                &[FORCE_CLSACT]
+            } else {
+                &[FORCE_TCX]
+            };
             let mode = if clsact { "clsact" } else { "tcx" };
             // How long attaching takes here, so that kills during attach land inside it.
             let t = Instant::now();
