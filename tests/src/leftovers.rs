@@ -100,7 +100,7 @@ pub fn tc_snapshot() -> String {
     all
 }
 
-/// Our clsact filters (cls_bpf holding `tc_ingress`/`tc_egress`) in the node namespace, as
+/// Our clsact filters (`cls_bpf` holding `tc_ingress`/`tc_egress`) in the node namespace, as
 /// (where and what, handle).
 ///
 /// # Panics

@@ -78,13 +78,12 @@ impl LabGuard {
 /// # Panics
 /// When the tests were not started by `cargo xtask integration-test`.
 fn require_runner() {
-    if env::var_os(xtask::XTASK_BIN_ENV).is_none_or(|v| v.is_empty()) {
-        panic!(
-            "the lab tests run via `cargo xtask integration-test` (it holds the lab lock); \
-             {} is not set",
-            xtask::XTASK_BIN_ENV
-        );
-    }
+    assert!(
+        !env::var_os(xtask::XTASK_BIN_ENV).is_none_or(|v| v.is_empty()),
+        "the lab tests run via `cargo xtask integration-test` (it holds the lab lock); \
+         {} is not set",
+        xtask::XTASK_BIN_ENV
+    );
 }
 
 impl Default for LabGuard {

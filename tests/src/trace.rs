@@ -88,7 +88,7 @@ impl Entry {
 }
 
 /// How long pktrace may take to attach.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const READY_TIMEOUT: Duration = Duration::from_mins(1);
 /// How long pktrace may take to exit after SIGINT.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -277,6 +277,7 @@ impl Pktrace {
     }
 
     /// Sends SIGKILL at once (no grace period) and reaps the process.
+    #[must_use]
     pub fn kill_now(mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
         let _ = child.kill();
@@ -559,31 +560,31 @@ pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
         match k {
             "src" => {
                 if src == 0 {
-                    e.orig_src = v
+                    e.orig_src = v;
                 } else {
-                    e.reply_src = v
+                    e.reply_src = v;
                 }
                 src += 1;
             }
             "dst" => {
                 if dst == 0 {
-                    e.orig_dst = v
+                    e.orig_dst = v;
                 } else {
-                    e.reply_dst = v
+                    e.reply_dst = v;
                 }
                 dst += 1;
             }
             "sport" | "id" => {
                 if sport == 0 {
-                    e.orig_sport = v.clone()
+                    e.orig_sport = v.clone();
                 } else {
-                    e.reply_sport = v.clone()
+                    e.reply_sport = v.clone();
                 }
                 if k == "id" {
                     if dport == 0 {
-                        e.orig_dport = v
+                        e.orig_dport = v;
                     } else {
-                        e.reply_dport = v
+                        e.reply_dport = v;
                     }
                     dport += 1;
                 }
@@ -591,9 +592,9 @@ pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
             }
             "dport" => {
                 if dport == 0 {
-                    e.orig_dport = v
+                    e.orig_dport = v;
                 } else {
-                    e.reply_dport = v
+                    e.reply_dport = v;
                 }
                 dport += 1;
             }
@@ -634,7 +635,7 @@ pub fn split_early<'a>(journeys: &[&'a Value]) -> (Vec<&'a Value>, Vec<&'a Value
     let dump = || {
         journeys
             .iter()
-            .map(|j| j.to_string())
+            .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("\n")
     };
@@ -727,28 +728,25 @@ fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end
     assert_eq!(got_nat, want_nat, "NAT steps of {j}");
     let mut current = (steps[0]["src"].clone(), steps[0]["dst"].clone());
     for (i, s) in steps.iter().enumerate().skip(1) {
-        match s["point"].as_str() {
-            Some("dnat" | "snat") => {
-                assert_eq!(
-                    (s["orig_src"].clone(), s["orig_dst"].clone()),
-                    current,
-                    "NAT step {i} rewrote another packet: {j}"
+        if let Some("dnat" | "snat") = s["point"].as_str() {
+            assert_eq!(
+                (s["orig_src"].clone(), s["orig_dst"].clone()),
+                current,
+                "NAT step {i} rewrote another packet: {j}"
+            );
+            current = (s["src"].clone(), s["dst"].clone());
+        } else {
+            assert_eq!(
+                (s["src"].clone(), s["dst"].clone()),
+                current,
+                "step {i} saw another packet: {j}"
+            );
+            let iface = s["iface"].as_str().unwrap_or("");
+            if i + 1 < end {
+                assert!(
+                    middle.contains(&iface),
+                    "unexpected interface {iface} at step {i}: {j}"
                 );
-                current = (s["src"].clone(), s["dst"].clone());
-            }
-            _ => {
-                assert_eq!(
-                    (s["src"].clone(), s["dst"].clone()),
-                    current,
-                    "step {i} saw another packet: {j}"
-                );
-                let iface = s["iface"].as_str().unwrap_or("");
-                if i + 1 < end {
-                    assert!(
-                        middle.contains(&iface),
-                        "unexpected interface {iface} at step {i}: {j}"
-                    );
-                }
             }
         }
     }
@@ -758,7 +756,7 @@ fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end
 /// NAT steps are exactly `nat` (point, reply) in that order, every other step is a tc step on
 /// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
 /// exactly the packet the previous step saw). Which middle interfaces appear depends on the
-/// kernel path (with br_netfilter a DNAT to a pod on the same bridge is bridged, not routed).
+/// kernel path (with `br_netfilter` a DNAT to a pod on the same bridge is bridged, not routed).
 pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
     let steps = steps(j);
     assert!(steps.len() >= 2, "too short: {j}");

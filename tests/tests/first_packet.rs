@@ -26,8 +26,7 @@ const BRIDGE: &[&str] = &["azure0"];
 fn veth_of(ip: &str) -> &'static str {
     PODS.iter()
         .find(|p| p.ip.to_string() == ip)
-        .map(|p| p.host_if)
-        .unwrap_or_else(|| panic!("{ip} is not a lab pod"))
+        .map_or_else(|| panic!("{ip} is not a lab pod"), |p| p.host_if)
 }
 
 /// The KUBE-SEP chain whose DNAT sends `service`'s traffic to `endpoint` in the lab's rules.

@@ -1,7 +1,7 @@
 //! Issue 6, item 6: a kernel locked down in "confidentiality" mode. It refuses every eBPF
 //! program that reads kernel memory: the verifier knows no `bpf_probe_read*` helper there, so
 //! pktrace's NAT programs (fentry, kprobe, netfilter) are rejected with EINVAL ("unknown func
-//! bpf_probe_read#4" on 6.1, "program of this type cannot use helper bpf_probe_read#4" on
+//! `bpf_probe_read#4`" on 6.1, "program of this type cannot use helper `bpf_probe_read#4`" on
 //! 6.12), while its tc programs, which read packets with `bpf_skb_load_bytes`,
 //! load. So: a NAT hook asked for by name ends pktrace with one line naming lockdown and what
 //! to do, exit 1; the default (`auto`) says, once per refused hook, that lockdown refused it,

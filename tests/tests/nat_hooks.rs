@@ -100,7 +100,7 @@ struct ProgLoadAttr {
 
 /// libbpf's probe for tracing programs (`libbpf_probe_bpf_prog_type`): load `r0 = 0; exit` as
 /// fentry on BTF type 1, which is never a function. A kernel that verifies tracing programs
-/// answers `EINVAL` ("attach_btf_id 1 is not a function"); one that refuses them before the
+/// answers `EINVAL` ("`attach_btf_id` 1 is not a function"); one that refuses them before the
 /// verifier (lockdown, an LSM, missing capabilities) answers `EPERM`/`EACCES`.
 fn probe_tracing_load() -> Result<(), i32> {
     const BPF_PROG_LOAD: libc::c_long = 5;

@@ -96,7 +96,7 @@ mod safety {
     /// Kills per attachment mode.
     const KILLS: usize = 20;
     /// The whole random-kill test must end within this.
-    const KILL_TEST_LIMIT: Duration = Duration::from_secs(600);
+    const KILL_TEST_LIMIT: Duration = Duration::from_mins(10);
 
     #[derive(Clone, Copy, Debug)]
     enum Phase {
@@ -298,7 +298,7 @@ mod safety {
                     Err(e)
                         if e.kind() == ErrorKind::TimedOut || e.kind() == ErrorKind::WouldBlock =>
                     {
-                        t += 1
+                        t += 1;
                     }
                     other => panic!("connect to the dropped port: {other:?}"),
                 }
@@ -372,7 +372,7 @@ mod safety {
     /// more than this table holds.
     const SMALL_JOIN: &str = "8";
     /// RSS may grow by at most this during the flood. The collector keeps no per-packet state
-    /// beyond the join table (capped: PKTRACE_JOIN_MAX journeys here, 65,536 by default) and the
+    /// beyond the join table (capped: `PKTRACE_JOIN_MAX` journeys here, 65,536 by default) and the
     /// attribution cache (4,096 entries), and the ring buffer's pages are mapped before the flood;
     /// so the flood's size must not show in the RSS. 16 MiB is room for allocator slack.
     const RSS_GROWTH_LIMIT_KB: u64 = 16 * 1024;
@@ -448,7 +448,7 @@ mod safety {
         (sent, received.load(Ordering::Relaxed), rate)
     }
 
-    /// VmRSS of a process in KiB.
+    /// `VmRSS` of a process in KiB.
     fn rss_kb(pid: i32) -> u64 {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         status
@@ -620,7 +620,7 @@ mod safety {
     // ---------------------------------------------------------------------------------------------
     // 6. Least privilege.
 
-    /// CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_BPF (39): what pktrace keeps after attaching here
+    /// `CAP_NET_ADMIN` (12), `CAP_NET_RAW` (13), `CAP_BPF` (39): what pktrace keeps after attaching here
     /// (on the node's own root: no chroot to /proc/1/root needed).
     const KEPT: u64 = (1 << 12) | (1 << 13) | (1 << 39);
 

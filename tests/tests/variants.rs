@@ -40,7 +40,10 @@ fn netns_of(variant: Variant, ip: &str) -> String {
         .pods()
         .iter()
         .find(|p| p.ip.to_string() == ip)
-        .map_or_else(|| panic!("{ip} is not a pod of {variant}"), |p| p.netns())
+        .map_or_else(
+            || panic!("{ip} is not a pod of {variant}"),
+            lab::topology::Pod::netns,
+        )
 }
 
 /// The KUBE-SEP chain whose DNAT sends `service`'s traffic to `endpoint`, read from the nat
@@ -296,7 +299,7 @@ fn local_policy(variant: Variant) {
     let (client, vip) = (INET_HOST.ip.to_string(), WHEREAMI_LOCAL_LB_VIP.to_string());
     let mut seen = String::new();
     let trace = traced(variant, &["--pod-ip", &client], &[], || {
-        seen = tcp_from(INET_HOST.netns, &vip)
+        seen = tcp_from(INET_HOST.netns, &vip);
     });
     let ct = ct_entry(&client, &vip);
     let backend = ct.reply_src.clone();

@@ -70,6 +70,10 @@ impl AddrSetV4 {
     /// Whether `addr` (network order, as read from the packet) is among `addrs[..len]`; only
     /// meaningful once `exact == 1` was seen (checked once by the caller: a second read could
     /// see an update begin).
+    #[expect(
+        clippy::inline_always,
+        reason = "eBPF: the verifier needs the call inlined"
+    )]
     #[inline(always)]
     #[must_use]
     pub fn contains(&self, addr: u32) -> bool {

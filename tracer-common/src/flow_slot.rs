@@ -12,6 +12,10 @@ use crate::Tuple;
 /// lowest of the high bits kept: sequential ports spread as well as random ones. Ending on a
 /// multiplication and a shift also keeps the slot's bound visible to older verifiers (Debian's
 /// 6.1 loses it through an xor: LLVM turns `(h ^ h >> 16) >> 15` into `h >> 15 ^ h >> 31`).
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 #[must_use]
 pub fn flow_slot_of(saddr: u32, daddr: u32, sport: u16, dport: u16, bits: u32) -> u32 {
@@ -32,6 +36,10 @@ pub const FLOW_ADDR_SLOTS: usize = 1024;
 /// The `FLOW_ADDRS` slot of an IPv4 address (its four bytes as a native `u32`, as they lie in
 /// memory): the kernel programs and user space (which follows flows for `--nat-hook
 /// conntrack`) must agree on it.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 #[must_use]
 pub fn flow_addr_slot(addr: u32) -> usize {
@@ -40,6 +48,10 @@ pub fn flow_addr_slot(addr: u32) -> usize {
 
 /// The `FLOW_TUPLES` slot of a tuple (the first four bytes of each address, whatever its
 /// family), as the kernel programs find it.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 #[must_use]
 pub fn flow_tuple_slot(t: &Tuple) -> usize {

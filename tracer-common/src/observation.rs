@@ -58,8 +58,8 @@ impl NatSeen {
     }
 
     /// True when the hook's manipulation rewrites the destination (the kernel's `HOOK2MANIP`:
-    /// PRE_ROUTING and LOCAL_OUT; source in POST_ROUTING and LOCAL_IN,
-    /// net/netfilter/nf_nat_core.c, v6.1).
+    /// `PRE_ROUTING` and `LOCAL_OUT`; source in `POST_ROUTING` and `LOCAL_IN`,
+    /// `net/netfilter/nf_nat_core.c`, v6.1).
     #[must_use]
     pub const fn manips_dst(&self) -> bool {
         matches!(self.hook, hook::PRE_ROUTING | hook::LOCAL_OUT)

@@ -43,14 +43,22 @@ impl Parsed {
     /// LLVM turns that assignment into a call to the BPF target's `memset`, which aya-ebpf
     /// implements a byte at a time (five instructions per byte, about 300 for a `Parsed`).
     /// The volatile writes keep LLVM from forming that call again.
+    #[expect(
+        clippy::inline_always,
+        reason = "eBPF: the verifier needs the call inlined"
+    )]
     #[inline(always)]
     pub fn clear(&mut self) {
         // SAFETY: a `&mut Parsed` is valid for writes of all its bytes.
-        unsafe { zero_words((self as *mut Self).cast::<u32>()) };
+        unsafe { zero_words(core::ptr::from_mut::<Self>(self).cast::<u32>()) };
     }
 
     /// [`clear`](Self::clear) for a slot not written yet (a local on the BPF stack, which
     /// `Parsed::default()` would fill by `memset`): zeroes it and returns it initialised.
+    #[expect(
+        clippy::inline_always,
+        reason = "eBPF: the verifier needs the call inlined"
+    )]
     #[inline(always)]
     pub fn zeroed_in(slot: &mut MaybeUninit<Self>) -> &mut Self {
         // SAFETY: the slot is valid for writes of all its bytes; after them every byte is
@@ -67,6 +75,10 @@ impl Parsed {
 ///
 /// # Safety
 /// `words` is valid for writes of a `Parsed` and 4-aligned.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 unsafe fn zero_words(words: *mut u32) {
     let mut i = 0;
@@ -93,33 +105,57 @@ const MAX_IPV6_EXT: usize = 6;
 /// after a check `i < cap` LLVM knows `i < PKT_WINDOW` and drops the mask in [`byte`]; older
 /// verifiers (Debian's 6.1) do not learn bounds from comparing two registers and reject the
 /// unmasked access. The verifier still knows the bound: it follows the value through the stack.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn opaque(cap: usize) -> usize {
     // SAFETY: a volatile read of a local.
     unsafe { core::ptr::read_volatile(&raw const cap) }
 }
 
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn byte(w: &Window, i: usize) -> u8 {
     w[i & (PKT_WINDOW - 1)]
 }
 
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn be16(w: &Window, i: usize) -> u16 {
     u16::from_be_bytes([byte(w, i), byte(w, i + 1)])
 }
 
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn be32(w: &Window, i: usize) -> u32 {
     u32::from_be_bytes([byte(w, i), byte(w, i + 1), byte(w, i + 2), byte(w, i + 3)])
 }
 
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn copy4(w: &Window, i: usize) -> [u8; 4] {
     [byte(w, i), byte(w, i + 1), byte(w, i + 2), byte(w, i + 3)]
 }
 
 /// Reads up to four bytes at `i` as a big-endian word, zero past `cap`.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn be32_partial(w: &Window, i: usize, cap: usize) -> u32 {
     let mut v = 0u32;
@@ -136,6 +172,10 @@ fn be32_partial(w: &Window, i: usize, cap: usize) -> u32 {
 
 /// Parses a frame that starts with an Ethernet header (tc programs), with up to two VLAN tags,
 /// into `out`; false when it is not an IP packet the parser can read.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 pub fn parse_ethernet(w: &Window, cap: usize, out: &mut Parsed) -> bool {
     let cap = opaque(cap);
@@ -165,6 +205,10 @@ pub fn parse_ethernet(w: &Window, cap: usize, out: &mut Parsed) -> bool {
 
 /// Parses a packet that starts with its IP header (netfilter hooks) into `out`; false when it
 /// is not an IP packet the parser can read.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 pub fn parse_l3(w: &Window, cap: usize, out: &mut Parsed) -> bool {
     let cap = opaque(cap);
@@ -205,6 +249,10 @@ pub fn window_of(bytes: &[u8]) -> (Window, usize) {
     (w, cap)
 }
 
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn parse_ipv4(w: &Window, off: usize, cap: usize, p: &mut Parsed) -> bool {
     if cap < off + 20 || byte(w, off) >> 4 != 4 {
@@ -239,6 +287,10 @@ fn parse_ipv4(w: &Window, off: usize, cap: usize, p: &mut Parsed) -> bool {
     true
 }
 
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn parse_ipv6(w: &Window, off: usize, cap: usize, p: &mut Parsed) -> bool {
     if cap < off + IPV6_HLEN || byte(w, off) >> 4 != 6 {
@@ -297,6 +349,10 @@ fn parse_ipv6(w: &Window, off: usize, cap: usize, p: &mut Parsed) -> bool {
 
 /// Reads ports and the NAT-invariant fingerprint of the L4 header at `off`; `end` is where
 /// the packet's captured bytes end.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 fn parse_l4(w: &Window, off: usize, end: usize, p: &mut Parsed) {
     let need = match p.tuple.proto {

@@ -52,7 +52,7 @@ pub mod flag {
 }
 
 /// Conntrack `ctinfo` values (`enum ip_conntrack_info`, include/uapi/linux/netfilter/
-/// nf_conntrack_common.h, v6.1); values `>= IS_REPLY` belong to the reply direction.
+/// `nf_conntrack_common.h`, v6.1); values `>= IS_REPLY` belong to the reply direction.
 pub mod ct {
     pub const ESTABLISHED: u8 = 0;
     pub const RELATED: u8 = 1;
@@ -99,6 +99,10 @@ impl TupleV4 {
     /// Writes the IPv4 part of `t` into `self`, every field but the padding: for records,
     /// which are zeroed first. Writing the padding too made the BPF target call its byte-loop
     /// `memset` for three bytes on every emitted packet.
+    #[expect(
+        clippy::inline_always,
+        reason = "eBPF: the verifier needs the call inlined"
+    )]
     #[inline(always)]
     pub fn set(&mut self, t: &Tuple) {
         self.saddr = [t.saddr[0], t.saddr[1], t.saddr[2], t.saddr[3]];

@@ -319,7 +319,7 @@ mod tests {
             (a.namespace.as_str(), a.count, a.output),
             ("shop", Some(5), Format::Json)
         );
-        assert_eq!(a.duration, Some(Duration::from_secs(120)));
+        assert_eq!(a.duration, Some(Duration::from_mins(2)));
 
         let a = parse(&[
             "--trace-all",

@@ -109,7 +109,7 @@ impl Collector {
     ///
     /// The start-up garbage goes back first: mapping the ring buffer puts all of its pages
     /// (twice its size) in the RSS at once, so trimming after it made the start-up garbage
-    /// and the ring one peak (VmHWM).
+    /// and the ring one peak (`VmHWM`).
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, CollectError> {
         release_startup_memory();
         let events = ebpf

@@ -229,7 +229,7 @@ mod tests {
             (&["-f"], None, None),
             (&["-c", "3"], Some(3), None),
             (&["-d", "500ms"], None, Some(Duration::from_millis(500))),
-            (&["-f", "-d", "1m"], None, Some(Duration::from_secs(60))),
+            (&["-f", "-d", "1m"], None, Some(Duration::from_mins(1))),
             (&["-f", "-c", "9"], Some(9), None),
         ];
         for (args, count, duration) in cases {

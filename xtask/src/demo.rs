@@ -25,7 +25,7 @@ use crate::{
     setup, target_dir, workspace_root,
 };
 
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const READY_TIMEOUT: Duration = Duration::from_mins(1);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 const MIN_ROUNDS: u32 = 3;
 const MAX_ROUNDS: u32 = 100;

@@ -1,7 +1,7 @@
 //! `cargo xtask dist`: pktrace (and kubectl-pktrace) as static musl binaries with the eBPF
 //! object embedded, in `target/dist/`:
 //!
-//! - `pktrace-<arch>-linux-musl`, `kubectl-pktrace-<arch>-linux-musl` (x86_64, aarch64);
+//! - `pktrace-<arch>-linux-musl`, `kubectl-pktrace-<arch>-linux-musl` (`x86_64`, aarch64);
 //! - `image/linux-<amd64|arm64>/pktrace`: the layout `deploy/Dockerfile` copies from;
 //! - `man/pktrace.1`, `man/pktrace-merge.1`, `completions/{pktrace.bash,_pktrace,pktrace.fish}`
 //!   (from the binary's hidden `--generate`);
@@ -36,7 +36,7 @@ pub struct DistTarget {
     pub linker: Option<&'static str>,
 }
 
-/// x86_64: Debian's musl-gcc compiles C; rustc links with its own musl (self-contained).
+/// `x86_64`: Debian's musl-gcc compiles C; rustc links with its own musl (self-contained).
 pub const X86_64: DistTarget = DistTarget {
     triple: "x86_64-unknown-linux-musl",
     suffix: "x86_64-linux-musl",
@@ -92,7 +92,7 @@ pub fn dist(targets: &[DistTarget]) -> Result<()> {
     for target in targets {
         for bin in BINARIES {
             let path = dist_path(bin, target);
-            let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let size = fs::metadata(&path).map_or(0, |m| m.len());
             eprintln!("dist: {} ({:.1} MiB, static)", path.display(), mib(size));
         }
     }
@@ -227,7 +227,7 @@ fn docs(pktrace: &Path) -> Result<()> {
 /// `SHA256SUMS` of the binaries in `dir`.
 fn checksums(dir: &Path) -> Result<()> {
     let mut names: Vec<String> = fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter(|e| e.path().is_file())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains("-linux-musl"))

@@ -73,7 +73,7 @@ enum Task {
     /// Build pktrace and kubectl-pktrace as static musl binaries into target/dist, with man
     /// pages, shell completions and checksums.
     Dist {
-        /// Architectures to build (x86_64, aarch64).
+        /// Architectures to build (`x86_64`, aarch64).
         #[arg(
             long,
             value_name = "ARCH",
@@ -87,8 +87,8 @@ enum Task {
     DeployCheck,
     /// Run the cargo-fuzz targets (nightly, libFuzzer) for a while each; fails on a finding.
     Fuzz {
-        /// Targets to run [default: all: parse_packet, packet_roundtrip, ring_record,
-        /// state_file, iptables_save, expr_parse].
+        /// Targets to run [default: all: `parse_packet`, `packet_roundtrip`, `ring_record`,
+        /// `state_file`, `iptables_save`, `expr_parse`].
         targets: Vec<String>,
         /// Seconds per target.
         #[arg(long, value_name = "S", default_value_t = xtask::fuzz::CI_SECONDS)]

@@ -3,7 +3,8 @@ use crate::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP, TupleV4, flag, hook};
 
 fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
     // SAFETY: plain `repr(C)` data without implicit padding, read as bytes.
-    unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+    unsafe { core::slice::from_raw_parts(std::ptr::from_ref::<T>(v).cast::<u8>(), size_of::<T>()) }
+        .to_vec()
 }
 
 /// Every alignment of `bytes` in a buffer decodes to `want`.

@@ -21,6 +21,10 @@ pub const FAST_PARSE_BYTES: usize = 36;
 /// Where the L4 header of a packet [`parse_ipv4_fast`] may take ends, `None` for a packet it
 /// leaves to the full parser whatever its protocol: shorter than [`FAST_BYTES`], IP options,
 /// or any fragment bit but DF.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 pub(super) fn fast_l4_end(h: &[u8; FAST_PARSE_BYTES], cap: usize) -> Option<usize> {
     let b16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
@@ -42,6 +46,10 @@ pub(super) fn fast_l4_end(h: &[u8; FAST_PARSE_BYTES], cap: usize) -> Option<usiz
 /// the packet and calls [`parse_l3`](super::parse_l3). Otherwise `out`, written whole, is exactly
 /// what [`parse_l3`](super::parse_l3) gives on the packet's first `cap` bytes (host test
 /// `fast_l3_agrees_with_the_parser`, fuzz target `parse_packet`).
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 pub fn parse_ipv4_fast<'a>(
     head: &[u8; FAST_PARSE_BYTES],
@@ -121,6 +129,10 @@ pub const FAST_ETH_BYTES: usize = ETH_HLEN + FAST_PARSE_BYTES;
 /// exactly what [`parse_ethernet`](super::parse_ethernet) gives on the frame's first `min(len, PKT_WINDOW)` bytes
 /// (host test and fuzz target `parse_packet` check it). `out` may be uninitialised: the tc
 /// programs keep it on the stack.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 pub fn parse_ethernet_fast<'a>(
     head: &[u8; FAST_ETH_BYTES],
@@ -134,6 +146,10 @@ pub fn parse_ethernet_fast<'a>(
 /// The IPv4 packet of a plain Ethernet frame's first [`FAST_ETH_BYTES`], and how many of its
 /// bytes [`parse_ethernet`](super::parse_ethernet) would read (the frame's first min(`len`, [`PKT_WINDOW`]) bytes,
 /// less the Ethernet header); `None` when the ethertype is not IPv4.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 pub(super) fn ipv4_of_frame(
     head: &[u8; FAST_ETH_BYTES],
@@ -157,6 +173,10 @@ pub(super) fn ipv4_of_frame(
 /// UDP packet, with that packet's `sport` and `dport` (host test
 /// `fast_ports_agree_with_the_fast_parse`, fuzz target `parse_packet`). The tc programs hash
 /// them with the addresses to rule out followed flows before any parse.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 #[must_use]
 pub fn ethernet_ports_fast(head: &[u8; FAST_ETH_BYTES], len: u32) -> Option<(u16, u16)> {

@@ -33,6 +33,10 @@ const _: () = assert!(size_of::<FirstKey>() == 16);
 
 impl FirstKey {
     /// True when `t` (an IPv4 tuple) and `ip_id` are this packet's.
+    #[expect(
+        clippy::inline_always,
+        reason = "eBPF: the verifier needs the call inlined"
+    )]
     #[inline(always)]
     #[must_use]
     pub fn is(&self, t: &Tuple, ip_id: u32) -> bool {
@@ -58,6 +62,10 @@ const ICMP_ECHO: u8 = 8;
 /// tags, IP options, fragments, frames shorter than [`FAST_ETH_BYTES`]). Its tuple is the one
 /// the fast parse gives (host test `first_keys_agree_with_the_fast_parse`). `head` is the
 /// frame's first [`FAST_ETH_BYTES`], `len` its length.
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
 #[inline(always)]
 #[must_use]
 pub fn first_key_fast(head: &[u8; FAST_ETH_BYTES], len: u32) -> Option<FirstKey> {

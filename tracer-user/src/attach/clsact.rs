@@ -2,7 +2,7 @@
 //! attaches with its PID in the filter handle and, at start, removes the filters of pktraces
 //! that are gone (SIGKILL, OOM). Filters of live pktraces and of anyone else are left alone.
 //!
-//! This speaks rtnetlink directly (RTM_GETTFILTER dump, RTM_DELTFILTER) because aya can only
+//! This speaks rtnetlink directly (`RTM_GETTFILTER` dump, `RTM_DELTFILTER`) because aya can only
 //! detach filters by program name, which would also remove a live pktrace's filters.
 //!
 //! # Minimum kernel version
@@ -350,7 +350,7 @@ impl Drop for CreatedQdiscs {
     }
 }
 
-/// Whether `ifindex` has a clsact (or ingress) qdisc: a non-dump RTM_GETQDISC for handle
+/// Whether `ifindex` has a clsact (or ingress) qdisc: a non-dump `RTM_GETQDISC` for handle
 /// `ffff:` fails (ENOENT without an ingress queue, EINVAL when the queue holds only the noop
 /// qdisc) unless one is there.
 pub fn has_clsact(ifindex: u32) -> io::Result<bool> {
@@ -414,7 +414,7 @@ fn bpf_name(attributes: &[u8]) -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
-/// A NETLINK_ROUTE socket.
+/// A `NETLINK_ROUTE` socket.
 struct Socket(std::os::fd::OwnedFd);
 
 impl Socket {

@@ -1,4 +1,4 @@
-//! The interfaces of this network namespace, as if_nameindex(3) lists them.
+//! The interfaces of this network namespace, as `if_nameindex(3)` lists them.
 
 use std::ffi::CStr;
 

@@ -57,7 +57,7 @@ pub enum Batch {
     Overflow,
 }
 
-/// A NETLINK_ROUTE socket subscribed to link notifications; non-blocking.
+/// A `NETLINK_ROUTE` socket subscribed to link notifications; non-blocking.
 #[derive(Debug)]
 pub struct LinkMonitor {
     fd: OwnedFd,
@@ -163,7 +163,7 @@ fn u16_at(b: &[u8], at: usize) -> u16 {
 mod tests {
     use super::*;
 
-    /// Datagrams captured from a kernel 6.18 (x86_64) in a scratch namespace: `ip link add
+    /// Datagrams captured from a kernel 6.18 (`x86_64`) in a scratch namespace: `ip link add
     /// azvcap0 type veth peer name capp0`, `set azvcap0 up`, `set azvcap0 name cap1`,
     /// `del cap1`. One `label length hex` line per datagram.
     const CAPTURED: &str = include_str!("links/captured.txt");

@@ -50,7 +50,7 @@ struct Cli {
     #[arg(short = 'n', long)]
     namespace: Option<String>,
 
-    /// Image holding pktrace (default: $PKTRACE_IMAGE, else the release image).
+    /// Image holding pktrace (default: $`PKTRACE_IMAGE`, else the release image).
     #[arg(long)]
     image: Option<String>,
 

@@ -18,7 +18,7 @@ const NLMSG_ERROR: u16 = 2;
 const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The current generation id of this network namespace's nftables, or `None` when nftables
-/// cannot be asked (no nf_tables, no CAP_NET_ADMIN).
+/// cannot be asked (no `nf_tables`, no `CAP_NET_ADMIN`).
 #[must_use]
 pub fn current() -> Option<u32> {
     let req = nfnl_request(GETGEN, NLM_F_REQUEST);

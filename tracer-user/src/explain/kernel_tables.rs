@@ -22,8 +22,8 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 const PARTS_MAX: usize = 64;
 
 /// `(family, name)` of every nftables table of this network namespace, families named as
-/// `nft list tables` names them; `None` when the kernel cannot be asked (no nf_tables, no
-/// CAP_NET_ADMIN).
+/// `nft list tables` names them; `None` when the kernel cannot be asked (no `nf_tables`, no
+/// `CAP_NET_ADMIN`).
 #[must_use]
 pub fn list() -> Option<Vec<(String, String)>> {
     // Family NFPROTO_UNSPEC: the tables of every family.

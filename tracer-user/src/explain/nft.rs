@@ -64,14 +64,13 @@ impl Tables {
     /// The table `o` (a chain, rule, set or map) belongs to, made when new.
     fn of(&mut self, o: &Value) -> &mut (TableId, NatRules) {
         let id = (text(o, "family"), text(o, "table"));
-        let i = match self.found.iter().position(|(k, _)| *k == id) {
-            Some(i) => i,
-            None => {
-                let mut table = NatRules::default();
-                table.label = format!("nft table {} {}", id.0, id.1);
-                self.found.push((id, table));
-                self.found.len() - 1
-            }
+        let i = if let Some(i) = self.found.iter().position(|(k, _)| *k == id) {
+            i
+        } else {
+            let mut table = NatRules::default();
+            table.label = format!("nft table {} {}", id.0, id.1);
+            self.found.push((id, table));
+            self.found.len() - 1
         };
         &mut self.found[i]
     }

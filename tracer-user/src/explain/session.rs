@@ -2,7 +2,7 @@
 //! re-read when they change (kube-proxy resyncs, ip-masq-agent, Calico) without a restart.
 //!
 //! A background thread asks the nftables generation id every 200 ms and hashes the ipsets
-//! every 2 s (a full re-read every 2 s where neither tells: iptables-legacy, no nf_tables);
+//! every 2 s (a full re-read every 2 s where neither tells: iptables-legacy, no `nf_tables`);
 //! when they moved it re-reads the rules and compares a fingerprint of them (counters
 //! excluded). New rules are taken, and the cache dropped, before the next journey is
 //! explained. The collector never waits for a tool.

@@ -218,18 +218,15 @@ impl Correlator {
             self.find(key, &ev.tuple)
                 .or_else(|| self.find_through_nat(key, ev))
         };
-        match found {
-            Some(idx) => {
-                let open = self.append(key, idx, step, ev.tuple, hop);
-                if leaving {
-                    let open = self.remove(key, open);
-                    self.done.push(finish(open, Ending::Left));
-                }
+        if let Some(idx) = found {
+            let open = self.append(key, idx, step, ev.tuple, hop);
+            if leaving {
+                let open = self.remove(key, open);
+                self.done.push(finish(open, Ending::Left));
             }
-            None => {
-                let nat = self.nat_steps_before(ev);
-                self.start_after(key, nat, step, ev.tuple, hop, leaving);
-            }
+        } else {
+            let nat = self.nat_steps_before(ev);
+            self.start_after(key, nat, step, ev.tuple, hop, leaving);
         }
     }
 
@@ -426,10 +423,10 @@ fn finish(open: Option<Open>, ending: Ending) -> Journey {
 /// or the reverse translation of a reply.
 fn nat_step(ev: &NatSeen) -> Step {
     let reply = ev.is_reply();
-    let point = if ev.manips_dst() != reply {
-        NatPoint::Dnat
-    } else {
+    let point = if ev.manips_dst() == reply {
         NatPoint::Snat
+    } else {
+        NatPoint::Dnat
     };
     Step {
         kind: StepKind::Nat(NatChange {

@@ -156,7 +156,7 @@ pub fn btf_load(raw: &[u8]) -> io::Result<OwnedFd> {
 }
 
 /// `BPF_LINK_CREATE` of a BPF netfilter link in the caller's network namespace
-/// (`bpf_nf_link_attach`, net/netfilter/nf_bpf_link.c, v6.4): `target_fd` and the link flags
+/// (`bpf_nf_link_attach`, `net/netfilter/nf_bpf_link.c`, v6.4): `target_fd` and the link flags
 /// stay zero; `pf`, `hooknum`, `priority` and `flags` fill `link_create.netfilter`.
 pub fn link_create_netfilter(
     prog: BorrowedFd<'_>,

@@ -2,7 +2,7 @@
 //! (pktrace's times are each kernel's monotonic clock, which starts at boot).
 //!
 //! A packet from A to B gives `d_ab = arrival_B − departure_A = θ + δ_ab`, where θ is B's clock
-//! minus A's and δ_ab ≥ 0 the one-way delay; a packet from B to A gives `d_ba = −θ + δ_ba`.
+//! minus A's and `δ_ab` ≥ 0 the one-way delay; a packet from B to A gives `d_ba = −θ + δ_ba`.
 //! With the smallest sample of each direction (the least queued packets, as NTP's minimum
 //! filter), `θ = (d_ab − d_ba) / 2` if the two paths are equally fast, and the error is at most
 //! `(d_ab + d_ba) / 2`, half the smallest round trip. With traffic one way only, `θ = d_ab`

@@ -21,7 +21,7 @@ const VIP: &str = "10.0.159.58:80";
 const THETA: i64 = 5_000_000_000_123;
 const US: i64 = 1_000;
 
-/// One journey line: `steps` are (point, iface or NAT origin, src, dst, t_ns).
+/// One journey line: `steps` are (point, iface or NAT origin, src, dst, `t_ns`).
 fn journey(start: i64, ip_id: u32, steps: &[(Point, &str, &str, &str, i64)]) -> String {
     let steps = steps
         .iter()

@@ -18,7 +18,7 @@ use crate::{
     },
 };
 
-/// `NF_IP_PRI_NAT_DST` and `NF_IP_PRI_NAT_SRC` (include/uapi/linux/netfilter_ipv4.h, v6.1).
+/// `NF_IP_PRI_NAT_DST` and `NF_IP_PRI_NAT_SRC` (`include/uapi/linux/netfilter_ipv4.h`, v6.1).
 const PRI_NAT_DST: i32 = -100;
 const PRI_NAT_SRC: i32 = 100;
 /// How many priorities a bracket program tries on each side of the nat table's, nearest first:

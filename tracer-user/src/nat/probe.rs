@@ -3,7 +3,7 @@
 //! itself, not rule traversal.
 //!
 //! kprobes are aya's (`KProbe::load` + `attach`). fentry/fexit are loaded here: they need the
-//! function's BTF id, which is in the **nf_nat module's** BTF when nf_nat is a module, and
+//! function's BTF id, which is in the **`nf_nat` module's** BTF when `nf_nat` is a module, and
 //! aya 0.14 cannot do that (`FEntry::load(fn_name, &Btf)` looks the name up in one standalone
 //! BTF, aya-obj cannot parse split BTF, and it never sets `attach_btf_obj_fd`). So the object is
 //! prepared like the netfilter programs ([`PreparedObject`]) and each program is loaded with
@@ -16,7 +16,7 @@
 //! SIGKILL).
 //!
 //! # Minimum kernel version
-//! fentry/fexit: 5.5 with BTF, 5.11 when nf_nat is a module (module BTF); kprobes: any kernel
+//! fentry/fexit: 5.5 with BTF, 5.11 when `nf_nat` is a module (module BTF); kprobes: any kernel
 //! with `CONFIG_KPROBES` and a kprobe PMU (4.17), 5.8 for the ring buffer.
 
 use std::{
@@ -42,7 +42,7 @@ use crate::{
     },
 };
 
-/// The kernel function the programs attach to (net/netfilter/nf_nat_proto.c, v5.4–v6.x).
+/// The kernel function the programs attach to (`net/netfilter/nf_nat_proto.c`, v5.4–v6.x).
 pub const FUNCTION: &str = "nf_nat_manip_pkt";
 /// The module `FUNCTION` lives in when NAT is not built into the kernel.
 pub const MODULE: &str = "nf_nat";
@@ -356,7 +356,7 @@ struct FunctionBtf {
     module: Option<OwnedFd>,
 }
 
-/// Finds [`FUNCTION`] in the vmlinux BTF (nf_nat built in) or else in the nf_nat module's.
+/// Finds [`FUNCTION`] in the vmlinux BTF (`nf_nat` built in) or else in the `nf_nat` module's.
 fn function_btf(kernel_btf: &KernelBtf) -> Result<FunctionBtf, ProbeError> {
     let base = kernel_btf.get().map_err(ProbeError::Btf)?;
     if let Some(id) = base.func_id(FUNCTION).map_err(ProbeError::Btf)? {

@@ -53,9 +53,8 @@ impl Session {
         let ct_fd = self.conntrack_fd()?;
         let (mut drain, mut chores) = (ticker(DRAIN_EVERY), ticker(HOUSEKEEPING_EVERY));
         let deadline = cfg.limits.duration.map(|d| Instant::now() + d);
-        let stop_at = sleep_until(
-            deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365)),
-        );
+        let stop_at =
+            sleep_until(deadline.unwrap_or_else(|| Instant::now() + Duration::from_hours(8760)));
         tokio::pin!(stop_at);
         loop {
             tokio::select! {

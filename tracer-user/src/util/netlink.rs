@@ -3,7 +3,7 @@
 //!   (link events over rtnetlink, conntrack events over nfnetlink), asked for a receive buffer
 //!   (a refusal leaves the kernel's default) and bound to the groups;
 //! - [`nfnl_ask`]: one nfnetlink request without attributes and its answers, read with a
-//!   timeout, for the one-shot questions to nf_tables (generation id, table list).
+//!   timeout, for the one-shot questions to `nf_tables` (generation id, table list).
 
 use std::{
     io,
@@ -84,7 +84,7 @@ pub fn nfnl_request(msg_type: u16, flags: u16) -> [u8; NLMSG_HDR + NFGENMSG] {
 
 /// Sends `req` on a new blocking `NETLINK_NETFILTER` socket and hands each datagram received
 /// (at most `parts`, each waited for at most `timeout`, up to `buf_len` bytes) to `answer`,
-/// until it breaks with the result. `None` when the socket cannot be opened (no nf_tables,
+/// until it breaks with the result. `None` when the socket cannot be opened (no `nf_tables`,
 /// no permission), the send fails, a receive fails or times out, `answer` gives `None`
 /// (an error answer or a malformed one), or `parts` datagrams did not settle it.
 pub fn nfnl_ask<T>(

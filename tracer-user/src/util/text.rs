@@ -21,6 +21,7 @@ pub fn safe(s: &str) -> String {
 /// Unicode format characters that change how text around them is shown: zero-width ones,
 /// bidi marks (U+061C too), embeddings, overrides and isolates, the byte order mark. The
 /// fuzz targets check names printed through [`safe`] against this set.
+#[must_use]
 pub const fn is_invisible_format(c: char) -> bool {
     matches!(c, '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
         | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'

@@ -39,8 +39,10 @@ impl Machine {
         let cpu_model = cpuinfo
             .lines()
             .find_map(|l| l.strip_prefix("model name"))
-            .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
-            .unwrap_or_else(|| "unknown".into());
+            .map_or_else(
+                || "unknown".into(),
+                |v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned(),
+            );
         let git = |args: &[&str]| {
             output(Command::new("git").args(args).current_dir(root))
                 .map(|s| s.trim().to_owned())

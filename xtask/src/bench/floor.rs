@@ -167,7 +167,7 @@ fn prog_load(prog_type: u32, expected_attach: u32, ret: i32, name: &str) -> Resu
     sys_bpf(BPF_PROG_LOAD, &mut attr).with_context(|| format!("loading {name}"))
 }
 
-/// `BPF_LINK_CREATE`: prog_fd, target_ifindex, attach_type, flags, then the per-type union
+/// `BPF_LINK_CREATE`: `prog_fd`, `target_ifindex`, `attach_type`, flags, then the per-type union
 /// at 16 (netfilter: pf, hooknum, priority, flags; tcx: zeros = append).
 fn link_create(prog: &OwnedFd, target: u32, attach_type: u32, union: [u32; 4]) -> Result<OwnedFd> {
     let mut attr = [0u8; 128];

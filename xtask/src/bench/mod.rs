@@ -207,7 +207,7 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
     let throughput = if phases.throughput {
         throughput::run(ctx)?
     } else {
-        Default::default()
+        throughput::Throughput::default()
     };
     let paired = if phases.paired {
         paired::run(ctx, baseline)?
@@ -217,12 +217,12 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
     let hooks = if phases.hooks {
         hooks::run(ctx, baseline)?
     } else {
-        Default::default()
+        hooks::Hooks::default()
     };
     let micro = if phases.micro {
         micro::run(ctx, baseline)?
     } else {
-        Default::default()
+        micro::Micro::default()
     };
     let collector = if phases.collector {
         collector::run(ctx)?
@@ -232,7 +232,7 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
     let startup = if phases.startup {
         startup::run(ctx, &mut net)?
     } else {
-        Default::default()
+        startup::Startup::default()
     };
     Ok(Results {
         runs: ctx.runs,

@@ -269,9 +269,9 @@ fn mib(kib: u64) -> f64 {
 }
 
 /// Steady-state memory: for each pktrace condition of the throughput phase (the largest
-/// VmRSS of its streams in a round) and each collector scenario (VmRSS halfway through the
+/// `VmRSS` of its streams in a round) and each collector scenario (`VmRSS` halfway through the
 /// stream), the median over the runs, MiB; the highest of those, with its label. Also the
-/// highest VmHWM of any run (the peak, start-up included), KiB.
+/// highest `VmHWM` of any run (the peak, start-up included), KiB.
 fn steady_memory(r: &Results) -> (Option<(String, Dist)>, Option<u64>) {
     let mut medians: Vec<(String, Dist)> = Vec::new();
     for c in [
@@ -345,12 +345,12 @@ mod tests {
         let r = Results {
             runs: 1,
             seconds: 1,
-            throughput: Default::default(),
+            throughput: crate::bench::throughput::Throughput::default(),
             paired,
-            hooks: Default::default(),
-            micro: Default::default(),
+            hooks: crate::bench::hooks::Hooks::default(),
+            micro: crate::bench::micro::Micro::default(),
             collector: Vec::new(),
-            startup: Default::default(),
+            startup: crate::bench::startup::Startup::default(),
         };
         let table = targets(&r);
         assert_eq!(

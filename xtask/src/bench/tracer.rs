@@ -21,7 +21,7 @@ use super::{
 };
 
 /// How long a tracer may take to attach.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const READY_TIMEOUT: Duration = Duration::from_mins(1);
 
 /// What traces the node while the traffic flows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

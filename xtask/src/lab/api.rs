@@ -5,7 +5,7 @@
 //! then starts the server in the node namespace on 127.0.0.1:[`PORT`] (plain HTTP, that
 //! namespace's loopback only). It serves, to requests bearing [`TOKEN`]:
 //! `GET /api/v1/namespaces/{ns}/pods/{name}`, `GET /api/v1/namespaces/{ns}/pods` and
-//! `GET /api/v1/pods`, as Pod and PodList objects (`spec.nodeName`, `status.hostIP(s)`,
+//! `GET /api/v1/pods`, as Pod and `PodList` objects (`spec.nodeName`, `status.hostIP(s)`,
 //! `status.podIP(s)`, `phase: Running`). The pod table is re-read on every request, so a
 //! rewritten [`PODS_FILE`] (pods added or removed while the lab runs) shows at once. Besides
 //! the node's pods it knows [`REMOTE_POD`], scheduled on another node.

@@ -65,10 +65,10 @@ pub fn build(variant: Variant) -> Result<()> {
     load_nat_rules(variant).context("loading the nat rules into pkt-node")
 }
 
-/// The per-namespace br_netfilter switch for IPv4.
+/// The per-namespace `br_netfilter` switch for IPv4.
 pub const BRIDGE_NF_CALL_IPTABLES: &str = "net.bridge.bridge-nf-call-iptables";
 
-/// True when the kernel has br_netfilter (built in, or a module someone already loaded).
+/// True when the kernel has `br_netfilter` (built in, or a module someone already loaded).
 #[must_use]
 pub fn bridge_netfilter_available() -> bool {
     std::path::Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
@@ -76,7 +76,7 @@ pub fn bridge_netfilter_available() -> bool {
 
 /// The sysctls of a node namespace (the lab's and the bench's): it routes, sends no
 /// redirects, does no reverse-path filtering, and, like an AKS node, passes bridged IPv4
-/// traffic through iptables (br_netfilter) where the kernel has it. The module is never loaded
+/// traffic through iptables (`br_netfilter`) where the kernel has it. The module is never loaded
 /// (that would change the root namespace's bridges); the namespace's own switch is pinned when
 /// it exists, so the node behaves the same whatever the machine's default. Set these before
 /// creating interfaces: they inherit the defaults.

@@ -197,7 +197,7 @@ impl Image {
                 Node::Data { bytes, perm } => cpio.file(name, *perm, bytes)?,
                 Node::Symlink { target } => cpio.symlink(name, target)?,
                 Node::CharDevice { major, minor } => {
-                    cpio.char_device(name, 0o600, *major, *minor)?
+                    cpio.char_device(name, 0o600, *major, *minor)?;
                 }
             }
         }

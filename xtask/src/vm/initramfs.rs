@@ -148,8 +148,7 @@ pub fn assemble(
         found
             .iter()
             .find(|(n, _)| *n == name)
-            .map(|(_, p)| p.display().to_string())
-            .unwrap_or_else(|| format!("/sbin/{name}"))
+            .map_or_else(|| format!("/sbin/{name}"), |(_, p)| p.display().to_string())
     };
     let paths = GuestPaths {
         modprobe: host_path("modprobe"),

@@ -46,10 +46,10 @@ pub const HOOKS: [&str; 5] = ["kprobe", "fentry", "netfilter", "conntrack", AUTO
 /// first): a VM is killed only when one run takes longer, however many it was dealt. One VM
 /// holding all twelve runs on a machine busy with two builds took 405 s for its longest run
 /// (fentry:lifecycle; 120–150 s on a quiet machine).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_mins(15);
 /// How long a guest may take to start `/init` (it takes 3–10 s here) before it is booted
 /// again, once: a boot that fails is no test result.
-const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+const BOOT_TIMEOUT: Duration = Duration::from_mins(2);
 /// Guest memory (MiB).
 const MEMORY_MB: u32 = 1536;
 /// Kernel command-line words of the lockdown boot: the lockdown mode, and what the tests there

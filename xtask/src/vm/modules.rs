@@ -1,5 +1,5 @@
-//! The kernel modules the guest loads: what the lab (veth, bridge, br_netfilter, iptables nat
-//! in both its nft and legacy flavours, the kube-proxy matches) and pktrace (clsact, cls_bpf,
+//! The kernel modules the guest loads: what the lab (veth, bridge, `br_netfilter`, iptables nat
+//! in both its nft and legacy flavours, the kube-proxy matches) and pktrace (clsact, `cls_bpf`,
 //! conntrack over netlink) need, with their dependencies from `modules.dep`, resolved on the
 //! host with `modprobe -d ROOT -S VERSION --show-depends`.
 

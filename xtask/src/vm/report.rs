@@ -213,7 +213,7 @@ pub fn failures(report: &Report, expected: &[(String, String)]) -> Vec<String> {
     failures
 }
 
-/// The per-run lines and the per-test table (rows: binary::test; columns: hooks; cells: the
+/// The per-run lines and the per-test table (rows: `binary::test`; columns: hooks; cells: the
 /// outcome and the test's seconds).
 #[must_use]
 pub fn table(report: &Report, hooks: &[String]) -> String {

@@ -97,7 +97,7 @@ pub(super) fn mark_fib_or_state(
         let new = right.to_string().contains("new");
         return Some(vec![Cond {
             negated: false,
-            test: Test::Proto(if new != negated { 0 } else { 255 }),
+            test: Test::Proto(if new == negated { 255 } else { 0 }),
         }]);
     }
     None

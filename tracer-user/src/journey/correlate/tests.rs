@@ -458,7 +458,7 @@ fn a_claimed_first_packet_ingress_starts_its_journey_at_the_uplink() {
                 (Point::Egress, Some("azva4124965a9b"), false),
             ]
         );
-        let bound: Vec<bool> = j.steps.iter().map(|s| s.time_bound()).collect();
+        let bound: Vec<bool> = j.steps.iter().map(Step::time_bound).collect();
         assert_eq!(bound, [claimed, false, false, false]);
         assert_eq!(j.ending, Ending::Left);
     }

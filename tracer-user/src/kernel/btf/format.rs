@@ -8,7 +8,7 @@ use super::BtfError;
 pub(super) const MAGIC: u16 = 0xeb9f;
 /// Size of `struct btf_header` up to `str_len`.
 pub(super) const HEADER_LEN: usize = 24;
-/// Size of `struct btf_type` (name_off, info, size/type).
+/// Size of `struct btf_type` (`name_off`, info, size/type).
 pub(super) const TYPE_LEN: usize = 12;
 /// Anonymous members nested deeper than this, or modifier chains longer, mean malformed BTF.
 pub(super) const MAX_DEPTH: u32 = 64;

@@ -171,7 +171,7 @@ impl Builder {
 }
 
 /// A kernel-like `sk_buff`: members inside anonymous unions and structs, a member reached
-/// through a typedef/const chain, kind_flag bitfields, and a pointer.
+/// through a typedef/const chain, `kind_flag` bitfields, and a pointer.
 fn skb_btf(big: bool) -> (Builder, u32) {
     let mut b = Builder::new(big);
     let u32_ = b.int("unsigned int", 4, 32);

@@ -7,12 +7,12 @@ const LOCKDOWN_FILE: &str = "/sys/kernel/security/lockdown";
 
 /// A program the kernel refused because it is locked down: in "confidentiality" mode
 /// (security/lockdown, v6.1) the verifier knows no helper that reads kernel memory
-/// (`bpf_probe_read`, `bpf_probe_read_kernel`, their `_str` forms: kernel/trace/bpf_trace.c
+/// (`bpf_probe_read`, `bpf_probe_read_kernel`, their `_str` forms: `kernel/trace/bpf_trace.c`
 /// `bpf_tracing_func_proto`, kernel/bpf/helpers.c `bpf_base_func_proto`), so loading fails
-/// with EINVAL and the log's "unknown func bpf_probe_read#4" (measured on Debian's
+/// with EINVAL and the log's "unknown func `bpf_probe_read#4`" (measured on Debian's
 /// 6.1.0-56-cloud-amd64 booted with `lockdown=confidentiality`: fentry and kprobe programs;
 /// tc programs load, as they read packets with `bpf_skb_load_bytes`). Later kernels word it
-/// "program of this type cannot use helper bpf_probe_read#4" (measured on Debian's
+/// "program of this type cannot use helper `bpf_probe_read#4`" (measured on Debian's
 /// 6.12.74+deb12-cloud-amd64, the same boot: fentry, kprobe and netfilter programs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockdownRefusal {

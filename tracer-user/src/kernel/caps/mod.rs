@@ -113,10 +113,10 @@ fn check(effective: &CapsHashSet, root: bool, known: &CapsHashSet) -> Result<(),
                 .any(|c| known.contains(c) && effective.contains(c))
         })
         .map(|n| {
-            if !known.contains(&n.any_of[0]) {
-                "CAP_SYS_ADMIN"
-            } else {
+            if known.contains(&n.any_of[0]) {
                 n.what
+            } else {
+                "CAP_SYS_ADMIN"
             }
         })
         .collect();
@@ -140,7 +140,7 @@ fn known() -> CapsHashSet {
 }
 
 /// The capabilities the session still uses after its programs are attached, each with why.
-/// `cap_bpf`: the kernel knows CAP_BPF (5.8+); `host_root_elsewhere`: pktrace runs in a
+/// `cap_bpf`: the kernel knows `CAP_BPF` (5.8+); `host_root_elsewhere`: pktrace runs in a
 /// container whose root is not the node's, so node commands run chrooted via `/proc/1/root`.
 #[must_use]
 pub fn needed_after_attach(
@@ -196,7 +196,7 @@ pub fn needed_after_attach(
 pub struct Dropped {
     pub dropped: CapsHashSet,
     pub kept: Vec<(Capability, &'static str)>,
-    /// The bounding set could not be lowered (no CAP_SETPCAP): then children of a non-root
+    /// The bounding set could not be lowered (no `CAP_SETPCAP)`: then children of a non-root
     /// pktrace still get nothing, as they have no file capabilities.
     pub bounding_kept: bool,
 }

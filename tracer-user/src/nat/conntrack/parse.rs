@@ -1,5 +1,5 @@
 //! ctnetlink event messages (`IPCTNL_MSG_CT_NEW` from the `NFNLGRP_CONNTRACK_NEW` and
-//! `_UPDATE` groups, include/uapi/linux/netfilter/nfnetlink_conntrack.h, v6.1) → the two tuples
+//! `_UPDATE` groups, `include/uapi/linux/netfilter/nfnetlink_conntrack.h`, v6.1) → the two tuples
 //! of a conntrack entry, as [`Tuple`]s. The attributes are parsed by
 //! `netlink-packet-netfilter`; the netlink header walk is ours (a datagram holds several
 //! messages).

@@ -2,7 +2,7 @@
 //! made of while it crosses the node: the original direction enters as the entry's original
 //! tuple, is DNATed (PREROUTING/OUTPUT), then SNATed (POSTROUTING/INPUT), and leaves as the
 //! reply tuple reversed; a reply enters as the reply tuple, is un-SNATed, then un-DNATed, and
-//! leaves as the original tuple reversed (`HOOK2MANIP`, net/netfilter/nf_nat_core.c, v6.1).
+//! leaves as the original tuple reversed (`HOOK2MANIP`, `net/netfilter/nf_nat_core.c`, v6.1).
 //! The join ([`crate::journey::correlate`]) asks where a packet seen at tc stands in such a
 //! chain, to put the NAT steps between it and the packet an open journey holds.
 

@@ -105,7 +105,7 @@ fn load_hint(e: &io::Error) -> &'static str {
     }
 }
 
-/// What a link failure means (`bpf_nf_check_pf_and_hooks`, net/netfilter/nf_bpf_link.c, v6.4).
+/// What a link failure means (`bpf_nf_check_pf_and_hooks`, `net/netfilter/nf_bpf_link.c`, v6.4).
 pub(super) fn link_hint(e: &io::Error) -> &'static str {
     match e.raw_os_error() {
         Some(libc::EPERM | libc::EACCES) => ": run as root or with CAP_BPF and CAP_NET_ADMIN",

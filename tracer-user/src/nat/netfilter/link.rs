@@ -26,7 +26,7 @@ use crate::kernel::{
 /// [`NetfilterProgram::attach`]. Dropping it unloads it once no link uses it.
 ///
 /// # Minimum kernel version
-/// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (net/netfilter/nf_bpf_link.c, v6.4).
+/// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (`net/netfilter/nf_bpf_link.c`, v6.4).
 #[derive(Debug)]
 pub struct NetfilterProgram {
     pub(super) fd: OwnedFd,
@@ -114,10 +114,10 @@ impl NetfilterProgram {
     /// Hooks the program into netfilter in the calling thread's network namespace: family `pf`
     /// ([`super::NFPROTO_IPV4`] or `NFPROTO_IPV6`), hook `hook` (`NF_INET_*`, see
     /// [`tracer_common::hook`]) at `priority` (lower runs first; the nat table sits at -100 in
-    /// PRE_ROUTING/LOCAL_OUT and 100 in POST_ROUTING/LOCAL_IN).
+    /// `PRE_ROUTING/LOCAL_OUT` and 100 in `POST_ROUTING/LOCAL_IN`).
     ///
     /// # Minimum kernel version
-    /// 6.4 (`BPF_LINK_TYPE_NETFILTER`, net/netfilter/nf_bpf_link.c, v6.4).
+    /// 6.4 (`BPF_LINK_TYPE_NETFILTER`, `net/netfilter/nf_bpf_link.c`, v6.4).
     pub fn attach(&self, pf: u32, hook: u32, priority: i32) -> Result<NetfilterLink, AttachError> {
         if priority == i32::MIN || priority == i32::MAX {
             return Err(AttachError::ReservedPriority { priority });
@@ -147,7 +147,7 @@ impl NetfilterProgram {
 /// Checks that this kernel loads netfilter programs and links them, without hooking anything:
 /// it loads `r0 = NF_ACCEPT; exit` and asks for a link at the reserved priority
 /// `NF_IP_PRI_FIRST`, which a kernel with netfilter links refuses with `ERANGE` after checking
-/// everything else (`bpf_nf_check_pf_and_hooks`, net/netfilter/nf_bpf_link.c, v6.4). So it is
+/// everything else (`bpf_nf_check_pf_and_hooks`, `net/netfilter/nf_bpf_link.c`, v6.4). So it is
 /// safe in any namespace, including the host's. The error says why links are unavailable.
 ///
 /// # Minimum kernel version

@@ -13,13 +13,13 @@
 //!
 //! A [`NetfilterLink`] hooks a program into netfilter in the network namespace of the
 //! **calling thread** at attach time (`current->nsproxy->net_ns`, `bpf_nf_link_attach`,
-//! net/netfilter/nf_bpf_link.c, v6.4). The link is a file descriptor: closing it (drop, exit,
+//! `net/netfilter/nf_bpf_link.c`, v6.4). The link is a file descriptor: closing it (drop, exit,
 //! even SIGKILL) unregisters the hook, and while it is open it holds a reference on that
 //! namespace.
 //!
 //! # Minimum kernel version
 //! 6.4, built with `CONFIG_NETFILTER_BPF_LINK` (`BPF_PROG_TYPE_NETFILTER`,
-//! `BPF_LINK_TYPE_NETFILTER`: net/netfilter/nf_bpf_link.c, v6.4). The programs may only read
+//! `BPF_LINK_TYPE_NETFILTER`: `net/netfilter/nf_bpf_link.c`, v6.4). The programs may only read
 //! their context (`struct bpf_nf_ctx`: `state` at 0, `skb` at 8, 8-byte loads), use the base
 //! helpers, and must return `NF_DROP` (0) or `NF_ACCEPT` (1).
 
@@ -63,7 +63,7 @@ pub const PROGRAM_PREFIX: &str = "nf_";
 /// the maps `ebpf` created from the same bytes (see [`PreparedObject::new`] for `globals`).
 ///
 /// # Minimum kernel version
-/// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (net/netfilter/nf_bpf_link.c, v6.4).
+/// 6.4 with `CONFIG_NETFILTER_BPF_LINK` (`net/netfilter/nf_bpf_link.c`, v6.4).
 ///
 /// The flag is [`NfPatches::conntrack`]: false when the enter programs cannot read conntrack
 /// entries on this kernel and read every packet instead.

@@ -9,7 +9,7 @@ use super::patches::{NfPatches, Used};
 
 /// `BPF_PSEUDO_KFUNC_CALL`: a call's `src_reg` for a kernel function (include/uapi/linux/bpf.h).
 const PSEUDO_KFUNC_CALL: u8 = 2;
-/// Instruction classes, modes and operations (include/uapi/linux/bpf.h, bpf_common.h).
+/// Instruction classes, modes and operations (include/uapi/linux/bpf.h, `bpf_common.h`).
 const CLASS_MASK: u8 = 0x07;
 const CLASS_LDX: u8 = 0x01;
 const CLASS_ST: u8 = 0x02;
@@ -111,12 +111,11 @@ fn patch_load(insn: &mut bpf_insn, patches: &NfPatches, used: &mut Used) -> Resu
         ));
     }
     used.loads.insert(p.placeholder);
-    match p.offset {
-        Some(off) => insn.off = off,
-        None => {
-            let dst = insn.dst_reg();
-            *insn = mov64_imm(dst, 0);
-        }
+    if let Some(off) = p.offset {
+        insn.off = off;
+    } else {
+        let dst = insn.dst_reg();
+        *insn = mov64_imm(dst, 0);
     }
     Ok(())
 }

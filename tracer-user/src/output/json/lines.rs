@@ -26,7 +26,7 @@ pub(super) fn serialize<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) {
     ));
 }
 
-/// serde_json's compact output, plus `\uXXXX` for what JSON may leave raw but a terminal
+/// `serde_json`'s compact output, plus `\uXXXX` for what JSON may leave raw but a terminal
 /// would obey (C1 controls such as U+009B CSI, DEL, bidi and zero-width characters: the set
 /// [`crate::util::safe`] escapes). Lossless: a reader decodes the very same strings.
 pub(super) struct TerminalSafe;

@@ -23,7 +23,7 @@ fn lines(f: impl FnOnce(&mut dyn Sink)) -> Vec<Value> {
     let bytes = buf.0.lock().unwrap().clone();
     let text = String::from_utf8(bytes).unwrap();
     assert!(text.ends_with('\n'));
-    assert!(!text.contains("\u{1b}"), "no colour in JSON");
+    assert!(!text.contains('\u{1b}'), "no colour in JSON");
     text.lines()
         .map(|l| serde_json::from_str(l).expect(l))
         .collect()
@@ -549,7 +549,7 @@ fn gathered_journeys_keep_their_order() {
         .collect();
     assert_eq!(types, ["\"journey\"", "\"loss\""]);
     let line = out.text().lines().next().unwrap().len() + 1;
-    for _ in 0..PENDING / line + 1 {
+    for _ in 0..=(PENDING / line) {
         sink.journey(&contract_journey()).unwrap();
     }
     assert!(

@@ -95,7 +95,7 @@ impl StateFileError {
     }
 }
 
-/// serde_json's message without its ` at line L column C` tail (printed separately).
+/// `serde_json`'s message without its ` at line L column C` tail (printed separately).
 pub(super) fn json_reason(err: &serde_json::Error) -> String {
     let text = err.to_string();
     match text.rfind(" at line ") {

@@ -62,7 +62,7 @@ fn refuses_a_200_mb_state_file_without_parsing_it() {
         .unwrap();
     let endpoint = r#""0123456789abcdef":{"PODName":"whereami-564765b89-qfq2k","PODNameSpace":"default","IPAddresses":[{"IP":"10.13.76.26","Mask":"////AA=="}],"HostIfName":"azva4124965a9b"},"#;
     let chunk = endpoint.repeat(1 << 12);
-    for _ in 0..(200 << 20) / chunk.len() + 1 {
+    for _ in 0..=((200 << 20) / chunk.len()) {
         w.write_all(chunk.as_bytes()).unwrap();
     }
     w.write_all(br#""last":{}}}}}}}}"#).unwrap();
