@@ -576,9 +576,9 @@ pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
             }
             "sport" | "id" => {
                 if sport == 0 {
-                    e.orig_sport = v.clone();
+                    e.orig_sport.clone_from(&v);
                 } else {
-                    e.reply_sport = v.clone();
+                    e.reply_sport.clone_from(&v);
                 }
                 if k == "id" {
                     if dport == 0 {

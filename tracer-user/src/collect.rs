@@ -213,7 +213,7 @@ impl Collector {
             .flows
             .keys()
             .take(usize::try_from(self.flow_capacity).unwrap_or(usize::MAX));
-        walked.filter(Result::is_ok).count() as u64
+        walked.flatten().count() as u64
     }
 }
 

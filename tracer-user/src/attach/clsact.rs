@@ -199,7 +199,7 @@ impl CreatedQdiscs {
             }
             if ns != netns {
                 let live = live_netns.get_or_insert_with(live_net_namespaces);
-                if netns_is_gone(ns, live) {
+                if netns_is_gone(ns, live.as_ref()) {
                     let _ = std::fs::remove_file(entry.path());
                 }
                 continue;
@@ -324,8 +324,8 @@ fn nsfs_net_mounts(mountinfo: &str) -> impl Iterator<Item = u64> + '_ {
 }
 
 /// Whether the namespace `ns` is surely gone: no process is in it and no mount keeps it.
-fn netns_is_gone(ns: u64, live: &Option<std::collections::HashSet<u64>>) -> bool {
-    live.as_ref().is_some_and(|live| !live.contains(&ns))
+fn netns_is_gone(ns: u64, live: Option<&std::collections::HashSet<u64>>) -> bool {
+    live.is_some_and(|live| !live.contains(&ns))
 }
 
 /// The inode of this process's network namespace (ifindexes are per namespace).
@@ -532,9 +532,9 @@ mod tests {
     #[test]
     fn a_namespace_is_gone_only_when_proc_was_read_and_nothing_holds_it() {
         let live = Some([1, 2].into_iter().collect());
-        assert!(netns_is_gone(3, &live));
-        assert!(!netns_is_gone(2, &live));
-        assert!(!netns_is_gone(3, &None));
+        assert!(netns_is_gone(3, live.as_ref()));
+        assert!(!netns_is_gone(2, live.as_ref()));
+        assert!(!netns_is_gone(3, None));
     }
 
     #[test]

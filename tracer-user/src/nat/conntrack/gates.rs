@@ -94,9 +94,8 @@ impl Gates {
     /// The map or a gate is missing, or reading it failed.
     pub fn take(ebpf: &mut Ebpf, object: &[u8]) -> Result<Self, String> {
         let at = layout(object)?;
-        let map = match ebpf.take_map(".bss") {
-            Some(aya::maps::Map::Array(m)) => m,
-            _ => return Err("the eBPF object has no .bss array map".into()),
+        let Some(aya::maps::Map::Array(map)) = ebpf.take_map(".bss") else {
+            return Err("the eBPF object has no .bss array map".into());
         };
         let size = map.info().map_err(|e| e.to_string())?.value_size() as usize;
         if at.tuples + (1 << tracer_common::FLOW_TUPLE_BITS) > size {

@@ -83,7 +83,6 @@ pub fn patch_instructions(
             insn.imm = i32::try_from(id)
                 .map_err(|_| (index, format!("the BTF id of {what} is too large")))?;
             used.types.insert(placeholder);
-            continue;
         }
     }
     Ok(())

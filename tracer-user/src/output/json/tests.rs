@@ -439,7 +439,7 @@ fn strings_match_serde() {
         want
     };
     let mut samples: Vec<String> = (0..0x3000u32)
-        .chain([0xfeff, 0xfff9, 0xfffb, 0xfffd, 0x1f600, 0x10ffff])
+        .chain([0xfeff, 0xfff9, 0xfffb, 0xfffd, 0x1f600, 0x0010_ffff])
         .filter_map(char::from_u32)
         .map(|c| format!("a{c}b"))
         .collect();

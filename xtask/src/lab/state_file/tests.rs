@@ -76,7 +76,7 @@ fn timestamps_are_rfc3339_utc() {
     let t = UNIX_EPOCH + Duration::new(1_795_184_645, 812_412_634);
     assert_eq!(rfc3339(t), "2026-11-20T14:24:05.812412634Z");
     assert_eq!(
-        rfc3339(UNIX_EPOCH + Duration::from_hours(264384)),
+        rfc3339(UNIX_EPOCH + Duration::from_hours(264_384)),
         "2000-02-29T00:00:00.000000000Z"
     );
 }
