@@ -64,6 +64,10 @@ fn flow_of(r: &Record, ct: &[CtEntry]) -> Flow {
 /// frame seen twice on one interface in one direction starts another packet (a retransmit
 /// with the same id and fingerprint, such as a SYN-ACK's id 0).
 #[must_use]
+#[expect(
+    clippy::implicit_hasher,
+    reason = "the callers' maps use the default hasher"
+)]
 pub fn forwarded(
     frames: &[Record],
     ct: &[CtEntry],

@@ -32,6 +32,10 @@ pub enum Action {
 
 /// The action for `ev`, given the name under which its link is attached (`None`: not attached).
 #[must_use]
+#[expect(
+    clippy::match_same_arms,
+    reason = "one arm per (event, attached) case, each a decision of its own"
+)]
 pub fn decide(ev: &LinkEvent, attached: Option<&str>, patterns: &[String]) -> Action {
     match (ev, attached) {
         (LinkEvent::Del { index, .. }, Some(_)) => Action::Gone { index: *index },

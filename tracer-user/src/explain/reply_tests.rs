@@ -20,6 +20,10 @@ const LAB_CALICO_SETS: &str = include_str!("../../../xtask/src/lab/ipsets-calico
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 
 /// One node's rules and addresses.
+#[expect(
+    clippy::struct_field_names,
+    reason = "the field names the test table is read by"
+)]
 struct Node {
     name: &'static str,
     dump: &'static str,

@@ -158,6 +158,10 @@ impl BenchNet {
         Ok(())
     }
 
+    #[expect(
+        clippy::unused_self,
+        reason = "a step of the network's build, kept on it beside the others"
+    )]
     fn wire(&self) -> Result<()> {
         node()?;
         outside()?;

@@ -72,6 +72,10 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Finds or fetches the kernel `spec` names (`None`: the newest bookworm cloud kernel).
+#[expect(
+    clippy::case_sensitive_file_extension_comparisons,
+    reason = "Debian packages end in lowercase .deb"
+)]
 pub fn resolve(spec: Option<&str>) -> Result<Kernel> {
     let Some(spec) = spec else {
         return from_apt(&newest_cloud_kernel()?);
@@ -264,6 +268,10 @@ fn from_apt_with(version: &str, options: &[String]) -> Result<Kernel> {
     unpacked(&deb, &dir)
 }
 
+#[expect(
+    clippy::case_sensitive_file_extension_comparisons,
+    reason = "Debian packages end in lowercase .deb"
+)]
 fn cached_deb(debs: &Path, package: &str) -> Result<Option<PathBuf>> {
     let Ok(entries) = fs::read_dir(debs) else {
         return Ok(None);

@@ -134,6 +134,10 @@ impl<'a> Walk<'a> {
         }
     }
 
+    #[expect(
+        clippy::unused_self,
+        reason = "one method per condition kind, beside those that read the evaluator's state"
+    )]
     fn iface(&self, name: Option<&str>, flag: &str, pat: &str, negated: bool) -> Truth {
         match name {
             Some(name) => Truth::Known(iface_match(pat, name) != negated),

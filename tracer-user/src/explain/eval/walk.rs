@@ -208,6 +208,10 @@ impl<'a> Walk<'a> {
 
     /// What the matching `rule` does with its `target` (a verdict map's verdict, or its own):
     /// the walk's flow when this rule ends the chain or the table, `None` when it goes on.
+    #[expect(
+        clippy::match_same_arms,
+        reason = "one arm per target kind: each says what that target does to the walk"
+    )]
     fn take(
         &mut self,
         name: &'a str,

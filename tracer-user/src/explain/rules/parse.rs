@@ -166,6 +166,10 @@ impl RuleParser<'_> {
 
     /// The condition option `tok` starts, with its value consumed: `None` when `tok` is no
     /// condition pktrace reads, `Some(None)` when its value is unreadable.
+    #[expect(
+        clippy::option_option,
+        reason = "not a condition vs an unreadable one, as documented"
+    )]
     fn condition(&mut self, tok: &str) -> Option<Option<Test>> {
         Some(match tok {
             "-s" | "--source" => self.cidr(true),

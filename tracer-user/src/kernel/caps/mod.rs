@@ -193,6 +193,10 @@ pub fn needed_after_attach(
 
 /// What [`drop_unneeded`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[expect(
+    clippy::struct_field_names,
+    reason = "`dropped` names the capabilities dropped, beside `kept`"
+)]
 pub struct Dropped {
     pub dropped: CapsHashSet,
     pub kept: Vec<(Capability, &'static str)>,

@@ -162,6 +162,10 @@ impl StepLine {
 
 /// A key that is present is `Some`, even when its value is `null` (serde's default for an
 /// `Option` takes `null` for absent).
+#[expect(
+    clippy::option_option,
+    reason = "absent vs null: the contract tells them apart"
+)]
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
