@@ -312,7 +312,9 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>,
             }
         });
     if let Err(e) = spawned {
-        crate::diag::line(format_args!("rules will not be re-read when they change: {e}"));
+        crate::diag::line(format_args!(
+            "rules will not be re-read when they change: {e}"
+        ));
     }
     (rx, stop)
 }

@@ -81,7 +81,6 @@ impl JourneyLine {
 /// serde names are the contract's (`ingress`, `dnat`, `timed_out`, …).
 pub use crate::journey::{Ending, Point};
 
-
 /// One step of a journey. `Option<Option<_>>`: outer `None` leaves the key out (it does not
 /// belong to this kind of step), inner `None` is `null` (it belongs but is unknown).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
