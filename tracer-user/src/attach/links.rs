@@ -14,13 +14,10 @@ use std::{
     os::fd::{AsRawFd, OwnedFd, RawFd},
 };
 
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::{RouteNetlinkMessage, link::LinkAttribute};
+
 const RTMGRP_LINK: u32 = 1;
-const RTM_NEWLINK: u16 = 16;
-const RTM_DELLINK: u16 = 17;
-const NLMSG_HDR_LEN: usize = 16;
-const IFINFOMSG_LEN: usize = 16;
-const IFLA_IFNAME: u16 = 3;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 /// `IFF_UP`.
 #[cfg(test)]
 const IFF_UP: u32 = 1;
@@ -93,70 +90,55 @@ impl AsRawFd for LinkMonitor {
     }
 }
 
-/// The link events in one netlink datagram; other messages and malformed tails are skipped.
+/// The link events in one netlink datagram; other messages are skipped, and a malformed
+/// message ends the datagram (what follows it cannot be framed).
 #[must_use]
-pub fn parse(mut buf: &[u8]) -> Vec<LinkEvent> {
+pub fn parse(buf: &[u8]) -> Vec<LinkEvent> {
     let mut out = Vec::new();
-    while buf.len() >= NLMSG_HDR_LEN {
-        let len = u32_at(buf, 0) as usize;
-        if len < NLMSG_HDR_LEN || len > buf.len() {
+    let mut at = 0;
+    while at < buf.len() {
+        let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf[at..]) else {
             break;
-        }
-        let ty = u16_at(buf, 4);
-        if let Some(ev) = parse_link(ty, &buf[NLMSG_HDR_LEN..len]) {
+        };
+        let len = msg.header.length as usize;
+        if let NetlinkPayload::InnerMessage(inner) = msg.payload
+            && let Some(ev) = link_event(inner)
+        {
             out.push(ev);
         }
-        buf = &buf[align4(len).min(buf.len())..];
+        if len == 0 {
+            break;
+        }
+        at += (len + 3) & !3;
     }
     out
 }
 
-fn parse_link(ty: u16, payload: &[u8]) -> Option<LinkEvent> {
-    if !matches!(ty, RTM_NEWLINK | RTM_DELLINK) || payload.len() < IFINFOMSG_LEN {
-        return None;
-    }
-    let index = u32_at(payload, 4);
-    let flags = u32_at(payload, 8);
-    let name = ifname(&payload[IFINFOMSG_LEN..])?;
+/// The event a new-link or del-link message tells; `None` for other messages and for links
+/// without an index or a name.
+fn link_event(msg: RouteNetlinkMessage) -> Option<LinkEvent> {
+    let (new, link) = match msg {
+        RouteNetlinkMessage::NewLink(link) => (true, link),
+        RouteNetlinkMessage::DelLink(link) => (false, link),
+        _ => return None,
+    };
+    let index = link.header.index;
+    let name = link.attributes.into_iter().find_map(|a| match a {
+        LinkAttribute::IfName(name) => Some(name),
+        _ => None,
+    })?;
     if index == 0 {
         return None;
     }
-    Some(if ty == RTM_NEWLINK {
-        LinkEvent::New { index, name, flags }
+    Some(if new {
+        LinkEvent::New {
+            index,
+            name,
+            flags: link.header.flags.bits(),
+        }
     } else {
         LinkEvent::Del { index, name }
     })
-}
-
-/// `IFLA_IFNAME` among the attributes.
-fn ifname(mut attrs: &[u8]) -> Option<String> {
-    while attrs.len() >= 4 {
-        let len = usize::from(u16_at(attrs, 0));
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if u16_at(attrs, 2) & NLA_TYPE_MASK == IFLA_IFNAME {
-            let raw = &attrs[4..len];
-            let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-            return Some(String::from_utf8_lossy(&raw[..end]).into_owned());
-        }
-        attrs = &attrs[align4(len).min(attrs.len())..];
-    }
-    None
-}
-
-const fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2)
-        .map_or(0, |s| u16::from_ne_bytes([s[0], s[1]]))
 }
 
 #[cfg(test)]
@@ -260,10 +242,10 @@ mod tests {
         let mut other = d.clone();
         other[4..6].copy_from_slice(&20u16.to_ne_bytes());
         assert!(parse(&other).is_empty());
-        // A zero-length attribute stops the walk instead of looping.
+        // A zero-length attribute (after the 16-byte netlink header and the 16-byte
+        // ifinfomsg) is malformed: no event, and no endless walk.
         let mut bad = d.clone();
-        bad[NLMSG_HDR_LEN + IFINFOMSG_LEN..NLMSG_HDR_LEN + IFINFOMSG_LEN + 2]
-            .copy_from_slice(&0u16.to_ne_bytes());
+        bad[32..34].copy_from_slice(&0u16.to_ne_bytes());
         assert!(parse(&bad).is_empty());
         assert!(parse(&[0u8; 3]).is_empty());
     }
