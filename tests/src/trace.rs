@@ -243,6 +243,21 @@ impl Pktrace {
         (lines, self.stderr())
     }
 
+    /// The complete `journey` lines the running pktrace printed so far, typed (lines that are
+    /// not yet complete, or not of the contract, are left out).
+    #[must_use]
+    pub fn journeys_so_far(&self) -> Vec<JourneyLine> {
+        let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
+        let complete = out.rfind('\n').map_or("", |end| &out[..end]);
+        complete
+            .lines()
+            .filter_map(|l| match Line::parse(l) {
+                Ok(Line::Journey(j)) => Some(j),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the process still runs.
     #[must_use]
     pub fn is_running(&mut self) -> bool {

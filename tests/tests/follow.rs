@@ -6,17 +6,17 @@
 
 use std::{
     net::UdpSocket,
-    sync::mpsc,
+    sync::{OnceLock, mpsc},
     thread::{self, sleep},
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
 use tests::{
     LabGuard,
     rawbpf::enter_netns,
-    trace::{Pktrace, steps},
+    trace::{Pktrace, Trace},
 };
+use tracer_user::output::json::contract::{Ending, JourneyLine, Point};
 use xtask::lab::{self, NODE_NS, in_ns, pods};
 
 /// `default/whereami`'s ClusterIP.
@@ -41,21 +41,20 @@ fn request(ns: &str) -> anyhow::Result<String> {
 }
 
 /// Journeys that start with the pod's packet entering on its veth.
-fn from_pod<'a>(lines: &'a [Value], ip: &str, veth: &str) -> Vec<&'a Value> {
-    lines
-        .iter()
-        .filter(|l| l["type"] == "journey")
+fn from_pod<'a>(journeys: impl IntoIterator<Item = &'a JourneyLine>, ip: &str, veth: &str) -> Vec<&'a JourneyLine> {
+    journeys
+        .into_iter()
         .filter(|j| {
-            let s = steps(j);
-            s.first().is_some_and(|f| {
-                f["point"] == "ingress"
-                    && f["iface"] == veth
-                    && f["src"]
-                        .as_str()
-                        .is_some_and(|src| src.starts_with(&format!("{ip}:")))
+            j.steps.first().is_some_and(|f| {
+                f.point == Point::Ingress && iface(f) == Some(veth) && f.src.starts_with(&format!("{ip}:"))
             })
         })
         .collect()
+}
+
+/// A step's interface, when it has a known one.
+fn iface(step: &tracer_user::output::json::contract::StepLine) -> Option<&str> {
+    step.iface.as_ref()?.as_deref()
 }
 
 /// Sends a request every 100 ms (at most `tries`) until pktrace has printed a journey from the
@@ -70,9 +69,9 @@ fn traffic_until_traced(
     for _ in 0..tries {
         let _ = request(ns);
         sleep(Duration::from_millis(100));
-        let (lines, _) = tracer.so_far();
-        if let Some(j) = from_pod(&lines, ip, veth).first() {
-            return j["start_ktime_ns"].as_u64();
+        let journeys = tracer.journeys_so_far();
+        if let Some(j) = from_pod(&journeys, ip, veth).first() {
+            return j.start_ktime_ns;
         }
     }
     None
@@ -119,12 +118,10 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    let journeys = from_pod(&trace.lines, &ip, &pod.host_if);
+    let journeys = from_pod(trace.journey_lines(), &ip, &pod.host_if);
     // The pod's request went through the ClusterIP's DNAT and left on a backend's veth.
     assert!(
-        journeys
-            .iter()
-            .any(|j| steps(j).iter().any(|s| s["point"] == "dnat")),
+        journeys.iter().any(|j| j.steps.iter().any(|s| s.point == Point::Dnat)),
         "no DNAT step in the new pod's journeys:\n{}",
         trace.dump()
     );
@@ -171,14 +168,9 @@ fn follow_a_pod_recreated_with_a_new_ip() {
         trace.dump()
     );
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(
-        trace.stderr.matches("follow-b: now ").count(),
-        1,
-        "one line per move:\n{}",
-        trace.stderr
-    );
-    for j in trace.journeys() {
-        assert_eq!(j["pod"], "default/follow-b", "{j}");
+    assert_eq!(trace.stderr.matches("follow-b: now ").count(), 1, "one line per move:\n{}", trace.stderr);
+    for j in trace.journey_lines() {
+        assert_eq!(j.pod, "default/follow-b", "{j:?}");
     }
 }
 
@@ -245,26 +237,16 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
         .count();
     assert_eq!(noisy, 0, "{}", trace.stderr);
     // A journey closed for its interface ends on that interface.
-    for j in trace
-        .journeys()
-        .into_iter()
-        .filter(|j| j["ending"] == "interface_gone")
-    {
-        let last = steps(j)
-            .into_iter()
-            .rev()
-            .find(|s| s["iface"].is_string())
-            .expect("a tc step");
-        assert_eq!(last["iface"], pod.host_if.as_str(), "{j}");
+    let gone: Vec<&JourneyLine> =
+        trace.journey_lines().into_iter().filter(|j| j.ending == Some(Ending::InterfaceGone)).collect();
+    for j in &gone {
+        let last = j.steps.iter().rev().find_map(iface).expect("a tc step");
+        assert_eq!(last, pod.host_if.as_str(), "{j:?}");
     }
     eprintln!(
         "follow: {} requests during the deletion, {} journeys closed as interface_gone",
         ok,
-        trace
-            .journeys()
-            .iter()
-            .filter(|j| j["ending"] == "interface_gone")
-            .count()
+        gone.len()
     );
 }
 
@@ -317,8 +299,28 @@ impl Drop for HoldingQueue {
     }
 }
 
-#[test]
-fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
+/// What one run of the held-datagrams scenario left: the pod's veth is deleted while the
+/// pod's DNS datagrams wait in a [`HoldingQueue`] behind its ingress hook.
+struct HeldRun {
+    ip: String,
+    veth: String,
+    /// Datagrams the pod sent, and replies it got.
+    sent: usize,
+    replies: usize,
+    /// pktrace still ran 0.3 s after the pod was gone; its stderr then.
+    running_after: bool,
+    stderr_after: String,
+    trace: Trace,
+}
+
+/// The scenario, run once for the `follow_held_` tests (they run one at a time; each also runs
+/// alone). The lab is down again once it is built.
+fn held_run() -> &'static HeldRun {
+    static RUN: OnceLock<HeldRun> = OnceLock::new();
+    RUN.get_or_init(hold_datagrams_and_delete_the_veth)
+}
+
+fn hold_datagrams_and_delete_the_veth() -> HeldRun {
     let _lab = LabGuard::new();
     let pod = pods::add("follow-e").expect("adding pod follow-e");
     let (ns, ip, veth) = (pod.netns(), pod.ip.to_string(), pod.host_if.clone());
@@ -327,48 +329,10 @@ fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
     // TCP is not held: it proves pktrace sees the pod before the test starts.
     assert!(traffic_until_traced(&tracer, &ns, &ip, &veth, 10).is_some());
 
-    // From the pod: HELD_SENT datagrams with distinct payloads (distinct fingerprints), 10 ms
-    // apart; replies are counted until the veth has been gone for 0.5 s.
     let (deleted_tx, deleted_rx) = mpsc::channel::<()>();
     let (sent_tx, sent_rx) = mpsc::channel::<()>();
-    let sender = {
-        let ns = ns.clone();
-        thread::spawn(move || {
-            enter_netns(&ns);
-            let socket = UdpSocket::bind(("0.0.0.0", 0)).expect("udp socket");
-            socket.connect((DNS_IP, 53)).expect("connect");
-            socket
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .expect("timeout");
-            let mut payload = vec![b'.'; HELD_PAYLOAD];
-            let mut sent = 0;
-            for i in 0..HELD_SENT {
-                payload[..8].copy_from_slice(format!("held-{i:02} ").as_bytes());
-                if socket.send(&payload).is_ok() {
-                    sent += 1;
-                }
-                sleep(Duration::from_millis(10));
-            }
-            let _ = sent_tx.send(());
-            let (mut replies, mut buf) = (0, [0u8; 2048]);
-            let mut gone_at = None;
-            let start = Instant::now();
-            while gone_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(500))
-                && start.elapsed() < Duration::from_secs(10)
-            {
-                if socket.recv(&mut buf).is_ok() {
-                    replies += 1;
-                }
-                if gone_at.is_none() && deleted_rx.try_recv().is_ok() {
-                    gone_at = Some(Instant::now());
-                }
-            }
-            (sent, replies)
-        })
-    };
-    sent_rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("the sender did not send");
+    let sender = send_held_datagrams(ns, sent_tx, deleted_rx);
+    sent_rx.recv_timeout(Duration::from_secs(5)).expect("the sender did not send");
     // The datagrams after the first wait in the queue; the veth goes while they do.
     sleep(Duration::from_millis(150));
     let deletion = Instant::now();
@@ -378,81 +342,123 @@ fn follow_journeys_held_on_a_deleted_veth_end_as_interface_gone() {
     let (sent, replies) = sender.join().expect("sender");
     pods::del("follow-e").expect("deleting pod follow-e");
     sleep(Duration::from_millis(300));
-    assert!(
-        tracer.is_running(),
-        "pktrace died when the veth went:\n{}",
-        tracer.so_far().1
-    );
-
+    let running_after = tracer.is_running();
+    let stderr_after = tracer.so_far().1;
     let trace = tracer.stop();
-    assert!(trace.status.success(), "{}", trace.dump());
-    let about: Vec<&str> = trace.stderr.lines().filter(|l| l.contains(&veth)).collect();
-    assert!(
-        about.len() <= 2,
-        "more than two lines about {veth}:\n{}",
-        trace.stderr
-    );
-    assert_eq!(
-        about.iter().filter(|l| l.contains("is gone")).count(),
-        1,
-        "{}",
-        trace.stderr
-    );
-    let noisy = trace
-        .stderr
-        .lines()
-        .filter(|l| l.contains("error") || l.contains("failed"))
-        .count();
-    assert_eq!(noisy, 0, "{}", trace.stderr);
+    eprintln!("follow: {sent} datagrams held on {veth}, {replies} answered, veth deleted in {deletion:?}");
+    HeldRun { ip, veth, sent, replies, running_after, stderr_after, trace }
+}
 
-    let dns = format!("{DNS_IP}:53");
-    let requests: Vec<&Value> = from_pod(&trace.lines, &ip, &veth)
-        .into_iter()
-        .filter(|j| steps(j)[0]["dst"] == dns.as_str())
-        .collect();
-    let ending = |e: &str| requests.iter().filter(|j| j["ending"] == e).count();
-    let (gone, left) = (ending("interface_gone"), ending("left"));
-    eprintln!(
-        "follow: {sent} datagrams held on {veth}, {replies} answered, veth deleted in {deletion:?}; \
-         journeys: {} in all, {gone} interface_gone, {left} left",
-        requests.len()
-    );
-    assert_eq!(sent, HELD_SENT, "the pod could not send");
-    // Every datagram entered on the veth and is accounted for: it went on (left through the
-    // DNS pod's veth) or was still held when the veth went (interface gone). Nothing timed
-    // out or was flushed at exit.
-    assert_eq!(
-        requests.len(),
-        sent,
-        "one journey per datagram:\n{}",
-        trace.dump()
-    );
-    assert_eq!(
-        gone + left,
-        sent,
-        "every journey left or ended with its interface:\n{}",
-        trace.dump()
-    );
-    // A datagram that was answered was delivered: its journey is never closed as gone.
+/// From the pod's namespace `ns`: HELD_SENT datagrams with distinct payloads (distinct
+/// fingerprints), 10 ms apart, then `sent` is told; replies are counted until the veth has
+/// been gone (`deleted`) for 0.5 s. Returns (sent, replies).
+fn send_held_datagrams(
+    ns: String,
+    sent_tx: mpsc::Sender<()>,
+    deleted_rx: mpsc::Receiver<()>,
+) -> thread::JoinHandle<(usize, usize)> {
+    thread::spawn(move || {
+        enter_netns(&ns);
+        let socket = UdpSocket::bind(("0.0.0.0", 0)).expect("udp socket");
+        socket.connect((DNS_IP, 53)).expect("connect");
+        socket.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+        let mut payload = vec![b'.'; HELD_PAYLOAD];
+        let mut sent = 0;
+        for i in 0..HELD_SENT {
+            payload[..8].copy_from_slice(format!("held-{i:02} ").as_bytes());
+            if socket.send(&payload).is_ok() {
+                sent += 1;
+            }
+            sleep(Duration::from_millis(10));
+        }
+        let _ = sent_tx.send(());
+        let (mut replies, mut buf) = (0, [0u8; 2048]);
+        let mut gone_at = None;
+        let start = Instant::now();
+        while gone_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(500))
+            && start.elapsed() < Duration::from_secs(10)
+        {
+            if socket.recv(&mut buf).is_ok() {
+                replies += 1;
+            }
+            if gone_at.is_none() && deleted_rx.try_recv().is_ok() {
+                gone_at = Some(Instant::now());
+            }
+        }
+        (sent, replies)
+    })
+}
+
+impl HeldRun {
+    /// The journeys of the pod's datagrams to the DNS ClusterIP.
+    fn requests(&self) -> Vec<&JourneyLine> {
+        let dns = format!("{DNS_IP}:53");
+        from_pod(self.trace.journey_lines(), &self.ip, &self.veth).into_iter().filter(|j| j.steps[0].dst == dns).collect()
+    }
+
+    fn ending(&self, ending: Ending) -> usize {
+        self.requests().iter().filter(|j| j.ending == Some(ending)).count()
+    }
+}
+
+#[test]
+fn follow_held_pktrace_outlives_the_veth_and_exits_cleanly() {
+    let r = held_run();
+    assert!(r.running_after, "pktrace died when the veth went:\n{}", r.stderr_after);
+    assert!(r.trace.status.success(), "{}", r.trace.dump());
+}
+
+/// At -v: at most one line when the veth was attached and exactly one when it went; nothing
+/// about errors.
+#[test]
+fn follow_held_stderr_says_once_that_the_veth_is_gone() {
+    let r = held_run();
+    let stderr = &r.trace.stderr;
+    let about: Vec<&str> = stderr.lines().filter(|l| l.contains(&r.veth)).collect();
+    assert!(about.len() <= 2, "more than two lines about {}:\n{stderr}", r.veth);
+    assert_eq!(about.iter().filter(|l| l.contains("is gone")).count(), 1, "{stderr}");
+    let noisy = stderr.lines().filter(|l| l.contains("error") || l.contains("failed")).count();
+    assert_eq!(noisy, 0, "{stderr}");
+}
+
+/// Every datagram entered on the veth and is accounted for: it went on (left through the DNS
+/// pod's veth) or was still held when the veth went (interface gone). Nothing timed out or was
+/// flushed at exit.
+#[test]
+fn follow_held_every_datagram_is_one_journey_that_left_or_ended_with_its_interface() {
+    let r = held_run();
+    let (gone, left) = (r.ending(Ending::InterfaceGone), r.ending(Ending::Left));
+    eprintln!("follow: journeys: {} in all, {gone} interface_gone, {left} left", r.requests().len());
+    assert_eq!(r.sent, HELD_SENT, "the pod could not send");
+    assert_eq!(r.requests().len(), r.sent, "one journey per datagram:\n{}", r.trace.dump());
+    assert_eq!(gone + left, r.sent, "every journey left or ended with its interface:\n{}", r.trace.dump());
+}
+
+/// A datagram that was answered was delivered: its journey is never closed as gone.
+#[test]
+fn follow_held_answered_datagrams_left() {
+    let r = held_run();
+    let left = r.ending(Ending::Left);
+    assert!(left >= r.replies, "{} answered but only {left} journeys left", r.replies);
+}
+
+/// The queue lets at most two through before the deletion (one at once, the next 0.54 s
+/// later): the rest were in flight when the veth went, and their journeys have only their
+/// ingress step on the veth.
+#[test]
+fn follow_held_datagrams_end_as_interface_gone_after_their_ingress_step() {
+    let r = held_run();
+    let gone = r.ending(Ending::InterfaceGone);
     assert!(
-        left >= replies,
-        "{replies} answered but only {left} journeys left"
+        gone >= r.sent - 2,
+        "only {gone} of {} held datagrams closed as interface_gone:\n{}",
+        r.sent,
+        r.trace.dump()
     );
-    // The queue lets at most two through before the deletion (one at once, the next 0.54 s
-    // later): the rest were in flight when the veth went.
-    assert!(
-        gone >= sent - 2,
-        "only {gone} of {sent} held datagrams closed as interface_gone:\n{}",
-        trace.dump()
-    );
-    for j in requests.iter().filter(|j| j["ending"] == "interface_gone") {
-        let s = steps(j);
-        assert_eq!(s.len(), 1, "a held journey has only its ingress step: {j}");
-        assert_eq!(
-            (s[0]["point"].as_str(), s[0]["iface"].as_str()),
-            (Some("ingress"), Some(veth.as_str())),
-            "{j}"
-        );
+    for j in r.requests().iter().filter(|j| j.ending == Some(Ending::InterfaceGone)) {
+        assert_eq!(j.steps.len(), 1, "a held journey has only its ingress step: {j:?}");
+        let s = &j.steps[0];
+        assert_eq!((s.point, iface(s)), (Point::Ingress, Some(r.veth.as_str())), "{j:?}");
     }
 }
 
@@ -467,15 +473,12 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
     // Down and up: still attached (no new "attached" line, traffic still traced).
     ip_link(&format!("link set {veth} down"));
     ip_link(&format!("link set {veth} up"));
-    let seen = from_pod(&tracer.so_far().0, &ip, &veth).len();
+    let seen = from_pod(&tracer.journeys_so_far(), &ip, &veth).len();
     for _ in 0..3 {
         let _ = request(&ns);
     }
     sleep(Duration::from_millis(300));
-    assert!(
-        from_pod(&tracer.so_far().0, &ip, &veth).len() > seen,
-        "not traced after down/up"
-    );
+    assert!(from_pod(&tracer.journeys_so_far(), &ip, &veth).len() > seen, "not traced after down/up");
 
     // Renamed out of the patterns: detached; renamed back: attached again.
     let other = "pkttmp0";
@@ -487,25 +490,16 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
         let _ = request(&ns);
     }
     sleep(Duration::from_millis(300));
-    let (lines, stderr) = tracer.so_far();
-    assert!(
-        stderr.contains(&format!("detached from {other}")),
-        "{stderr}"
-    );
-    assert!(
-        from_pod(&lines, &ip, other).is_empty(),
-        "traced on an interface no pattern matches"
-    );
+    let (journeys, stderr) = (tracer.journeys_so_far(), tracer.so_far().1);
+    assert!(stderr.contains(&format!("detached from {other}")), "{stderr}");
+    assert!(from_pod(&journeys, &ip, other).is_empty(), "traced on an interface no pattern matches");
     ip_link(&format!("link set {other} down"));
     ip_link(&format!("link set {other} name {veth}"));
     ip_link(&format!("link set {veth} up"));
-    let seen = from_pod(&tracer.so_far().0, &ip, &veth).len();
+    let seen = from_pod(&tracer.journeys_so_far(), &ip, &veth).len();
     let start = Instant::now();
-    while from_pod(&tracer.so_far().0, &ip, &veth).len() <= seen {
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "not traced after the rename back"
-        );
+    while from_pod(&tracer.journeys_so_far(), &ip, &veth).len() <= seen {
+        assert!(start.elapsed() < Duration::from_secs(3), "not traced after the rename back");
         let _ = request(&ns);
         sleep(Duration::from_millis(100));
     }
