@@ -5,6 +5,7 @@
 
 use std::{
     fs,
+    sync::OnceLock,
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -12,8 +13,9 @@ use std::{
 use tests::{
     LabGuard,
     leftovers::{kernel_has_tcx, our_filters, ours_loaded_after_settling, tagged_pid, tc_snapshot},
-    trace::{Pktrace, shape},
+    trace::{Pktrace, Trace},
 };
+use tracer_user::output::json::contract::{JourneyLine, Point};
 use xtask::lab::{self, NODE_NS, PODS, UBUNTU, in_ns, pods};
 
 /// Extra veths in the node namespace, named like pod veths: with the lab's 4 pods, more than
@@ -99,12 +101,73 @@ fn records() -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[test]
-fn many_veths_get_clsact_named_interfaces_keep_tcx_and_nothing_is_left() {
-    if !kernel_has_tcx() {
-        eprintln!("skipped: this kernel has no tcx (< 6.6), so every interface gets clsact");
-        return;
+/// What pktrace left in the kernel and on disk at one moment.
+struct Left {
+    filters: Vec<(String, u32)>,
+    tc: String,
+    loaded: Vec<String>,
+    records: Vec<String>,
+}
+
+impl Left {
+    fn now() -> Self {
+        Self {
+            filters: our_filters(),
+            tc: tc_snapshot(),
+            loaded: ours_loaded_after_settling(),
+            records: records(),
+        }
     }
+}
+
+/// What one run of the many-veths scenario saw: pktrace on a node with more `azv*` veths than
+/// get tcx, a pod added and deleted while following, a clean exit; then a SIGKILL and the
+/// next pktrace's sweep; then another SIGKILL, the node shrunk below the tcx bound, and the
+/// next pktrace's sweep.
+struct ManyRun {
+    /// The tc state before any pktrace ran.
+    before: String,
+    /// Interfaces matching `azv*`.
+    globbed: usize,
+    pid: u32,
+    /// The first pktrace's stderr once attached.
+    start_stderr: String,
+    /// Our filters on a pod veth and on an extra veth, and on the named interfaces.
+    veth_filters: Vec<(&'static str, Vec<(String, u32)>)>,
+    named_filters: Vec<(&'static str, Vec<(String, u32)>)>,
+    /// Our filters on the veth of the pod added while following.
+    added_filters: usize,
+    trace: Trace,
+    after_exit: Left,
+    /// The PID of the first killed pktrace and the filters it left.
+    dead: u32,
+    killed_left: Vec<(String, u32)>,
+    sweep: Trace,
+    after_sweep: Left,
+    /// Our filters after the second kill.
+    killed_again_left: usize,
+    /// Kept `azv*` extra veths after the shrink; the next pktrace's stderr once attached and
+    /// our filters then.
+    kept: usize,
+    shrunk_stderr: String,
+    shrunk_filters: Vec<(String, u32)>,
+    shrunk_sweep: Trace,
+    after_shrunk: Left,
+}
+
+/// The scenario, run once for this file's `many_veths_` tests (they run one at a time; each
+/// also runs alone); `None` (they skip) on a kernel without tcx (< 6.6), where every interface
+/// gets clsact. The lab is down again once it is built.
+fn many_run() -> Option<&'static ManyRun> {
+    static RUN: OnceLock<Option<ManyRun>> = OnceLock::new();
+    let run = RUN.get_or_init(|| kernel_has_tcx().then(run_many_veths)).as_ref();
+    if run.is_none() {
+        eprintln!("skipped: this kernel has no tcx (< 6.6), so every interface gets clsact");
+    }
+    run
+}
+
+fn run_many_veths() -> ManyRun {
     let _lab = LabGuard::new();
     let loaded = ours_loaded_after_settling();
     assert!(
@@ -121,144 +184,236 @@ fn many_veths_get_clsact_named_interfaces_keep_tcx_and_nothing_is_left() {
 
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "-v"]);
     let pid = u32::try_from(pk.pid()).unwrap_or(0);
-    let (_, stderr) = pk.so_far();
-    let want = format!("attach: tcx on eth0, azure0; clsact on {globbed} interfaces matching azv*");
-    assert!(stderr.contains(&want), "no '{want}':\n{stderr}");
-    // The pod veths hold our filters, tagged with our PID; the named interfaces hold none.
-    for iface in [UBUNTU.host_if, "azvmany00"] {
-        let f = filters_on(iface);
-        assert_eq!(f.len(), 2, "ingress and egress filters on {iface}: {f:?}");
-        assert!(f.iter().all(|(_, h)| tagged_pid(*h) == Some(pid)), "{f:?}");
-    }
-    for iface in ["eth0", "azure0"] {
-        assert!(
-            filters_on(iface).is_empty(),
-            "a filter on {iface}: it should be a tcx link"
-        );
-    }
+    let start_stderr = pk.so_far().1;
+    let veth_filters = [UBUNTU.host_if, "azvmany00"].map(|i| (i, filters_on(i))).to_vec();
+    let named_filters = ["eth0", "azure0"].map(|i| (i, filters_on(i))).to_vec();
 
-    // A pod that appears while following gets clsact as well (the count is still above 8).
+    // A pod that appears while following (the count is still above 8).
     let added = pods::add("many-a").expect("adding pod many-a");
     wait_for_line(&pk, &format!("attached to {} (clsact)", added.host_if));
-    assert_eq!(
-        filters_on(&added.host_if).len(),
-        2,
-        "filters on the new pod's veth"
-    );
-
+    let added_filters = filters_on(&added.host_if).len();
     lab::client_tcp(&UBUNTU.netns(), VNET_HOST).expect("traffic while attached");
     pods::del("many-a").expect("deleting pod many-a");
     wait_for_line(&pk, &format!("{} is gone", added.host_if));
     let trace = pk.stop();
+    let after_exit = Left::now();
+
+    // SIGKILL, then the next pktrace.
+    let killed = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let dead = u32::try_from(killed.pid()).unwrap_or(0);
+    let _ = killed.kill_now();
+    let killed_left = our_filters();
+    let sweep = Pktrace::start(&["--pod", "ubuntu", "--follow"]).stop();
+    let after_sweep = Left::now();
+
+    // Killed again, and the node shrinks to 6 `azv*` veths before the next start.
+    let killed = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let _ = killed.kill_now();
+    let killed_again_left = our_filters().len();
+    let kept = 2;
+    veths.shrink_to(kept);
+    let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let shrunk_stderr = next.so_far().1;
+    let shrunk_filters = our_filters();
+    let shrunk_sweep = next.stop();
+    let after_shrunk = Left::now();
+    ManyRun {
+        before,
+        globbed,
+        pid,
+        start_stderr,
+        veth_filters,
+        named_filters,
+        added_filters,
+        trace,
+        after_exit,
+        dead,
+        killed_left,
+        sweep,
+        after_sweep,
+        killed_again_left,
+        kept,
+        shrunk_stderr,
+        shrunk_filters,
+        shrunk_sweep,
+        after_shrunk,
+    }
+}
+
+/// The pod veths hold our filters, tagged with our PID; the named interfaces hold none (they
+/// have tcx links); the start-up line says so.
+#[test]
+fn many_veths_get_clsact_and_named_interfaces_keep_tcx() {
+    let Some(r) = many_run() else { return };
+    let want = format!(
+        "attach: tcx on eth0, azure0; clsact on {} interfaces matching azv*",
+        r.globbed
+    );
+    assert!(
+        r.start_stderr.contains(&want),
+        "no '{want}':\n{}",
+        r.start_stderr
+    );
+    for (iface, f) in &r.veth_filters {
+        assert_eq!(f.len(), 2, "ingress and egress filters on {iface}: {f:?}");
+        assert!(f.iter().all(|(_, h)| tagged_pid(*h) == Some(r.pid)), "{f:?}");
+    }
+    for (iface, f) in &r.named_filters {
+        assert!(f.is_empty(), "a filter on {iface}: it should be a tcx link");
+    }
+}
+
+/// A pod that appears while following gets clsact as well (the count is still above 8).
+#[test]
+fn many_veths_a_pod_added_while_following_gets_clsact() {
+    let Some(r) = many_run() else { return };
+    assert_eq!(r.added_filters, 2, "filters on the new pod's veth");
+}
+
+/// The request entered on the pod's veth (clsact) and crossed azure0 and eth0 (tcx).
+#[test]
+fn many_veths_journeys_cross_clsact_and_tcx_interfaces() {
+    let Some(r) = many_run() else { return };
+    let trace = &r.trace;
     assert!(trace.status.success(), "{}", trace.dump());
-    // The request entered on the pod's veth (clsact) and crossed azure0 and eth0 (tcx).
-    let want: Vec<(String, String, bool)> = [
-        ("ingress", UBUNTU.host_if),
-        ("ingress", "azure0"),
-        ("egress", "azure0"),
-        ("egress", "eth0"),
-    ]
-    .iter()
-    .map(|(p, i)| ((*p).to_owned(), (*i).to_owned(), false))
-    .collect();
-    let out = trace
-        .journeys()
+    let want = [
+        (Point::Ingress, UBUNTU.host_if),
+        (Point::Ingress, "azure0"),
+        (Point::Egress, "azure0"),
+        (Point::Egress, "eth0"),
+    ];
+    let out: Vec<&JourneyLine> = trace
+        .journey_lines()
         .into_iter()
-        .filter(|j| j["steps"][0]["dst"] == VNET_HOST)
-        .collect::<Vec<_>>();
+        .filter(|j| j.steps[0].dst == VNET_HOST)
+        .collect();
     assert!(
         !out.is_empty(),
         "no journey to {VNET_HOST}:\n{}",
         trace.dump()
     );
     for j in &out {
-        assert_eq!(shape(j), want, "{j}");
+        let got: Vec<(Point, &str, bool)> = j
+            .steps
+            .iter()
+            .map(|s| {
+                let iface = s.iface.as_ref().and_then(Option::as_deref);
+                (s.point, iface.unwrap_or("-"), s.reply.unwrap_or(false))
+            })
+            .collect();
+        let want: Vec<(Point, &str, bool)> = want.iter().map(|&(p, i)| (p, i, false)).collect();
+        assert_eq!(got, want, "{j:?}");
     }
+}
 
+#[test]
+fn many_veths_nothing_is_left_after_exit() {
+    let Some(r) = many_run() else { return };
+    let left = &r.after_exit;
     assert!(
-        our_filters().is_empty(),
+        left.filters.is_empty(),
         "filters left after exit: {:?}",
-        our_filters()
+        left.filters
     );
-    assert_eq!(tc_snapshot(), before, "tc qdiscs/filters changed");
-    let loaded = ours_loaded_after_settling();
-    assert!(loaded.is_empty(), "left behind after exit: {loaded:?}");
-    assert!(records().is_empty(), "qdisc records left: {:?}", records());
+    assert_eq!(left.tc, r.before, "tc qdiscs/filters changed");
+    assert!(
+        left.loaded.is_empty(),
+        "left behind after exit: {:?}",
+        left.loaded
+    );
+    assert!(
+        left.records.is_empty(),
+        "qdisc records left: {:?}",
+        left.records
+    );
+}
 
-    // SIGKILL: the filters stay, tagged with the dead PID; the next pktrace removes them.
-    let killed = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
-    let dead = u32::try_from(killed.pid()).unwrap_or(0);
-    let _ = killed.kill_now();
-    let left = our_filters();
+/// SIGKILL: the filters stay, tagged with the dead PID; the next pktrace removes them.
+#[test]
+fn many_veths_filters_left_by_sigkill_are_swept_by_the_next_run() {
+    let Some(r) = many_run() else { return };
+    let left = &r.killed_left;
     assert_eq!(
         left.len(),
-        2 * globbed,
+        2 * r.globbed,
         "one filter per direction and veth: {left:?}"
     );
     assert!(
-        left.iter().all(|(_, h)| tagged_pid(*h) == Some(dead)),
+        left.iter().all(|(_, h)| tagged_pid(*h) == Some(r.dead)),
         "{left:?}"
     );
-    let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
-    let trace = next.stop();
+    let trace = &r.sweep;
     assert!(trace.status.success(), "{}", trace.dump());
     assert!(
         trace
             .stderr
-            .contains(&format!("removed {} tc filters", 2 * globbed)),
+            .contains(&format!("removed {} tc filters", 2 * r.globbed)),
         "no sweep reported:\n{}",
         trace.stderr
     );
+    let after = &r.after_sweep;
     assert!(
-        our_filters().is_empty(),
+        after.filters.is_empty(),
         "filters left: {:?}",
-        our_filters()
+        after.filters
     );
     assert_eq!(
-        tc_snapshot(),
-        before,
+        after.tc, r.before,
         "tc qdiscs/filters changed after the kill and the sweep"
     );
-    let loaded = ours_loaded_after_settling();
     assert!(
-        loaded.is_empty(),
-        "left behind after SIGKILL and the next run: {loaded:?}"
+        after.loaded.is_empty(),
+        "left behind after SIGKILL and the next run: {:?}",
+        after.loaded
     );
-    assert!(records().is_empty(), "qdisc records left: {:?}", records());
+    assert!(
+        after.records.is_empty(),
+        "qdisc records left: {:?}",
+        after.records
+    );
+}
 
-    // Killed again, and the node shrinks to 6 `azv*` veths before the next start: that one
-    // picks tcx for them, and must still remove the clsact filters the dead one left there
-    // (the filters on the deleted veths went with them).
-    let killed = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
-    let _ = killed.kill_now();
-    assert_eq!(our_filters().len(), 2 * globbed, "{:?}", our_filters());
-    let kept = 2;
-    veths.shrink_to(kept);
-    let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
-    let (_, stderr) = next.so_far();
+/// Killed again, and the node shrinks to 6 `azv*` veths before the next start: that one picks
+/// tcx for them, and must still remove the clsact filters the dead one left there (the filters
+/// on the deleted veths went with them).
+#[test]
+fn many_veths_a_run_that_picks_tcx_still_sweeps_clsact_filters_left() {
+    let Some(r) = many_run() else { return };
+    assert_eq!(r.killed_again_left, 2 * r.globbed, "filters after the second kill");
     let want = format!(
         "attach: tcx on eth0, azure0, {} interfaces matching azv*",
-        PODS.len() + kept
+        PODS.len() + r.kept
     );
-    assert!(stderr.contains(&want), "no '{want}':\n{stderr}");
     assert!(
-        our_filters().is_empty(),
-        "filters left beside tcx: {:?}",
-        our_filters()
+        r.shrunk_stderr.contains(&want),
+        "no '{want}':\n{}",
+        r.shrunk_stderr
     );
-    let trace = next.stop();
+    assert!(
+        r.shrunk_filters.is_empty(),
+        "filters left beside tcx: {:?}",
+        r.shrunk_filters
+    );
+    let trace = &r.shrunk_sweep;
     assert!(trace.status.success(), "{}", trace.dump());
-    let swept = format!("removed {} tc filters", 2 * (PODS.len() + kept));
+    let swept = format!("removed {} tc filters", 2 * (PODS.len() + r.kept));
     assert!(
         trace.stderr.contains(&swept),
         "no '{swept}':\n{}",
         trace.stderr
     );
-    let after = tc_snapshot();
-    assert!(!after.contains("clsact"), "a clsact qdisc left:\n{after}");
-    let loaded = ours_loaded_after_settling();
-    assert!(loaded.is_empty(), "left behind: {loaded:?}");
-    assert!(records().is_empty(), "qdisc records left: {:?}", records());
+    let after = &r.after_shrunk;
+    assert!(
+        !after.tc.contains("clsact"),
+        "a clsact qdisc left:\n{}",
+        after.tc
+    );
+    assert!(after.loaded.is_empty(), "left behind: {:?}", after.loaded);
+    assert!(
+        after.records.is_empty(),
+        "qdisc records left: {:?}",
+        after.records
+    );
 }
 
 /// Record files written by the test itself, removed on drop.
