@@ -16,7 +16,7 @@ mod safety {
         os::fd::AsRawFd as _,
         process::Stdio,
         sync::{
-            Arc,
+            Arc, OnceLock,
             atomic::{AtomicBool, AtomicU64, Ordering},
         },
         thread::{self, sleep},
@@ -31,7 +31,7 @@ mod safety {
         },
         pktrace_bin,
         rawbpf::{CountingProgram, enter_netns, ifindex, in_netns},
-        trace::Pktrace,
+        trace::{Pktrace, Trace},
     };
     use xtask::lab::{self, NODE_NS, UBUNTU, in_ns, topology::VNET_HOST};
 
@@ -105,8 +105,35 @@ mod safety {
         Detach,
     }
 
-    #[test]
-    fn sigkill_at_random_points_leaves_no_program_link_filter_or_qdisc() {
+    /// What one kill left: our filters (with the PID they must carry), the next pktrace's
+    /// output (clsact only: it sweeps them), then what the kernel held of ours.
+    struct Kill {
+        /// `mode kill i (phase, seed)`, for messages.
+        what: String,
+        pid: u32,
+        filters: Vec<(String, u32)>,
+        next: Option<Trace>,
+        loaded: Vec<String>,
+        tc: String,
+        records: Vec<String>,
+    }
+
+    /// What the random kills left: the tc state before them, each kill's leftovers, and the
+    /// tc state after them all.
+    struct Kills {
+        before: String,
+        kills: Vec<Kill>,
+        after_all: String,
+    }
+
+    /// The kills, run once for this module's `sigkill_at_random_points_` tests (they run one at
+    /// a time; each also runs alone). The lab is down again once it is built.
+    fn kills() -> &'static Kills {
+        static KILLS_RUN: OnceLock<Kills> = OnceLock::new();
+        KILLS_RUN.get_or_init(kill_at_random_points)
+    }
+
+    fn kill_at_random_points() -> Kills {
         let _lab = LabGuard::new();
         let seed = seed();
         eprintln!("random kill points: seed {seed} (set PKTRACE_TEST_SEED={seed} to repeat)");
@@ -126,114 +153,167 @@ mod safety {
         } else {
             &[true]
         };
+        let mut kills = Vec::new();
         for &clsact in modes {
-            let env: &[(&str, &str)] = if clsact {
-                &[FORCE_CLSACT]
-            } else {
-                &[FORCE_TCX]
-            };
-            let mode = if clsact { "clsact" } else { "tcx" };
-            // How long attaching takes here, so that kills during attach land inside it.
-            let t = Instant::now();
-            let probe = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], env);
-            let attach_ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(1000);
-            assert!(probe.stop().status.success());
-            let (mut left_filters, mut per_phase) = (0, [0; 3]);
-            for i in 0..KILLS {
-                assert!(
-                    started.elapsed() < KILL_TEST_LIMIT,
-                    "the kill test took over {KILL_TEST_LIMIT:?}"
-                );
-                let phase = [Phase::Attach, Phase::Traffic, Phase::Detach]
-                    [usize::try_from(rng.below(3)).unwrap_or(0)];
-                per_phase[phase as usize] += 1;
-                let mut pk = Pktrace::spawn_with_env(&["--pod", "ubuntu", "--follow"], env);
-                let mut traffic = None;
-                let delay = match phase {
-                    Phase::Attach => Duration::from_millis(rng.below(attach_ms + attach_ms / 5)),
-                    Phase::Traffic => {
-                        pk.wait_until_ready();
-                        traffic = Some(
-                            in_ns(
-                                &UBUNTU.netns(),
-                                "ping",
-                                ["-q", "-c", "200", "-i", "0.005", VNET_IP],
-                            )
-                            .stdout(Stdio::null())
-                            .stderr(Stdio::null())
-                            .spawn()
-                            .expect("ping"),
-                        );
-                        Duration::from_millis(50 + rng.below(500))
-                    }
-                    Phase::Detach => {
-                        pk.wait_until_ready();
-                        pk.signal(libc::SIGINT);
-                        Duration::from_micros(rng.below(30_000))
-                    }
-                };
-                sleep(delay);
-                let pid = u32::try_from(pk.pid()).unwrap_or(0);
-                let ready = pk.is_ready();
-                let _ = pk.kill_now();
-                if let Some(mut t) = traffic {
-                    let _ = t.kill();
-                    let _ = t.wait();
-                }
-                eprintln!("{mode} kill {i}: {phase:?} after {delay:?} (attached: {ready})");
-                if clsact {
-                    // Filters outlive a killed process; each must carry the dead PID...
-                    let left = our_filters();
-                    for (line, handle) in &left {
-                        assert_eq!(
-                            tagged_pid(*handle),
-                            Some(pid),
-                            "a filter not tagged with the dead pid {pid}: {line}"
-                        );
-                    }
-                    left_filters += left.len();
-                    // ...and the next pktrace sweeps them (and the qdiscs the dead one created).
-                    let next = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], env);
-                    let trace = next.stop();
-                    assert!(trace.status.success(), "{}", trace.dump());
-                    if !left.is_empty() {
-                        assert!(
-                            trace.stderr.contains("removed"),
-                            "no sweep reported: {}",
-                            trace.stderr
-                        );
-                    }
-                }
-                let loaded = ours_loaded_after_settling();
-                assert!(
-                    loaded.is_empty(),
-                    "{mode} kill {i} ({phase:?}, seed {seed}): left behind: {loaded:?}"
-                );
-                let after = tc_snapshot();
-                assert_eq!(
-                    after, before,
-                    "{mode} kill {i} ({phase:?}, seed {seed}): tc qdiscs/filters changed"
-                );
-                let records: Vec<_> = fs::read_dir("/run/pktrace")
+            kill_in_mode(clsact, &mut rng, seed, started, &mut kills);
+        }
+        let after_all = tc_snapshot();
+        drop(foreign);
+        eprintln!("kill test took {:?}", started.elapsed());
+        Kills {
+            before,
+            kills,
+            after_all,
+        }
+    }
+
+    /// [`KILLS`] kills of pktrace attaching by clsact (or tcx), each at a random point.
+    fn kill_in_mode(clsact: bool, rng: &mut Rng, seed: u64, started: Instant, kills: &mut Vec<Kill>) {
+        let env: &[(&str, &str)] = if clsact { &[FORCE_CLSACT] } else { &[FORCE_TCX] };
+        let mode = if clsact { "clsact" } else { "tcx" };
+        // How long attaching takes here, so that kills during attach land inside it.
+        let t = Instant::now();
+        let probe = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], env);
+        let attach_ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(1000);
+        assert!(probe.stop().status.success());
+        let (mut left_filters, mut per_phase) = (0, [0; 3]);
+        for i in 0..KILLS {
+            assert!(
+                started.elapsed() < KILL_TEST_LIMIT,
+                "the kill test took over {KILL_TEST_LIMIT:?}"
+            );
+            let phase = [Phase::Attach, Phase::Traffic, Phase::Detach]
+                [usize::try_from(rng.below(3)).unwrap_or(0)];
+            per_phase[phase as usize] += 1;
+            let (pid, delay, ready) = kill_once(phase, env, attach_ms, rng);
+            eprintln!("{mode} kill {i}: {phase:?} after {delay:?} (attached: {ready})");
+            // Filters outlive a killed process; the next pktrace sweeps them (and the qdiscs
+            // the dead one created).
+            let filters = if clsact { our_filters() } else { Vec::new() };
+            left_filters += filters.len();
+            let next = clsact
+                .then(|| Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], env).stop());
+            kills.push(Kill {
+                what: format!("{mode} kill {i} ({phase:?}, seed {seed})"),
+                pid,
+                filters,
+                next,
+                loaded: ours_loaded_after_settling(),
+                tc: tc_snapshot(),
+                records: fs::read_dir("/run/pktrace")
                     .map(|d| {
                         d.flatten()
                             .map(|e| e.file_name().to_string_lossy().into_owned())
                             .collect()
                     })
-                    .unwrap_or_default();
-                assert!(records.is_empty(), "qdisc records left: {records:?}");
-            }
-            eprintln!(
-                "{mode}: {KILLS} kills (attach/traffic/detach: {per_phase:?}); tagged filters left by \
-                 killed processes and swept by the next start: {left_filters}; leftovers after that: 0"
-            );
+                    .unwrap_or_default(),
+            });
         }
+        eprintln!(
+            "{mode}: {KILLS} kills (attach/traffic/detach: {per_phase:?}); tagged filters left by \
+             killed processes and swept by the next start: {left_filters}"
+        );
+    }
+
+    /// Starts pktrace, kills it in `phase` after a random delay; returns its PID, the delay and
+    /// whether it had attached.
+    fn kill_once(
+        phase: Phase,
+        env: &[(&str, &str)],
+        attach_ms: u64,
+        rng: &mut Rng,
+    ) -> (u32, Duration, bool) {
+        let mut pk = Pktrace::spawn_with_env(&["--pod", "ubuntu", "--follow"], env);
+        let mut traffic = None;
+        let delay = match phase {
+            Phase::Attach => Duration::from_millis(rng.below(attach_ms + attach_ms / 5)),
+            Phase::Traffic => {
+                pk.wait_until_ready();
+                traffic = Some(
+                    in_ns(
+                        &UBUNTU.netns(),
+                        "ping",
+                        ["-q", "-c", "200", "-i", "0.005", VNET_IP],
+                    )
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("ping"),
+                );
+                Duration::from_millis(50 + rng.below(500))
+            }
+            Phase::Detach => {
+                pk.wait_until_ready();
+                pk.signal(libc::SIGINT);
+                Duration::from_micros(rng.below(30_000))
+            }
+        };
+        sleep(delay);
+        let pid = u32::try_from(pk.pid()).unwrap_or(0);
+        let ready = pk.is_ready();
+        let _ = pk.kill_now();
+        if let Some(mut t) = traffic {
+            let _ = t.kill();
+            let _ = t.wait();
+        }
+        (pid, delay, ready)
+    }
+
+    #[test]
+    fn sigkill_at_random_points_leaves_no_program_or_link() {
+        for k in &kills().kills {
+            assert!(k.loaded.is_empty(), "{}: left behind: {:?}", k.what, k.loaded);
+        }
+    }
+
+    #[test]
+    fn sigkill_at_random_points_leaves_tc_qdiscs_and_filters_as_before() {
+        let run = kills();
+        for k in &run.kills {
+            assert_eq!(k.tc, run.before, "{}: tc qdiscs/filters changed", k.what);
+        }
+    }
+
+    #[test]
+    fn sigkill_at_random_points_leaves_no_qdisc_record() {
+        for k in &kills().kills {
+            assert!(k.records.is_empty(), "{}: qdisc records left: {:?}", k.what, k.records);
+        }
+    }
+
+    /// Filters outlive a killed process (clsact); each must carry the dead PID, and the next
+    /// pktrace sweeps them and says so.
+    #[test]
+    fn sigkill_at_random_points_leaves_filters_tagged_with_the_dead_pid_that_the_next_run_sweeps() {
+        for k in &kills().kills {
+            for (line, handle) in &k.filters {
+                assert_eq!(
+                    tagged_pid(*handle),
+                    Some(k.pid),
+                    "{}: a filter not tagged with the dead pid {}: {line}",
+                    k.what,
+                    k.pid
+                );
+            }
+            let Some(trace) = &k.next else { continue };
+            assert!(trace.status.success(), "{}: {}", k.what, trace.dump());
+            if !k.filters.is_empty() {
+                assert!(
+                    trace.stderr.contains("removed"),
+                    "{}: no sweep reported: {}",
+                    k.what,
+                    trace.stderr
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sigkill_at_random_points_never_removes_a_foreign_qdisc() {
         assert!(
-            tc_snapshot().contains("qdisc clsact ffff: dev azure0"),
+            kills().after_all.contains("qdisc clsact ffff: dev azure0"),
             "the foreign qdisc was removed"
         );
-        drop(foreign);
-        eprintln!("kill test took {:?}", started.elapsed());
     }
 
     // ---------------------------------------------------------------------------------------------
