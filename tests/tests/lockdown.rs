@@ -19,6 +19,7 @@ mod lockdown {
         fs,
         net::SocketAddr,
         process::Command,
+        sync::OnceLock,
         thread::sleep,
         time::{Duration, Instant},
     };
@@ -27,8 +28,9 @@ mod lockdown {
         LabGuard,
         leftovers::{kernel_at_least, ours_loaded_after_settling, tc_snapshot},
         pktrace_bin,
-        trace::{Pktrace, ct_entry, nat_steps},
+        trace::{CtEntry, Pktrace, Trace, ct_entry},
     };
+    use tracer_user::output::json::contract::{JourneyLine, Point, StepLine};
     use xtask::lab::{self, UBUNTU, topology::VNET_HOST};
 
     /// Set by the VM tier's lockdown boot: the mode the kernel must be in.
@@ -129,14 +131,62 @@ mod lockdown {
         }
     }
 
-    #[test]
-    fn auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook() {
-        if !locked_down("auto_falls_back_to_conntrack_and_names_lockdown_for_each_refused_nat_hook")
-        {
-            return;
+    /// What one run of pktrace with the default NAT hook (`auto`) on the locked-down kernel
+    /// left: its output, conntrack's entry for the ClusterIP connection, and what the kernel
+    /// held of ours afterwards.
+    struct AutoRun {
+        trace: Trace,
+        /// The conntrack entry of the connection to the ClusterIP.
+        ct: CtEntry,
+        vnet: SocketAddr,
+        loaded_after: Vec<String>,
+        tc_before: String,
+        tc_after: String,
+    }
+
+    impl AutoRun {
+        /// The stderr lines about NAT hooks.
+        fn nat_lines(&self) -> Vec<&str> {
+            self.trace
+                .stderr
+                .lines()
+                .filter(|l| l.starts_with("pktrace: NAT hook "))
+                .collect()
         }
+
+        /// Journeys to the ClusterIP, as conntrack recorded the connection.
+        fn to_svc(&self) -> Vec<&JourneyLine> {
+            let (src, dst) = (self.ct.orig_src_ep(), self.ct.orig_dst_ep());
+            self.trace
+                .journey_lines()
+                .into_iter()
+                .filter(|j| j.steps[0].src == src && j.steps[0].dst == dst)
+                .collect()
+        }
+
+        /// Journeys from the pod to the VNet host.
+        fn to_vnet(&self) -> Vec<&JourneyLine> {
+            let from_pod = format!("{}:", UBUNTU.ip);
+            let vnet = self.vnet.to_string();
+            self.trace
+                .journey_lines()
+                .into_iter()
+                .filter(|j| j.steps[0].src.starts_with(&from_pod) && j.steps[0].dst == vnet)
+                .collect()
+        }
+    }
+
+    /// The run, once for the `auto_` tests (they run one at a time; each also runs alone);
+    /// `None` (they skip) when the kernel is not locked down. The lab is down again once it
+    /// is built.
+    fn auto_run(test: &str) -> Option<&'static AutoRun> {
+        static RUN: OnceLock<AutoRun> = OnceLock::new();
+        locked_down(test).then(|| RUN.get_or_init(trace_with_auto))
+    }
+
+    fn trace_with_auto() -> AutoRun {
         let _lab = LabGuard::new();
-        let before = tc_snapshot();
+        let tc_before = tc_snapshot();
         let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
         let vnet: SocketAddr = format!("{VNET_IP}:{}", VNET_HOST.tcp_port)
             .parse()
@@ -145,18 +195,33 @@ mod lockdown {
         lab::client_tcp(&UBUNTU.netns(), CLUSTER_IP).expect("traffic to the ClusterIP");
         // Journeys are printed once closed: wait for the first (bounded), then stop.
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20)
-            && !pk.so_far().0.iter().any(|l| l["type"] == "journey")
-        {
+        while start.elapsed() < Duration::from_secs(20) && pk.journeys_so_far().is_empty() {
             sleep(Duration::from_millis(100));
         }
         let trace = pk.stop();
+        let ct = ct_entry(&UBUNTU.ip.to_string(), CLUSTER_IP);
+        AutoRun {
+            trace,
+            ct,
+            vnet,
+            loaded_after: ours_loaded_after_settling(),
+            tc_before,
+            tc_after: tc_snapshot(),
+        }
+    }
+
+    /// Once per refused hook, a line that lockdown refused it; the last NAT hook line says
+    /// conntrack is the fallback; pktrace runs and exits 0.
+    #[test]
+    fn auto_names_lockdown_once_for_each_refused_nat_hook_and_falls_back_to_conntrack() {
+        let Some(r) = auto_run(
+            "auto_names_lockdown_once_for_each_refused_nat_hook_and_falls_back_to_conntrack",
+        ) else {
+            return;
+        };
+        let trace = &r.trace;
         assert!(trace.status.success(), "{}", trace.dump());
-        let nat_lines: Vec<&str> = trace
-            .stderr
-            .lines()
-            .filter(|l| l.starts_with("pktrace: NAT hook "))
-            .collect();
+        let nat_lines = r.nat_lines();
         for hook in refused_hooks() {
             let want = format!("pktrace: NAT hook {hook}: skipped ({REFUSED}");
             assert_eq!(
@@ -174,63 +239,80 @@ mod lockdown {
             "{}",
             trace.stderr
         );
-        // The ClusterIP's DNAT, from conntrack's events: what conntrack recorded, untimed.
-        let ct = ct_entry(&UBUNTU.ip.to_string(), CLUSTER_IP);
-        let to_svc = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
+    }
+
+    /// The ClusterIP's DNAT, from conntrack's events: what conntrack recorded, untimed.
+    #[test]
+    fn auto_on_lockdown_shows_the_cluster_ip_dnat_from_conntrack_untimed() {
+        let Some(r) = auto_run("auto_on_lockdown_shows_the_cluster_ip_dnat_from_conntrack_untimed")
+        else {
+            return;
+        };
+        let to_svc = r.to_svc();
         assert!(
             !to_svc.is_empty(),
             "no journey to the ClusterIP: {}",
-            trace.dump()
+            r.trace.dump()
         );
         for j in &to_svc {
-            let nat = nat_steps(j);
-            assert_eq!(nat.len(), 1, "one DNAT: {j}");
-            assert_eq!(nat[0]["point"], "dnat", "{j}");
-            assert_eq!(nat[0]["dst"], ct.reply_src_ep().as_str(), "{j}");
-            assert!(nat[0]["latency_ns"].is_null(), "untimed: {j}");
+            let nat: Vec<&StepLine> = j.steps.iter().filter(|s| s.point.is_nat()).collect();
+            assert_eq!(nat.len(), 1, "one DNAT: {j:?}");
+            assert_eq!(nat[0].point, Point::Dnat, "{j:?}");
+            assert_eq!(nat[0].dst, r.ct.reply_src_ep(), "{j:?}");
+            assert!(nat[0].latency_ns.flatten().is_none(), "untimed: {j:?}");
         }
-        // The tc path is traced: the pod's packets to the VNet host, hop by hop from its veth
-        // out of eth0, without a NAT step (no hook to see one).
-        let from_pod = format!("{}:", UBUNTU.ip);
-        let journeys: Vec<_> = trace
-            .journeys()
-            .into_iter()
-            .filter(|j| {
-                j["steps"][0]["src"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with(&from_pod))
-                    && j["steps"][0]["dst"] == vnet.to_string()
-            })
-            .collect();
-        assert!(!journeys.is_empty(), "no journey: {}", trace.dump());
+    }
+
+    /// The tc path is traced: the pod's packets to the VNet host, hop by hop from its veth out
+    /// of eth0, without a NAT step (no hook to see one).
+    #[test]
+    fn auto_on_lockdown_traces_the_tc_path() {
+        let Some(r) = auto_run("auto_on_lockdown_traces_the_tc_path") else {
+            return;
+        };
+        let journeys = r.to_vnet();
+        assert!(!journeys.is_empty(), "no journey: {}", r.trace.dump());
         for j in &journeys {
-            let hops: Vec<(&str, &str)> = j["steps"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let hops: Vec<(&str, Point)> = j
+                .steps
+                .iter()
                 .map(|s| {
                     (
-                        s["iface"].as_str().unwrap_or(""),
-                        s["point"].as_str().unwrap_or(""),
+                        s.iface.as_ref().and_then(Option::as_deref).unwrap_or(""),
+                        s.point,
                     )
                 })
                 .collect();
-            assert_eq!(hops.first(), Some(&(UBUNTU.host_if, "ingress")), "{j}");
-            assert_eq!(hops.last(), Some(&("eth0", "egress")), "{j}");
+            assert_eq!(
+                hops.first(),
+                Some(&(UBUNTU.host_if, Point::Ingress)),
+                "{j:?}"
+            );
+            assert_eq!(hops.last(), Some(&("eth0", Point::Egress)), "{j:?}");
         }
-        let left = ours_loaded_after_settling();
-        assert!(left.is_empty(), "auto: left behind: {left:?}");
-        assert_eq!(
-            tc_snapshot(),
-            before,
-            "auto: the node's qdiscs and filters changed"
-        );
         eprintln!(
-            "auto: exit 0, {} journeys pod → VNet host, {} to the ClusterIP with conntrack's DNAT, \
-             {} NAT hook lines",
+            "auto: exit {:?}, {} journeys pod → VNet host, {} to the ClusterIP with conntrack's \
+             DNAT, {} NAT hook lines",
+            r.trace.status.code(),
             journeys.len(),
-            to_svc.len(),
-            nat_lines.len()
+            r.to_svc().len(),
+            r.nat_lines().len()
+        );
+    }
+
+    #[test]
+    fn auto_on_lockdown_leaves_nothing_behind() {
+        let Some(r) = auto_run("auto_on_lockdown_leaves_nothing_behind") else {
+            return;
+        };
+        assert!(
+            r.loaded_after.is_empty(),
+            "auto: left behind: {:?}",
+            r.loaded_after
+        );
+        assert_eq!(
+            r.tc_after, r.tc_before,
+            "auto: the node's qdiscs and filters changed"
         );
     }
 }

@@ -160,7 +160,9 @@ struct ManyRun {
 /// gets clsact. The lab is down again once it is built.
 fn many_run() -> Option<&'static ManyRun> {
     static RUN: OnceLock<Option<ManyRun>> = OnceLock::new();
-    let run = RUN.get_or_init(|| kernel_has_tcx().then(run_many_veths)).as_ref();
+    let run = RUN
+        .get_or_init(|| kernel_has_tcx().then(run_many_veths))
+        .as_ref();
     if run.is_none() {
         eprintln!("skipped: this kernel has no tcx (< 6.6), so every interface gets clsact");
     }
@@ -185,7 +187,9 @@ fn run_many_veths() -> ManyRun {
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "-v"]);
     let pid = u32::try_from(pk.pid()).unwrap_or(0);
     let start_stderr = pk.so_far().1;
-    let veth_filters = [UBUNTU.host_if, "azvmany00"].map(|i| (i, filters_on(i))).to_vec();
+    let veth_filters = [UBUNTU.host_if, "azvmany00"]
+        .map(|i| (i, filters_on(i)))
+        .to_vec();
     let named_filters = ["eth0", "azure0"].map(|i| (i, filters_on(i))).to_vec();
 
     // A pod that appears while following (the count is still above 8).
@@ -256,7 +260,10 @@ fn many_veths_get_clsact_and_named_interfaces_keep_tcx() {
     );
     for (iface, f) in &r.veth_filters {
         assert_eq!(f.len(), 2, "ingress and egress filters on {iface}: {f:?}");
-        assert!(f.iter().all(|(_, h)| tagged_pid(*h) == Some(r.pid)), "{f:?}");
+        assert!(
+            f.iter().all(|(_, h)| tagged_pid(*h) == Some(r.pid)),
+            "{f:?}"
+        );
     }
     for (iface, f) in &r.named_filters {
         assert!(f.is_empty(), "a filter on {iface}: it should be a tcx link");
@@ -379,7 +386,11 @@ fn many_veths_filters_left_by_sigkill_are_swept_by_the_next_run() {
 #[test]
 fn many_veths_a_run_that_picks_tcx_still_sweeps_clsact_filters_left() {
     let Some(r) = many_run() else { return };
-    assert_eq!(r.killed_again_left, 2 * r.globbed, "filters after the second kill");
+    assert_eq!(
+        r.killed_again_left,
+        2 * r.globbed,
+        "filters after the second kill"
+    );
     let want = format!(
         "attach: tcx on eth0, azure0, {} interfaces matching azv*",
         PODS.len() + r.kept

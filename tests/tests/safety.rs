@@ -168,8 +168,18 @@ mod safety {
     }
 
     /// [`KILLS`] kills of pktrace attaching by clsact (or tcx), each at a random point.
-    fn kill_in_mode(clsact: bool, rng: &mut Rng, seed: u64, started: Instant, kills: &mut Vec<Kill>) {
-        let env: &[(&str, &str)] = if clsact { &[FORCE_CLSACT] } else { &[FORCE_TCX] };
+    fn kill_in_mode(
+        clsact: bool,
+        rng: &mut Rng,
+        seed: u64,
+        started: Instant,
+        kills: &mut Vec<Kill>,
+    ) {
+        let env: &[(&str, &str)] = if clsact {
+            &[FORCE_CLSACT]
+        } else {
+            &[FORCE_TCX]
+        };
         let mode = if clsact { "clsact" } else { "tcx" };
         // How long attaching takes here, so that kills during attach land inside it.
         let t = Instant::now();
@@ -262,7 +272,12 @@ mod safety {
     #[test]
     fn sigkill_at_random_points_leaves_no_program_or_link() {
         for k in &kills().kills {
-            assert!(k.loaded.is_empty(), "{}: left behind: {:?}", k.what, k.loaded);
+            assert!(
+                k.loaded.is_empty(),
+                "{}: left behind: {:?}",
+                k.what,
+                k.loaded
+            );
         }
     }
 
@@ -277,7 +292,12 @@ mod safety {
     #[test]
     fn sigkill_at_random_points_leaves_no_qdisc_record() {
         for k in &kills().kills {
-            assert!(k.records.is_empty(), "{}: qdisc records left: {:?}", k.what, k.records);
+            assert!(
+                k.records.is_empty(),
+                "{}: qdisc records left: {:?}",
+                k.what,
+                k.records
+            );
         }
     }
 
