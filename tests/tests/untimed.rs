@@ -21,12 +21,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
 use tests::{
     LabGuard,
     rawbpf::enter_netns,
-    trace::{Pktrace, Trace, nat_steps},
+    trace::{Pktrace, Trace},
 };
+use tracer_user::output::json::contract::{JourneyLine, Point, StepLine};
 use xtask::lab::topology::{COREDNS, DNS_CLUSTER_IP, UBUNTU};
 
 /// Requests sent over the old connection after pktrace is ready.
@@ -79,44 +79,46 @@ fn exchange(socket: &UdpSocket, payload: &str) -> String {
 
 /// The request journeys of the socket at `local` (client → ClusterIP, DNATed to the backend),
 /// in kernel time order, with their DNAT step.
-fn requests<'a>(lines: &'a [Value], local: &str) -> Vec<(&'a Value, Value)> {
+fn requests<'a>(
+    journeys: impl IntoIterator<Item = &'a JourneyLine>,
+    local: &str,
+) -> Vec<(&'a JourneyLine, &'a StepLine)> {
     let vip = DNS_CLUSTER_IP.to_string();
-    let mut found: Vec<(&Value, Value)> = lines
-        .iter()
-        .filter(|l| l["type"] == "journey")
+    let mut found: Vec<(&JourneyLine, &StepLine)> = journeys
+        .into_iter()
         .filter_map(|j| {
-            let dnat = nat_steps(j).into_iter().find(|s| {
-                s["point"] == "dnat"
-                    && s["reply"] == false
-                    && s["orig_src"] == local
-                    && s["orig_dst"] == vip.as_str()
+            let dnat = j.steps.iter().find(|s| {
+                s.point == Point::Dnat
+                    && s.reply == Some(false)
+                    && s.orig_src.as_deref() == Some(local)
+                    && s.orig_dst.as_deref() == Some(vip.as_str())
             })?;
             Some((j, dnat))
         })
         .collect();
-    found.sort_by_key(|(j, _)| j["start_ktime_ns"].as_u64().unwrap_or(u64::MAX));
+    found.sort_by_key(|(j, _)| j.start_ktime_ns.unwrap_or(u64::MAX));
     found
 }
 
 /// Waits until pktrace has printed at least `count` request journeys for `local`.
 fn wait_for_requests(tracer: &Pktrace, local: &str, count: usize) {
     let start = Instant::now();
-    while requests(&tracer.so_far().0, local).len() < count && start.elapsed() < PRINT_TIMEOUT {
+    while requests(&tracer.journeys_so_far(), local).len() < count && start.elapsed() < PRINT_TIMEOUT {
         thread::sleep(Duration::from_millis(50));
     }
 }
 
-fn latency(dnat: &Value) -> Option<u64> {
-    dnat["latency_ns"].as_u64()
+fn latency(dnat: &StepLine) -> Option<u64> {
+    dnat.latency_ns.flatten()
 }
 
-fn check_timed(trace: &Trace, journeys: &[(&Value, Value)], what: &str) {
+fn check_timed(trace: &Trace, journeys: &[(&JourneyLine, &StepLine)], what: &str) {
     for (j, dnat) in journeys {
         let ns = latency(dnat)
-            .unwrap_or_else(|| panic!("{what}: DNAT step untimed: {j}\n{}", trace.dump()));
+            .unwrap_or_else(|| panic!("{what}: DNAT step untimed: {j:?}\n{}", trace.dump()));
         assert!(
             ns > 0 && ns < 1_000_000_000,
-            "{what}: implausible latency: {j}"
+            "{what}: implausible latency: {j:?}"
         );
     }
 }
@@ -150,9 +152,9 @@ fn untimed_nat_event_for_a_connection_established_before_pktrace() {
     assert!(trace.status.success(), "{}", trace.dump());
 
     // Every request has its journey: the untimed event was reported, not dropped.
-    let olds = requests(&trace.lines, &old_local);
-    let news = requests(&trace.lines, &new_local);
-    let show = |js: &[(&Value, Value)]| js.iter().map(|(_, d)| latency(d)).collect::<Vec<_>>();
+    let olds = requests(trace.journey_lines(), &old_local);
+    let news = requests(trace.journey_lines(), &new_local);
+    let show = |js: &[(&JourneyLine, &StepLine)]| js.iter().map(|(_, d)| latency(d)).collect::<Vec<_>>();
     eprintln!(
         "untimed: old connection {old_local}: DNAT latencies {:?}; new connection {new_local}: {:?}",
         show(&olds),
@@ -171,11 +173,7 @@ fn untimed_nat_event_for_a_connection_established_before_pktrace() {
         trace.dump()
     );
     for (j, dnat) in olds.iter().chain(&news) {
-        assert_eq!(
-            dnat["dst"],
-            format!("{backend}:53").as_str(),
-            "DNAT to the backend: {j}"
-        );
+        assert_eq!(dnat.dst, format!("{backend}:53"), "DNAT to the backend: {j:?}");
     }
     // With conntrack entries readable, every step is timed. Without, the first packet of the
     // old connection seen by pktrace is untimed; the flow is then followed, so the rest of it
@@ -183,8 +181,8 @@ fn untimed_nat_event_for_a_connection_established_before_pktrace() {
     let (first_j, first_dnat) = &olds[0];
     if trace.stderr.contains("every packet is read") {
         assert!(
-            first_dnat["latency_ns"].is_null(),
-            "the old connection's first DNAT step is timed: {first_j}"
+            latency(first_dnat).is_none(),
+            "the old connection's first DNAT step is timed: {first_j:?}"
         );
         check_timed(&trace, &olds[1..], "old connection after the first packet");
     } else {
