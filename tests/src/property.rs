@@ -13,7 +13,7 @@ use std::{
     net::Ipv4Addr,
 };
 
-use serde_json::Value;
+use tracer_user::output::json::contract::{JourneyLine, Point, StepLine};
 
 use crate::{capture::Record, trace::CtEntry};
 
@@ -115,18 +115,18 @@ fn frame_key(r: &Record, names: &HashMap<u32, String>) -> HopKey {
     (name, r.outgoing, r.src_ep(), r.dst_ep(), u64::from(r.ip_id))
 }
 
-fn step_key(s: &Value) -> Option<HopKey> {
-    let egress = match s["point"].as_str()? {
-        "ingress" => false,
-        "egress" => true,
-        _ => return None,
+fn step_key(s: &StepLine) -> Option<HopKey> {
+    let egress = match s.point {
+        Point::Ingress => false,
+        Point::Egress => true,
+        Point::Dnat | Point::Snat => return None,
     };
     Some((
-        s["iface"].as_str()?.to_owned(),
+        s.iface.clone().flatten()?,
         egress,
-        s["src"].as_str()?.to_owned(),
-        s["dst"].as_str()?.to_owned(),
-        s["ip_id"].as_u64()?,
+        s.src.clone(),
+        s.dst.clone(),
+        u64::from(s.ip_id?),
     ))
 }
 
@@ -145,22 +145,17 @@ pub enum Verdict {
 
 /// Finds the journeys of packets by their tc steps.
 pub struct Judge<'a> {
-    journeys: &'a [&'a Value],
+    journeys: &'a [&'a JourneyLine],
     by_hop: HashMap<HopKey, Vec<usize>>,
     names: &'a HashMap<u32, String>,
 }
 
 impl<'a> Judge<'a> {
     #[must_use]
-    pub fn new(journeys: &'a [&'a Value], names: &'a HashMap<u32, String>) -> Self {
+    pub fn new(journeys: &'a [&'a JourneyLine], names: &'a HashMap<u32, String>) -> Self {
         let mut by_hop: HashMap<HopKey, Vec<usize>> = HashMap::new();
         for (i, j) in journeys.iter().enumerate() {
-            for key in j["steps"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(step_key)
-            {
+            for key in j.steps.iter().filter_map(step_key) {
                 by_hop.entry(key).or_default().push(i);
             }
         }
@@ -190,12 +185,7 @@ impl<'a> Judge<'a> {
             let hops: Vec<String> = missing.iter().map(|&i| hop_text(&keys[i])).collect();
             return Verdict::Partial(j, format!("no step for {}", hops.join(", ")));
         }
-        let tc: Vec<HopKey> = self.journeys[j]["steps"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(step_key)
-            .collect();
+        let tc: Vec<HopKey> = self.journeys[j].steps.iter().filter_map(step_key).collect();
         if tc.first() != keys.first() || tc.last() != keys.last() {
             return Verdict::Partial(j, "does not start and end where the packet did".into());
         }
@@ -213,23 +203,18 @@ impl<'a> Judge<'a> {
 
 /// The journey's NAT steps, in order, each rewriting the packet as the one before left it,
 /// turn the packet as it entered (`first`) into the packet as it left (`last`).
-fn nat_chain(j: &Value, first: &Record, last: &Record) -> Result<(), String> {
+fn nat_chain(j: &JourneyLine, first: &Record, last: &Record) -> Result<(), String> {
     let mut now = (first.src_ep(), first.dst_ep());
-    let nat = j["steps"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| matches!(s["point"].as_str(), Some("dnat" | "snat")));
-    for s in nat {
-        let text = |k: &str| s[k].as_str().unwrap_or("?").to_owned();
+    for s in j.steps.iter().filter(|s| s.point.is_nat()) {
+        let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_owned());
         let (orig, new) = (
-            (text("orig_src"), text("orig_dst")),
-            (text("src"), text("dst")),
+            (text(&s.orig_src), text(&s.orig_dst)),
+            (s.src.clone(), s.dst.clone()),
         );
         if orig != now {
             return Err(format!(
                 "{} step rewrote {} > {}, not {} > {}",
-                text("point"),
+                crate::trace::point_name(s.point),
                 orig.0,
                 orig.1,
                 now.0,
@@ -271,7 +256,7 @@ impl Tally {
 
     /// Judges every packet.
     #[must_use]
-    pub fn of(packets: &[Packet], journeys: &[&Value], names: &HashMap<u32, String>) -> Self {
+    pub fn of(packets: &[Packet], journeys: &[&JourneyLine], names: &HashMap<u32, String>) -> Self {
         let judge = Judge::new(journeys, names);
         let mut t = Self {
             total: packets.len(),
@@ -313,7 +298,7 @@ impl fmt::Display for Tally {
     }
 }
 
-fn describe(p: &Packet, v: &Verdict, journeys: &[&Value], names: &HashMap<u32, String>) -> String {
+fn describe(p: &Packet, v: &Verdict, journeys: &[&JourneyLine], names: &HashMap<u32, String>) -> String {
     let hops: Vec<String> = p
         .frames
         .iter()
@@ -331,25 +316,23 @@ fn describe(p: &Packet, v: &Verdict, journeys: &[&Value], names: &HashMap<u32, S
     out
 }
 
-fn shape_text(j: &Value) -> String {
-    let steps: Vec<String> = j["steps"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn shape_text(j: &JourneyLine) -> String {
+    let steps: Vec<String> = j
+        .steps
+        .iter()
         .map(|s| {
-            let point = s["point"].as_str().unwrap_or("?");
-            let iface = s["iface"]
-                .as_str()
+            let point = crate::trace::point_name(s.point);
+            let iface = crate::trace::iface(s)
                 .map(|i| format!(" {i}"))
                 .unwrap_or_default();
-            format!(
-                "{point}{iface} {}>{}",
-                s["src"].as_str().unwrap_or("?"),
-                s["dst"].as_str().unwrap_or("?")
-            )
+            format!("{point}{iface} {}>{}", s.src, s.dst)
         })
         .collect();
-    let ending = j["ending"].as_str().unwrap_or("?");
+    let ending = j
+        .ending
+        .and_then(|e| serde_json::to_value(e).ok())
+        .and_then(|e| e.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned());
     format!("{} [{ending}]", steps.join(" | "))
 }
 

@@ -10,7 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
-use tracer_user::output::json::contract::{JourneyLine, Line, SummaryLine};
+use tracer_user::output::json::contract::{JourneyLine, Line, Point, StepLine, SummaryLine};
 use xtask::lab::{NODE_NS, STATE_FILE, in_ns};
 
 use crate::pktrace_bin;
@@ -231,16 +231,10 @@ impl Pktrace {
         fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
     }
 
-    /// What the running pktrace printed so far: its complete JSON lines and its stderr.
+    /// What the running pktrace printed on stderr so far.
     #[must_use]
-    pub fn so_far(&self) -> (Vec<Value>, String) {
-        let out = fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
-        let complete = out.rfind('\n').map_or("", |end| &out[..end]);
-        let lines = complete
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        (lines, self.stderr())
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr()
     }
 
     /// The complete `journey` lines the running pktrace printed so far, typed (lines that are
@@ -384,16 +378,7 @@ impl Trace {
 
     /// The `journey` lines.
     #[must_use]
-    pub fn journeys(&self) -> Vec<&Value> {
-        self.with_contract()
-            .filter(|(_, c)| matches!(c, Line::Journey(_)))
-            .map(|(l, _)| l)
-            .collect()
-    }
-
-    /// The `journey` lines, typed.
-    #[must_use]
-    pub fn journey_lines(&self) -> Vec<&JourneyLine> {
+    pub fn journeys(&self) -> Vec<&JourneyLine> {
         self.contract
             .iter()
             .filter_map(|c| match c {
@@ -403,24 +388,9 @@ impl Trace {
             .collect()
     }
 
-    fn with_contract(&self) -> impl Iterator<Item = (&Value, &Line)> {
-        self.lines.iter().zip(&self.contract)
-    }
-
     /// The summary line; it must be the last line.
     #[must_use]
-    pub fn summary(&self) -> &Value {
-        let last = self
-            .lines
-            .last()
-            .unwrap_or_else(|| panic!("no output; stderr:\n{}", self.stderr));
-        let _checked_it_is_the_summary = self.summary_line();
-        last
-    }
-
-    /// The summary line, typed; it must be the last line.
-    #[must_use]
-    pub fn summary_line(&self) -> &SummaryLine {
+    pub fn summary(&self) -> &SummaryLine {
         match self.contract.last() {
             Some(Line::Summary(s)) => s,
             other => panic!(
@@ -432,25 +402,20 @@ impl Trace {
 
     /// Journeys whose first step saw the packet as `src` → `dst`.
     #[must_use]
-    pub fn starting(&self, src: &str, dst: &str) -> Vec<&Value> {
-        self.journeys()
-            .into_iter()
-            .filter(|j| j["steps"][0]["src"] == src && j["steps"][0]["dst"] == dst)
-            .collect()
+    pub fn starting(&self, src: &str, dst: &str) -> Vec<&JourneyLine> {
+        self.journeys().into_iter().filter(|j| j.steps[0].src == src && j.steps[0].dst == dst).collect()
     }
 
     /// The journeys that start with a NAT step rewriting `src` → `dst` (with `--nat-hook
     /// conntrack`: a reply that came back before pktrace had read conntrack's report, seen only
     /// from where it carries a traced address again).
     #[must_use]
-    pub fn starting_at_nat(&self, src: &str, dst: &str) -> Vec<&Value> {
+    pub fn starting_at_nat(&self, src: &str, dst: &str) -> Vec<&JourneyLine> {
         self.journeys()
             .into_iter()
             .filter(|j| {
-                let s = &j["steps"][0];
-                (s["point"] == "dnat" || s["point"] == "snat")
-                    && s["orig_src"] == src
-                    && s["orig_dst"] == dst
+                let s = &j.steps[0];
+                s.point.is_nat() && s.orig_src.as_deref() == Some(src) && s.orig_dst.as_deref() == Some(dst)
             })
             .collect()
     }
@@ -468,41 +433,43 @@ impl Trace {
     }
 }
 
+/// A step's point as the contract writes it.
+#[must_use]
+pub const fn point_name(point: Point) -> &'static str {
+    match point {
+        Point::Ingress => "ingress",
+        Point::Egress => "egress",
+        Point::Dnat => "dnat",
+        Point::Snat => "snat",
+    }
+}
+
+/// A tc step's interface (`None` for NAT steps and for an interface gone before its name
+/// could be read).
+#[must_use]
+pub fn iface(step: &StepLine) -> Option<&str> {
+    step.iface.as_ref()?.as_deref()
+}
+
 /// A step as (point, iface or "-", reply).
 #[must_use]
-pub fn shape(journey: &Value) -> Vec<(String, String, bool)> {
-    steps(journey)
+pub fn shape(journey: &JourneyLine) -> Vec<(String, String, bool)> {
+    journey
+        .steps
         .iter()
-        .map(|s| {
-            (
-                s["point"].as_str().unwrap_or("?").to_owned(),
-                s["iface"].as_str().unwrap_or("-").to_owned(),
-                s["reply"].as_bool().unwrap_or(false),
-            )
-        })
+        .map(|s| (point_name(s.point).to_owned(), iface(s).unwrap_or("-").to_owned(), s.reply.unwrap_or(false)))
         .collect()
-}
-
-/// A journey line (from [`Trace::journeys`]) as the contract's type.
-#[must_use]
-pub fn typed(journey: &Value) -> JourneyLine {
-    serde_json::from_value(journey.clone())
-        .unwrap_or_else(|e| panic!("not a journey line ({e}): {journey}"))
-}
-
-/// The steps of a journey.
-#[must_use]
-pub fn steps(journey: &Value) -> Vec<Value> {
-    journey["steps"].as_array().cloned().unwrap_or_default()
 }
 
 /// The NAT steps of a journey.
 #[must_use]
-pub fn nat_steps(journey: &Value) -> Vec<Value> {
-    steps(journey)
-        .into_iter()
-        .filter(|s| s["point"] == "dnat" || s["point"] == "snat")
-        .collect()
+pub fn nat_steps(journey: &JourneyLine) -> Vec<&StepLine> {
+    journey.steps.iter().filter(|s| s.point.is_nat()).collect()
+}
+
+/// The NAT steps of a journey as (point, reply).
+fn nat_shape(journey: &JourneyLine) -> Vec<(String, bool)> {
+    nat_steps(journey).iter().map(|s| (point_name(s.point).to_owned(), s.reply.unwrap_or(false))).collect()
 }
 
 /// One conntrack entry: the original and reply tuples.
@@ -640,26 +607,14 @@ pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
 /// follows. How many are early depends on how soon pktrace reads the report (in the lab the
 /// first round trip takes tens of microseconds: one to three packets each way).
 #[must_use]
-pub fn split_early<'a>(journeys: &[&'a Value]) -> (Vec<&'a Value>, Vec<&'a Value>) {
-    let is_nat = |s: &Value| s["point"] == "dnat" || s["point"] == "snat";
-    let (early, whole): (Vec<&Value>, Vec<&Value>) =
-        by_start(journeys).into_iter().partition(|j| {
-            let steps = steps(j);
-            steps.first().is_some_and(is_nat) || steps.last().is_some_and(is_nat)
-        });
-    let dump = || {
-        journeys
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    assert!(
-        !whole.is_empty(),
-        "no whole journey once conntrack's report was read:\n{}",
-        dump()
-    );
-    let start = |j: &Value| j["start_ktime_ns"].as_u64().unwrap_or(0);
+pub fn split_early<'a>(journeys: &[&'a JourneyLine]) -> (Vec<&'a JourneyLine>, Vec<&'a JourneyLine>) {
+    let is_nat = |s: &StepLine| s.point.is_nat();
+    let (early, whole): (Vec<&JourneyLine>, Vec<&JourneyLine>) = by_start(journeys)
+        .into_iter()
+        .partition(|j| j.steps.first().is_some_and(is_nat) || j.steps.last().is_some_and(is_nat));
+    let dump = || journeys.iter().map(|j| format!("{j:?}")).collect::<Vec<_>>().join("\n");
+    assert!(!whole.is_empty(), "no whole journey once conntrack's report was read:\n{}", dump());
+    let start = |j: &JourneyLine| j.start_ktime_ns.unwrap_or(0);
     let first_whole = whole.iter().map(|j| start(j)).min().unwrap_or(0);
     assert!(
         early.iter().all(|j| start(j) < first_whole),
@@ -685,83 +640,50 @@ pub const EARLY_WITHIN_NS: u64 = 1_000_000_000;
 /// except, with `--nat-hook conntrack`, the earliest ones ([`split_early`]), which must still
 /// have the NAT steps `nat`.
 pub fn assert_masqueraded(
-    journeys: &[&Value],
+    journeys: &[&JourneyLine],
     (first, last): (&str, &str),
     nat: &[(&str, bool)],
     middle: &[&str],
 ) {
-    let (early, whole) = if conntrack_hook() {
-        split_early(journeys)
-    } else {
-        (Vec::new(), journeys.to_vec())
-    };
+    let (early, whole) = if conntrack_hook() { split_early(journeys) } else { (Vec::new(), journeys.to_vec()) };
     for j in whole {
         assert_path(j, first, nat, last, middle);
     }
     let want: Vec<(String, bool)> = nat.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
     for j in early {
-        let got: Vec<(String, bool)> = nat_steps(j)
-            .iter()
-            .map(|s| {
-                (
-                    s["point"].as_str().unwrap_or("?").to_owned(),
-                    s["reply"].as_bool().unwrap_or(false),
-                )
-            })
-            .collect();
-        assert_eq!(got, want, "NAT steps of an early journey: {j}");
+        assert_eq!(nat_shape(j), want, "NAT steps of an early journey: {j:?}");
     }
 }
 
 /// The journeys in the order their packets entered the node.
 #[must_use]
-pub fn by_start<'a>(journeys: &[&'a Value]) -> Vec<&'a Value> {
+pub fn by_start<'a>(journeys: &[&'a JourneyLine]) -> Vec<&'a JourneyLine> {
     let mut out = journeys.to_vec();
-    out.sort_by_key(|j| j["start_ktime_ns"].as_u64().unwrap_or(0));
+    out.sort_by_key(|j| j.start_ktime_ns.unwrap_or(0));
     out
 }
 
 /// Checks the first step, the NAT steps and that each step saw the packet the one before left;
 /// the steps before `end` are on `middle` interfaces.
-fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end: usize) {
-    let steps = steps(j);
-    assert_eq!(
-        (steps[0]["point"].as_str(), steps[0]["iface"].as_str()),
-        (Some("ingress"), Some(first)),
-        "{j}"
-    );
-    let got_nat: Vec<(String, bool)> = nat_steps(j)
-        .iter()
-        .map(|s| {
-            (
-                s["point"].as_str().unwrap_or("?").to_owned(),
-                s["reply"].as_bool().unwrap_or(false),
-            )
-        })
-        .collect();
+fn check_path(j: &JourneyLine, first: &str, nat: &[(&str, bool)], middle: &[&str], end: usize) {
+    let steps = &j.steps;
+    assert_eq!((steps[0].point, iface(&steps[0])), (Point::Ingress, Some(first)), "{j:?}");
     let want_nat: Vec<(String, bool)> = nat.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
-    assert_eq!(got_nat, want_nat, "NAT steps of {j}");
-    let mut current = (steps[0]["src"].clone(), steps[0]["dst"].clone());
+    assert_eq!(nat_shape(j), want_nat, "NAT steps of {j:?}");
+    let mut current = (steps[0].src.as_str(), steps[0].dst.as_str());
     for (i, s) in steps.iter().enumerate().skip(1) {
-        if let Some("dnat" | "snat") = s["point"].as_str() {
+        if s.point.is_nat() {
             assert_eq!(
-                (s["orig_src"].clone(), s["orig_dst"].clone()),
+                (s.orig_src.as_deref().unwrap_or(""), s.orig_dst.as_deref().unwrap_or("")),
                 current,
-                "NAT step {i} rewrote another packet: {j}"
+                "NAT step {i} rewrote another packet: {j:?}"
             );
-            current = (s["src"].clone(), s["dst"].clone());
+            current = (s.src.as_str(), s.dst.as_str());
         } else {
-            assert_eq!(
-                (s["src"].clone(), s["dst"].clone()),
-                current,
-                "step {i} saw another packet: {j}"
-            );
-            let iface = s["iface"].as_str().unwrap_or("");
+            assert_eq!((s.src.as_str(), s.dst.as_str()), current, "step {i} saw another packet: {j:?}");
+            let iface = iface(s).unwrap_or("");
             if i + 1 < end {
-                assert!(
-                    middle.contains(&iface),
-                    "unexpected interface {iface} at step {i}: {j}"
-                );
+                assert!(middle.contains(&iface), "unexpected interface {iface} at step {i}: {j:?}");
             }
         }
     }
@@ -771,15 +693,11 @@ fn check_path(j: &Value, first: &str, nat: &[(&str, bool)], middle: &[&str], end
 /// NAT steps are exactly `nat` (point, reply) in that order, every other step is a tc step on
 /// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
 /// exactly the packet the previous step saw). Which middle interfaces appear depends on the
-/// kernel path (with `br_netfilter` a DNAT to a pod on the same bridge is bridged, not routed).
-pub fn assert_path(j: &Value, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
-    let steps = steps(j);
-    assert!(steps.len() >= 2, "too short: {j}");
+/// kernel path (with br_netfilter a DNAT to a pod on the same bridge is bridged, not routed).
+pub fn assert_path(j: &JourneyLine, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
+    let steps = &j.steps;
+    assert!(steps.len() >= 2, "too short: {j:?}");
     let end = &steps[steps.len() - 1];
-    assert_eq!(
-        (end["point"].as_str(), end["iface"].as_str()),
-        (Some("egress"), Some(last)),
-        "{j}"
-    );
+    assert_eq!((end.point, iface(end)), (Point::Egress, Some(last)), "{j:?}");
     check_path(j, first, nat, middle, steps.len());
 }

@@ -6,11 +6,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
 use tests::{
     LabGuard,
-    trace::{Pktrace, nat_steps, steps},
+    trace::{Pktrace, nat_steps, point_name},
 };
+use tracer_user::output::json::contract::{JourneyLine, Point, StepLine};
 use xtask::lab::{
     self, NODE_NS, UBUNTU, in_ns,
     topology::{INET_HOST, WHEREAMI_CLUSTER_IP, WHEREAMI_J7BPW, WHEREAMI_LB_VIP, WHEREAMI_QFQ2K},
@@ -65,12 +65,12 @@ fn tcp(addr: &str) -> String {
 }
 
 /// The SNAT step of the original-direction journey whose translated source the server saw.
-fn snat_seen_as(journeys: &[&Value], seen: &str) -> Option<Value> {
+fn snat_seen_as<'a>(journeys: &[&'a JourneyLine], seen: &str) -> Option<&'a StepLine> {
     let client = seen.strip_prefix("client=")?;
     journeys.iter().find_map(|j| {
         nat_steps(j)
             .into_iter()
-            .find(|s| s["point"] == "snat" && s["reply"] == false && s["src"] == client)
+            .find(|s| s.point == Point::Snat && s.reply == Some(false) && s.src == client)
     })
 }
 
@@ -96,8 +96,8 @@ fn journeys_name_their_rules_and_follow_rule_changes() {
     // Before the change: ip-masq-agent's last rule, and why.
     let snat =
         snat_seen_as(&journeys, &before).unwrap_or_else(|| panic!("{before}\n{}", trace.dump()));
-    assert_eq!(snat["rule"], "IP-MASQ-AGENT", "{snat}");
-    let why = snat["why"].as_str().unwrap_or("");
+    assert_eq!(snat.rule.as_deref(), Some("IP-MASQ-AGENT"), "{snat:?}");
+    let why = snat.why.as_deref().unwrap_or("");
     assert!(
         why.starts_with("MASQUERADE by IP-MASQ-AGENT rule 3: 203.0.113.80 not in nonMasqueradeCIDRs 10.13.0.0/16"),
         "{why}"
@@ -105,25 +105,21 @@ fn journeys_name_their_rules_and_follow_rule_changes() {
 
     // Inside the VNet: no SNAT step, and the egress on eth0 says why.
     let pod_src = format!("{POD}:");
-    let out: Vec<&Value> = journeys
+    let out: Vec<&JourneyLine> = journeys
         .iter()
         .copied()
-        .filter(|j| {
-            j["steps"][0]["dst"] == "10.13.1.4:80"
-                && j["steps"][0]["src"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with(&pod_src))
-        })
+        .filter(|j| j.steps[0].dst == "10.13.1.4:80" && j.steps[0].src.starts_with(&pod_src))
         .collect();
     assert!(!out.is_empty(), "{vnet}\n{}", trace.dump());
     for j in &out {
-        assert!(nat_steps(j).is_empty(), "{j}");
-        let last = steps(j)
-            .into_iter()
-            .rfind(|s| s["point"] == "egress")
+        assert!(nat_steps(j).is_empty(), "{j:?}");
+        let last = j
+            .steps
+            .iter()
+            .rfind(|s| s.point == Point::Egress)
             .expect("egress");
-        assert_eq!(last["rule"], "IP-MASQ-AGENT", "{j}");
-        let why = last["why"].as_str().unwrap_or("");
+        assert_eq!(last.rule.as_deref(), Some("IP-MASQ-AGENT"), "{j:?}");
+        let why = last.why.as_deref().unwrap_or("");
         assert!(
             why.starts_with("no SNAT: RETURN by IP-MASQ-AGENT rule 1: 10.13.1.4 in nonMasqueradeCIDRs 10.13.0.0/16"),
             "{why}"
@@ -135,7 +131,7 @@ fn journeys_name_their_rules_and_follow_rule_changes() {
     for (at, seen) in &probes {
         let snat =
             snat_seen_as(&journeys, seen).unwrap_or_else(|| panic!("{seen}\n{}", trace.dump()));
-        let why = snat["why"].as_str().unwrap_or("").to_owned();
+        let why = snat.why.clone().unwrap_or_default();
         let new = why.starts_with("MASQUERADE by IP-MASQ-AGENT rule 1");
         match (new, first_new) {
             (true, None) => first_new = Some(*at),
@@ -184,26 +180,22 @@ fn every_nat_step_of_both_directions_names_its_rule() {
     let mut nat_seen = std::collections::BTreeSet::new();
     for j in &journeys {
         for s in nat_steps(j) {
-            let key = format!(
-                "{} reply={}",
-                s["point"].as_str().unwrap_or("?"),
-                s["reply"]
-            );
+            let reply = s.reply.map_or_else(|| "null".to_owned(), |r| r.to_string());
+            let key = format!("{} reply={reply}", point_name(s.point));
             assert!(
-                s["rule"].is_string() && s["why"].is_string(),
-                "{key} without a rule: {j}"
+                s.rule.is_some() && s.why.is_some(),
+                "{key} without a rule: {j:?}"
             );
-            let why = s["why"].as_str().unwrap_or("");
-            if s["reply"] == true {
+            let why = s.why.as_deref().unwrap_or("");
+            if s.reply == Some(true) {
                 assert!(why.starts_with("reverse of "), "{why}");
             }
-            let vip = [s["orig_dst"].clone(), s["src"].clone()]
-                .iter()
-                .any(|a| a == &Value::String(WHEREAMI_LB_VIP.to_string()));
-            if s["point"] == "dnat" && vip {
-                assert_eq!(s["service"], "default/whereami", "{j}");
+            let lb_vip = WHEREAMI_LB_VIP.to_string();
+            let vip = s.orig_dst.as_deref() == Some(lb_vip.as_str()) || s.src == lb_vip;
+            if s.point == Point::Dnat && vip {
+                assert_eq!(s.service.as_deref(), Some("default/whereami"), "{j:?}");
             }
-            if s["point"] == "snat" && s["rule"] == "KUBE-POSTROUTING" {
+            if s.point == Point::Snat && s.rule.as_deref() == Some("KUBE-POSTROUTING") {
                 nat_seen.insert(format!("{key} KUBE-POSTROUTING"));
             }
             nat_seen.insert(key);

@@ -13,8 +13,9 @@ use std::{
 
 use tests::{
     LabGuard, dist_bin, pktrace_bin,
-    trace::{Trace, assert_path, ct_entry, nat_steps, steps},
+    trace::{Trace, assert_path, ct_entry, nat_steps},
 };
+use tracer_user::output::json::contract::Line;
 use xtask::lab::{self, NODE_NS, PODS, STATE_FILE, UBUNTU, in_ns};
 
 const POD_VETH: &str = "azv47c3ee9d512";
@@ -168,7 +169,7 @@ fn dist_binary_traces_pod_ubuntu_to_the_cluster_ip_with_its_dnat() {
     sleep(Duration::from_millis(300));
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.summary()["lost_events"], 0, "{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0, "{}", trace.dump());
 
     let ct = ct_entry("10.13.76.46", CLUSTER_IP);
     assert_eq!(
@@ -190,15 +191,15 @@ fn dist_binary_traces_pod_ubuntu_to_the_cluster_ip_with_its_dnat() {
     for j in &orig {
         assert_path(j, POD_VETH, &[("dnat", false)], backend_veth, &["azure0"]);
         let dnat = &nat_steps(j)[0];
-        assert_eq!(dnat["orig_dst"], CLUSTER_IP, "{j}");
+        assert_eq!(dnat.orig_dst.as_deref(), Some(CLUSTER_IP), "{j:?}");
         assert_eq!(
-            dnat["dst"],
-            ct.reply_src_ep().as_str(),
-            "DNAT to conntrack's backend: {j}"
+            dnat.dst,
+            ct.reply_src_ep(),
+            "DNAT to conntrack's backend: {j:?}"
         );
         // What `pktrace merge` joins nodes by.
-        assert!(j["start_ktime_ns"].as_u64().is_some_and(|t| t > 0), "{j}");
-        assert!(steps(j).iter().all(|s| s["ip_id"].is_u64()), "{j}");
+        assert!(j.start_ktime_ns.is_some_and(|t| t > 0), "{j:?}");
+        assert!(j.steps.iter().all(|s| s.ip_id.is_some()), "{j:?}");
     }
     merge_reads_real_output(&bin, &trace);
 }
@@ -219,17 +220,22 @@ fn merge_reads_real_output(bin: &Path, trace: &Trace) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<Line> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str(l).expect(l))
+        .map(|l| Line::parse(l).expect(l))
         .collect();
     let (merge, journeys) = lines.split_last().expect("output");
-    assert_eq!(merge["type"], "merge");
-    assert_eq!(merge["journeys_in"], trace.journeys().len(), "{merge}");
-    assert_eq!(journeys.len(), trace.journeys().len());
-    assert!(
-        journeys
-            .iter()
-            .all(|j| steps(j).iter().all(|s| s["node"] == "lab"))
+    let Line::Merge(merge) = merge else {
+        panic!("the last line is not the merge line: {merge:?}")
+    };
+    assert_eq!(
+        merge.journeys_in,
+        trace.journeys().len() as u64,
+        "{merge:?}"
     );
+    assert_eq!(journeys.len(), trace.journeys().len());
+    assert!(journeys.iter().all(|j| match j {
+        Line::Journey(j) => j.steps.iter().all(|s| s.node.as_deref() == Some("lab")),
+        _ => false,
+    }));
 }

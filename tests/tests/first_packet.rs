@@ -5,11 +5,11 @@
 //! with the rule that did it, and ends at the backend's veth (DESIGN.md, "Joining events into a
 //! journey": the uplink for a packet from outside, its first packet included).
 
-use serde_json::Value;
 use tests::{
     LabGuard,
-    trace::{CtEntry, Pktrace, Trace, assert_path, conntrack, nat_steps, steps},
+    trace::{CtEntry, Pktrace, Trace, assert_path, conntrack, nat_steps},
 };
+use tracer_user::output::json::contract::{JourneyLine, Point};
 use xtask::lab::{
     self, PODS, Variant,
     topology::{INET_HOST, WHEREAMI_LB_VIP, WHEREAMI_LOCAL_LB_VIP},
@@ -43,16 +43,16 @@ fn sep_chain(service: &str, endpoint: &str) -> String {
 
 /// Every journey with a DNAT step of the connection's original direction (whatever step it
 /// starts at).
-fn dnated<'a>(trace: &'a Trace, ct: &CtEntry) -> Vec<&'a Value> {
+fn dnated<'a>(trace: &'a Trace, ct: &CtEntry) -> Vec<&'a JourneyLine> {
     trace
         .journeys()
         .into_iter()
         .filter(|j| {
             nat_steps(j).iter().any(|s| {
-                s["point"] == "dnat"
-                    && s["reply"] == false
-                    && s["orig_src"] == ct.orig_src_ep().as_str()
-                    && s["orig_dst"] == ct.orig_dst_ep().as_str()
+                s.point == Point::Dnat
+                    && s.reply == Some(false)
+                    && s.orig_src.as_deref() == Some(ct.orig_src_ep().as_str())
+                    && s.orig_dst.as_deref() == Some(ct.orig_dst_ep().as_str())
             })
         })
         .collect()
@@ -69,7 +69,7 @@ fn first_packets_start_at_the_uplink(vip: &str, service: &str, nat: &[(&str, boo
     }
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.summary()["lost_events"], 0, "{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0, "{}", trace.dump());
     let cts: Vec<CtEntry> = conntrack()
         .into_iter()
         .filter(|e| e.orig_src == client && e.orig_dst_ep() == vip)
@@ -94,30 +94,27 @@ fn first_packets_start_at_the_uplink(vip: &str, service: &str, nat: &[(&str, boo
         );
         for j in &from_uplink {
             assert_path(j, "eth0", nat, veth_of(&backend), BRIDGE);
-            let times: Vec<u64> = steps(j)
-                .iter()
-                .map(|s| s["t_ns"].as_u64().expect("t_ns"))
-                .collect();
+            let times: Vec<u64> = j.steps.iter().map(|s| s.t_ns).collect();
             assert!(
                 times.windows(2).all(|w| w[0] <= w[1]),
-                "steps out of time order: {j}"
+                "steps out of time order: {j:?}"
             );
             let dnat = &nat_steps(j)[0];
-            assert_eq!(dnat["rule"], rule.as_str(), "{j}");
-            assert_eq!(dnat["service"], service, "{j}");
+            assert_eq!(dnat.rule.as_deref(), Some(rule.as_str()), "{j:?}");
+            assert_eq!(dnat.service.as_deref(), Some(service), "{j:?}");
         }
         // The connection's first packet: its uplink ingress was noted at tc and emitted at its
         // DNAT, so its time is a bound; every later packet was followed at tc ingress itself.
         let first = from_uplink
             .iter()
-            .min_by_key(|j| j["start_ktime_ns"].as_u64().expect("start_ktime_ns"))
+            .min_by_key(|j| j.start_ktime_ns.expect("start_ktime_ns"))
             .expect("a journey");
         for j in &from_uplink {
-            let claimed = steps(j)[0]["t_at_or_before"] == true;
+            let claimed = j.steps[0].t_at_or_before;
             assert_eq!(
                 claimed,
                 std::ptr::eq(*j, *first),
-                "only the first packet's ingress is claimed: {j}\n{}",
+                "only the first packet's ingress is claimed: {j:?}\n{}",
                 trace.dump()
             );
         }

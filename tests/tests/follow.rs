@@ -93,13 +93,8 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
     let created = monotonic_ns();
     let (ns, ip) = (pod.netns(), pod.ip.to_string());
     let first = traffic_until_traced(&tracer, &ns, &ip, &pod.host_if, 30);
-    let (_, stderr) = tracer.so_far();
-    let first = first.unwrap_or_else(|| {
-        panic!(
-            "no journey from {ip} on {} within 3 s:\n{stderr}",
-            pod.host_if
-        )
-    });
+    let stderr = tracer.stderr_so_far();
+    let first = first.unwrap_or_else(|| panic!("no journey from {ip} on {} within 3 s:\n{stderr}", pod.host_if));
     let delay = Duration::from_nanos(first.saturating_sub(created));
     eprintln!(
         "follow: pod {} ({ip} on {}) traced {delay:?} after it was wired ({:?} to create it)",
@@ -118,7 +113,7 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    let journeys = from_pod(trace.journey_lines(), &ip, &pod.host_if);
+    let journeys = from_pod(trace.journeys(), &ip, &pod.host_if);
     // The pod's request went through the ClusterIP's DNAT and left on a backend's veth.
     assert!(
         journeys.iter().any(|j| j.steps.iter().any(|s| s.point == Point::Dnat)),
@@ -132,25 +127,16 @@ fn follow_a_pod_recreated_with_a_new_ip() {
     let _lab = LabGuard::new();
     let old = pods::add("follow-b").expect("adding pod follow-b");
     let mut tracer = Pktrace::start(&["--pod", "follow-b", "--follow"]);
-    let traced_old =
-        traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
-    assert!(
-        traced_old.is_some(),
-        "the pod was not traced before its recreation:\n{}",
-        tracer.so_far().1
-    );
+    let traced_old = traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
+    assert!(traced_old.is_some(), "the pod was not traced before its recreation:\n{}", tracer.stderr_so_far());
 
     pods::del("follow-b").expect("deleting pod follow-b");
     let new = pods::add("follow-b").expect("adding pod follow-b again");
     assert_ne!(new.ip, old.ip, "a recreated pod gets a new IP");
     let line = format!("pod default/follow-b: now {} (was {})", new.ip, old.ip);
     let start = Instant::now();
-    while !tracer.so_far().1.contains(&line) {
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "no '{line}' within 3 s:\n{}",
-            tracer.so_far().1
-        );
+    while !tracer.stderr_so_far().contains(&line) {
+        assert!(start.elapsed() < Duration::from_secs(3), "no '{line}' within 3 s:\n{}", tracer.stderr_so_far());
         sleep(Duration::from_millis(50));
     }
     eprintln!(
@@ -169,7 +155,7 @@ fn follow_a_pod_recreated_with_a_new_ip() {
     );
     assert!(trace.status.success(), "{}", trace.dump());
     assert_eq!(trace.stderr.matches("follow-b: now ").count(), 1, "one line per move:\n{}", trace.stderr);
-    for j in trace.journey_lines() {
+    for j in trace.journeys() {
         assert_eq!(j.pod, "default/follow-b", "{j:?}");
     }
 }
@@ -205,11 +191,7 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
     let ok = sender.join().expect("sender");
     assert!(ok > 0, "no request succeeded before the deletion");
     sleep(Duration::from_millis(500));
-    assert!(
-        tracer.is_running(),
-        "pktrace died when the veth went:\n{}",
-        tracer.so_far().1
-    );
+    assert!(tracer.is_running(), "pktrace died when the veth went:\n{}", tracer.stderr_so_far());
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
@@ -238,7 +220,7 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
     assert_eq!(noisy, 0, "{}", trace.stderr);
     // A journey closed for its interface ends on that interface.
     let gone: Vec<&JourneyLine> =
-        trace.journey_lines().into_iter().filter(|j| j.ending == Some(Ending::InterfaceGone)).collect();
+        trace.journeys().into_iter().filter(|j| j.ending == Some(Ending::InterfaceGone)).collect();
     for j in &gone {
         let last = j.steps.iter().rev().find_map(iface).expect("a tc step");
         assert_eq!(last, pod.host_if.as_str(), "{j:?}");
@@ -343,7 +325,7 @@ fn hold_datagrams_and_delete_the_veth() -> HeldRun {
     pods::del("follow-e").expect("deleting pod follow-e");
     sleep(Duration::from_millis(300));
     let running_after = tracer.is_running();
-    let stderr_after = tracer.so_far().1;
+    let stderr_after = tracer.stderr_so_far();
     let trace = tracer.stop();
     eprintln!("follow: {sent} datagrams held on {veth}, {replies} answered, veth deleted in {deletion:?}");
     HeldRun { ip, veth, sent, replies, running_after, stderr_after, trace }
@@ -393,7 +375,7 @@ impl HeldRun {
     /// The journeys of the pod's datagrams to the DNS ClusterIP.
     fn requests(&self) -> Vec<&JourneyLine> {
         let dns = format!("{DNS_IP}:53");
-        from_pod(self.trace.journey_lines(), &self.ip, &self.veth).into_iter().filter(|j| j.steps[0].dst == dns).collect()
+        from_pod(self.trace.journeys(), &self.ip, &self.veth).into_iter().filter(|j| j.steps[0].dst == dns).collect()
     }
 
     fn ending(&self, ending: Ending) -> usize {
@@ -490,7 +472,7 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
         let _ = request(&ns);
     }
     sleep(Duration::from_millis(300));
-    let (journeys, stderr) = (tracer.journeys_so_far(), tracer.so_far().1);
+    let (journeys, stderr) = (tracer.journeys_so_far(), tracer.stderr_so_far());
     assert!(stderr.contains(&format!("detached from {other}")), "{stderr}");
     assert!(from_pod(&journeys, &ip, other).is_empty(), "traced on an interface no pattern matches");
     ip_link(&format!("link set {other} down"));

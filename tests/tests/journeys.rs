@@ -4,15 +4,13 @@
 //! Each test brings the lab up (and down on drop), starts pktrace in the node namespace, makes
 //! bounded traffic from pod `ubuntu`, stops pktrace and reads its JSON lines.
 
-use serde_json::Value;
 use tests::{
     LabGuard,
     trace::{
-        CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, conntrack_hook, ct_entry,
-        nat_steps, shape, typed,
+        CtEntry, Pktrace, Trace, assert_path, assert_masqueraded, conntrack_hook, ct_entry, nat_steps, shape,
     },
 };
-use tracer_user::output::json::contract::Point;
+use tracer_user::output::json::contract::{JourneyLine, Point};
 use xtask::lab::{self, PODS, UBUNTU};
 
 const POD: &str = "10.13.76.46";
@@ -36,7 +34,7 @@ fn owned(v: &[(&str, &str, bool)]) -> Vec<(String, String, bool)> {
 /// Checks what every journey must satisfy: steps in time order starting at 0, the keys of
 /// each kind of step (the contract's types read every line already).
 fn check_contract(trace: &Trace) {
-    for j in trace.journey_lines() {
+    for j in trace.journeys() {
         assert_eq!(j.pod, "default/ubuntu", "{j:?}");
         assert!(!j.steps.is_empty(), "{j:?}");
         assert_eq!(j.steps[0].t_ns, 0, "{j:?}");
@@ -59,11 +57,11 @@ fn check_contract(trace: &Trace) {
             }
         }
     }
-    assert_eq!(trace.summary_line().lost_events, 0, "{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0, "{}", trace.dump());
 }
 
 /// The journeys of one flow, split into original direction (from the pod) and replies.
-fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) {
+fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a JourneyLine>, Vec<&'a JourneyLine>) {
     let orig = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
     let reply = trace.starting(&ct.reply_src_ep(), &ct.reply_dst_ep());
     assert!(
@@ -80,8 +78,8 @@ fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) 
 }
 
 /// Each NAT step must be what conntrack recorded for the connection.
-fn check_nat_against_conntrack(journey: &Value, ct: &CtEntry) {
-    for s in typed(journey).steps.iter().filter(|s| s.point.is_nat()) {
+fn check_nat_against_conntrack(journey: &JourneyLine, ct: &CtEntry) {
+    for s in journey.steps.iter().filter(|s| s.point.is_nat()) {
         let (src, dst) = (s.src.as_str(), s.dst.as_str());
         match (s.point, s.reply.expect("reply")) {
             (Point::Dnat, false) => {
@@ -172,7 +170,7 @@ fn tcp_to_cluster_ip_is_dnated_to_a_backend_without_snat() {
 }
 
 /// [`assert_masqueraded`] on the lab's bridge, and every NAT step as conntrack recorded it.
-fn check_masqueraded(journeys: &[&Value], ends: (&str, &str), nat: &[(&str, bool)], ct: &CtEntry) {
+fn check_masqueraded(journeys: &[&JourneyLine], ends: (&str, &str), nat: &[(&str, bool)], ct: &CtEntry) {
     assert_masqueraded(journeys, ends, nat, BRIDGE);
     for j in journeys {
         check_nat_against_conntrack(j, ct);
@@ -248,12 +246,8 @@ fn udp_to_dns_cluster_ip_is_dnated_to_the_dns_pod() {
     );
     check_nat_against_conntrack(orig[0], &ct);
     check_nat_against_conntrack(reply[0], &ct);
-    let dnat = typed(orig[0]);
-    let rule = dnat
-        .steps
-        .iter()
-        .find(|s| s.point.is_nat())
-        .expect("a NAT step");
+    let dnat = orig[0];
+    let rule = dnat.steps.iter().find(|s| s.point.is_nat()).expect("a NAT step");
     if rule.rule.is_some() {
         assert_eq!(rule.rule.as_deref(), Some("KUBE-SEP-DNSA5WQ4ZDRJQTVF"));
         assert_eq!(rule.service.as_deref(), Some("kube-system/kube-dns"));
@@ -295,7 +289,7 @@ fn tcp_and_icmp_to_the_internet_are_masqueraded_to_the_node() {
     answers.extend(trace.starting_at_nat("203.0.113.80", NODE_IP));
     assert_eq!(answers.len(), 2, "two echo replies\n{}", trace.dump());
     check_masqueraded(&echo, (POD_VETH, "eth0"), &[("snat", false)], &icmp);
-    assert!(echo.iter().all(|j| typed(j).proto == "icmp"));
+    assert!(echo.iter().all(|j| j.proto == "icmp"));
     check_masqueraded(&answers, ("eth0", POD_VETH), &[("snat", true)], &icmp);
 }
 
@@ -316,7 +310,7 @@ fn tcp_inside_the_vnet_is_not_translated() {
     );
     let (orig, reply) = flow(&trace, &ct);
     for j in orig.iter().chain(&reply) {
-        assert!(nat_steps(j).is_empty(), "no NAT expected: {j}");
+        assert!(nat_steps(j).is_empty(), "no NAT expected: {j:?}");
     }
     // Routed by the node both ways: every hop is seen.
     for j in &orig {
@@ -328,7 +322,7 @@ fn tcp_inside_the_vnet_is_not_translated() {
                 ("egress", "azure0", false),
                 ("egress", "eth0", false),
             ]),
-            "{j}"
+            "{j:?}"
         );
     }
     for j in &reply {
@@ -340,7 +334,7 @@ fn tcp_inside_the_vnet_is_not_translated() {
                 ("egress", "azure0", false),
                 ("egress", POD_VETH, false),
             ]),
-            "{j}"
+            "{j:?}"
         );
     }
 }

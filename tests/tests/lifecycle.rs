@@ -8,13 +8,11 @@ use std::{
 };
 
 use tests::{
-    LabGuard,
-    leftovers::{
-        kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot,
-    },
-    pktrace_bin,
-    trace::{Pktrace, Trace, assert_path, conntrack, nat_steps, steps},
+    leftovers::{kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot},
+    LabGuard, pktrace_bin,
+    trace::{Pktrace, Trace, assert_path, conntrack, nat_steps},
 };
+use tracer_user::output::json::contract::{Ending, Point};
 use xtask::lab::{self, NODE_NS, PODS, UBUNTU, in_ns};
 
 const CONNECTIONS: usize = 50;
@@ -63,21 +61,14 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
 
     let mut syns_per_flow: BTreeMap<String, usize> = BTreeMap::new();
     for j in trace.journeys() {
-        let first = &steps(j)[0];
-        let src = first["src"].as_str().unwrap_or_default().to_owned();
-        let Some(ct) = flows
-            .iter()
-            .find(|e| e.orig_src_ep() == src && first["dst"] == "10.0.159.58:80")
-        else {
+        let first = &j.steps[0];
+        let src = first.src.clone();
+        let Some(ct) = flows.iter().find(|e| e.orig_src_ep() == src && first.dst == "10.0.159.58:80") else {
             continue;
         };
         // Not merged: every step of the journey is this flow's packet (before or after DNAT).
-        for s in steps(j) {
-            assert_eq!(
-                s["src"],
-                ct.orig_src_ep().as_str(),
-                "step of another flow in {j}"
-            );
+        for s in &j.steps {
+            assert_eq!(s.src, ct.orig_src_ep(), "step of another flow in {j:?}");
         }
         // Not split: the whole path, from the pod's veth to the backend's, DNAT once.
         let backend = PODS
@@ -93,22 +84,10 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
         );
         *syns_per_flow.entry(src).or_default() += 1;
     }
-    assert_eq!(
-        syns_per_flow.len(),
-        CONNECTIONS,
-        "a complete journey for every connection\n{}",
-        trace.dump()
-    );
-    assert_eq!(trace.summary()["lost_events"], 0);
-    let incomplete: Vec<_> = trace
-        .journeys()
-        .into_iter()
-        .filter(|j| j["ending"] != "left")
-        .collect();
-    assert!(
-        incomplete.is_empty(),
-        "journeys that did not leave the node: {incomplete:?}"
-    );
+    assert_eq!(syns_per_flow.len(), CONNECTIONS, "a complete journey for every connection\n{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0);
+    let incomplete: Vec<_> = trace.journeys().into_iter().filter(|j| j.ending != Some(Ending::Left)).collect();
+    assert!(incomplete.is_empty(), "journeys that did not leave the node: {incomplete:?}");
 }
 
 #[test]
@@ -211,12 +190,10 @@ fn another_program_on_the_same_hook_still_sees_every_packet() {
         t.journeys()
             .into_iter()
             .filter(|j| {
-                let first = &steps(j)[0];
-                first["src"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with("10.13.76.46:"))
-                    && first["dst"] == "10.0.159.58:80"
-                    && nat_steps(j).iter().any(|s| s["point"] == "dnat")
+                let first = &j.steps[0];
+                first.src.starts_with("10.13.76.46:")
+                    && first.dst == "10.0.159.58:80"
+                    && nat_steps(j).iter().any(|s| s.point == Point::Dnat)
             })
             .count()
     };
@@ -234,7 +211,7 @@ fn count_limit_stops_after_n_journeys_with_the_summary_last() {
     let trace = pk.wait(Duration::from_secs(10));
     assert!(trace.status.success(), "{}", trace.dump());
     assert_eq!(trace.journeys().len(), 3);
-    assert_eq!(trace.summary()["journeys"], 3);
+    assert_eq!(trace.summary().journeys, 3);
 }
 
 #[test]

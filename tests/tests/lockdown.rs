@@ -158,7 +158,7 @@ mod lockdown {
         fn to_svc(&self) -> Vec<&JourneyLine> {
             let (src, dst) = (self.ct.orig_src_ep(), self.ct.orig_dst_ep());
             self.trace
-                .journey_lines()
+                .journeys()
                 .into_iter()
                 .filter(|j| j.steps[0].src == src && j.steps[0].dst == dst)
                 .collect()
@@ -169,7 +169,7 @@ mod lockdown {
             let from_pod = format!("{}:", UBUNTU.ip);
             let vnet = self.vnet.to_string();
             self.trace
-                .journey_lines()
+                .journeys()
                 .into_iter()
                 .filter(|j| j.steps[0].src.starts_with(&from_pod) && j.steps[0].dst == vnet)
                 .collect()

@@ -71,9 +71,10 @@ fn trace_with_path(path: &Path) -> (String, bool) {
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
     let named = trace.journeys().iter().any(|j| {
-        tests::trace::nat_steps(j)
-            .iter()
-            .any(|s| s["point"] == "snat" && s["rule"] == "IP-MASQ-AGENT")
+        tests::trace::nat_steps(j).iter().any(|s| {
+            s.point == tracer_user::output::json::contract::Point::Snat
+                && s.rule.as_deref() == Some("IP-MASQ-AGENT")
+        })
     });
     (trace.stderr, named)
 }

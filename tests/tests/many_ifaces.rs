@@ -79,7 +79,7 @@ fn filters_on(iface: &str) -> Vec<(String, u32)> {
 fn wait_for_line(pk: &Pktrace, needle: &str) {
     let start = Instant::now();
     loop {
-        let (_, stderr) = pk.so_far();
+        let stderr = pk.stderr_so_far();
         if stderr.contains(needle) {
             return;
         }
@@ -186,7 +186,7 @@ fn run_many_veths() -> ManyRun {
 
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow", "-v"]);
     let pid = u32::try_from(pk.pid()).unwrap_or(0);
-    let start_stderr = pk.so_far().1;
+    let start_stderr = pk.stderr_so_far();
     let veth_filters = [UBUNTU.host_if, "azvmany00"]
         .map(|i| (i, filters_on(i)))
         .to_vec();
@@ -217,7 +217,7 @@ fn run_many_veths() -> ManyRun {
     let kept = 2;
     veths.shrink_to(kept);
     let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
-    let shrunk_stderr = next.so_far().1;
+    let shrunk_stderr = next.stderr_so_far();
     let shrunk_filters = our_filters();
     let shrunk_sweep = next.stop();
     let after_shrunk = Left::now();
@@ -290,7 +290,7 @@ fn many_veths_journeys_cross_clsact_and_tcx_interfaces() {
         (Point::Egress, "eth0"),
     ];
     let out: Vec<&JourneyLine> = trace
-        .journey_lines()
+        .journeys()
         .into_iter()
         .filter(|j| j.steps[0].dst == VNET_HOST)
         .collect();

@@ -19,6 +19,7 @@ use tests::{
     LabGuard, pktrace_bin,
     trace::{Pktrace, Trace, ct_entry, nat_steps},
 };
+use tracer_user::output::json::contract::Point;
 use xtask::lab::{self, NODE_NS, STATE_FILE, UBUNTU, in_ns};
 
 const POD: &str = "10.13.76.46";
@@ -259,25 +260,21 @@ fn check_dnat_seen(trace: &Trace, timed: bool) {
     for (journeys, reply) in [(out, false), (back, true)] {
         for j in journeys {
             let steps = nat_steps(j);
-            assert_eq!(steps.len(), 1, "one NAT step expected: {j}");
+            assert_eq!(steps.len(), 1, "one NAT step expected: {j:?}");
             assert_eq!(
-                (steps[0]["point"].as_str(), steps[0]["reply"].as_bool()),
-                (Some("dnat"), Some(reply)),
-                "{j}"
+                (steps[0].point, steps[0].reply),
+                (Point::Dnat, Some(reply)),
+                "{j:?}"
             );
+            let latency = steps[0].latency_ns.flatten();
             if !timed {
-                assert!(
-                    steps[0]["latency_ns"].is_null(),
-                    "conntrack cannot time a step: {j}"
-                );
+                assert!(latency.is_none(), "conntrack cannot time a step: {j:?}");
                 continue;
             }
-            let latency = steps[0]["latency_ns"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("untimed: {j}"));
+            let latency = latency.unwrap_or_else(|| panic!("untimed: {j:?}"));
             assert!(
                 latency > 0 && latency < 1_000_000_000,
-                "implausible latency: {j}"
+                "implausible latency: {j:?}"
             );
         }
     }

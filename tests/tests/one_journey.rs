@@ -51,7 +51,7 @@ fn judged(
     let trace = pk.stop();
     let frames = capture.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.summary()["lost_events"], 0, "{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0, "{}", trace.dump());
     let names = iface_names(NODE_NS);
     let packets = forwarded(&frames, &conntrack(), &names, subject);
     let journeys = trace.journeys();

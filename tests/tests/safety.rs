@@ -23,7 +23,6 @@ mod safety {
         time::{Duration, Instant},
     };
 
-    use serde_json::Value;
     use tests::{
         LabGuard,
         leftovers::{
@@ -33,6 +32,7 @@ mod safety {
         rawbpf::{CountingProgram, enter_netns, ifindex, in_netns},
         trace::{Pktrace, Trace},
     };
+    use tracer_user::output::json::contract::{EvictedFlowsLine, Line, LossLine, Point};
     use xtask::lab::{self, NODE_NS, UBUNTU, in_ns, topology::VNET_HOST};
 
     const FORCE_CLSACT: (&str, &str) = ("PKTRACE_FORCE_CLSACT", "1");
@@ -558,10 +558,9 @@ mod safety {
             .unwrap_or(0)
     }
 
-    fn json_lines(text: &str) -> Vec<Value> {
-        text.lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+    /// The complete lines of the contract in `text`.
+    fn json_lines(text: &str) -> Vec<Line> {
+        text.lines().filter_map(|l| Line::parse(l).ok()).collect()
     }
 
     #[test]
@@ -598,13 +597,12 @@ mod safety {
         let trace = pk.stop();
         assert!(trace.status.success(), "{}", trace.dump());
         let summary = trace.summary();
-        let lost = summary["lost_events"].as_u64().unwrap_or(0);
-        let evicted = summary["evicted_journeys"].as_u64().unwrap_or(0);
+        let (lost, evicted) = (summary.lost_events, summary.evicted_journeys);
         eprintln!(
             "flood without pktrace: {base_got}/{base_sent} delivered at {base_rate} pps; with: \
              {got}/{sent} at {rate} pps; lost events {lost}, journeys {}, evicted journeys {evicted}; \
              RSS {rss_before} KiB after attach, max {rss_max} KiB during the flood",
-            summary["journeys"]
+            summary.journeys
         );
         // The node keeps forwarding: as many packets arrive as without pktrace (1 % slack for the
         // receiver's own scheduling on a shared machine).
@@ -613,7 +611,13 @@ mod safety {
             "forwarding suffered: {got}/{sent} vs {base_got}/{base_sent}"
         );
         // Losses are shown live and in the summary.
-        let live_loss: Vec<&Value> = live.iter().filter(|l| l["type"] == "loss").collect();
+        let live_loss: Vec<&LossLine> = live
+            .iter()
+            .filter_map(|l| match l {
+                Line::Loss(loss) => Some(loss),
+                _ => None,
+            })
+            .collect();
         assert!(!live_loss.is_empty(), "no live loss line during the flood");
         assert!(
             lost > 0,
@@ -621,7 +625,7 @@ mod safety {
         );
         let live_total = live_loss
             .iter()
-            .filter_map(|l| l["lost_total"].as_u64())
+            .map(|l| l.lost_total)
             .max()
             .unwrap_or(0);
         assert!(
@@ -629,7 +633,10 @@ mod safety {
             "live total {live_total}, summary {lost}"
         );
         // The join table is bounded and says when it evicts.
-        let live_evicted: Vec<&Value> = live.iter().filter(|l| l["type"] == "evicted").collect();
+        let live_evicted: Vec<&Line> = live
+            .iter()
+            .filter(|l| matches!(l, Line::Evicted(_)))
+            .collect();
         assert!(
             evicted > 0 && !live_evicted.is_empty(),
             "no eviction reported with a {SMALL_JOIN}-journey table"
@@ -639,6 +646,17 @@ mod safety {
             rss_max <= rss_before + RSS_GROWTH_LIMIT_KB,
             "RSS grew from {rss_before} KiB to {rss_max} KiB during the flood"
         );
+    }
+
+    /// The `evicted_flows` lines among `lines`.
+    fn evicted_flows(lines: &[Line]) -> Vec<&EvictedFlowsLine> {
+        lines
+            .iter()
+            .filter_map(|l| match l {
+                Line::EvictedFlows(e) => Some(e),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Entries of the followed-flows table for the flow-table test: two flows (a flow is two
@@ -667,16 +685,11 @@ mod safety {
         let trace = pk.stop();
         assert!(trace.status.success(), "{}", trace.dump());
         let summary = trace.summary();
-        let evicted = summary["evicted_flows"].as_u64().unwrap_or(0);
-        let reports: Vec<&Value> = trace
-            .lines
+        let evicted = summary.evicted_flows;
+        let reports = evicted_flows(&trace.contract);
+        let live_total = evicted_flows(&live)
             .iter()
-            .filter(|l| l["type"] == "evicted_flows")
-            .collect();
-        let live_total = live
-            .iter()
-            .filter(|l| l["type"] == "evicted_flows")
-            .filter_map(|l| l["flows_total"].as_u64())
+            .map(|l| l.flows_total)
             .max()
             .unwrap_or(0);
         eprintln!(
@@ -700,7 +713,7 @@ mod safety {
             "summary {evicted} below the live total {live_total}"
         );
         // The reports add up to the summary's total.
-        let reported: u64 = reports.iter().filter_map(|l| l["flows"].as_u64()).sum();
+        let reported: u64 = reports.iter().map(|l| l.flows).sum();
         assert_eq!(reported, evicted, "{}", trace.dump());
         // With the default table, the same traffic evicts nothing.
         let pk = Pktrace::start(&["--pod", "ubuntu"]);
@@ -709,9 +722,9 @@ mod safety {
         }
         let trace = pk.stop();
         assert!(trace.status.success(), "{}", trace.dump());
-        assert_eq!(trace.summary()["evicted_flows"], 0, "{}", trace.dump());
+        assert_eq!(trace.summary().evicted_flows, 0, "{}", trace.dump());
         assert!(
-            !trace.lines.iter().any(|l| l["type"] == "evicted_flows"),
+            evicted_flows(&trace.contract).is_empty(),
             "{}",
             trace.dump()
         );
@@ -815,18 +828,18 @@ mod safety {
                 trace.stderr
             );
         }
-        let dnat_rules: Vec<&Value> = trace
+        let dnat_rules: Vec<Option<&str>> = trace
             .journeys()
             .into_iter()
-            .flat_map(|j| j["steps"].as_array().into_iter().flatten())
-            .filter(|s| s["point"] == "dnat")
-            .map(|s| &s["rule"])
+            .flat_map(|j| &j.steps)
+            .filter(|s| s.point == Point::Dnat)
+            .map(|s| s.rule.as_deref())
             .collect();
         assert!(
             !dnat_rules.is_empty()
                 && dnat_rules
                     .iter()
-                    .all(|r| r.as_str().is_some_and(|r| r.starts_with("KUBE-SEP-"))),
+                    .all(|r| r.is_some_and(|r| r.starts_with("KUBE-SEP-"))),
             "DNAT steps without their rule (iptables-save after the drop?): {dnat_rules:?}\n{}",
             trace.dump()
         );

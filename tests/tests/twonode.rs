@@ -150,7 +150,7 @@ impl Run {
     fn requests1(&self) -> Vec<&JourneyLine> {
         let vip = REMOTE_CLUSTER_IP.to_string();
         self.t1
-            .journey_lines()
+            .journeys()
             .into_iter()
             .filter(|j| j.steps[0].dst == vip)
             .collect()
@@ -159,7 +159,7 @@ impl Run {
     /// Node 2's own journeys of replies (in from the backend's veth).
     fn replies2(&self) -> Vec<&JourneyLine> {
         self.t2
-            .journey_lines()
+            .journeys()
             .into_iter()
             .filter(|j| first_iface(j) == Some(REMOTE_BACKEND.host_if))
             .collect()
@@ -191,8 +191,8 @@ fn two_node_traces_end_cleanly_without_loss() {
     let r = run();
     assert!(r.t1.status.success(), "node 1:\n{}", r.t1.dump());
     assert!(r.t2.status.success(), "node 2:\n{}", r.t2.dump());
-    assert_eq!(r.t1.summary_line().lost_events, 0, "{}", r.t1.dump());
-    assert_eq!(r.t2.summary_line().lost_events, 0, "{}", r.t2.dump());
+    assert_eq!(r.t1.summary().lost_events, 0, "{}", r.t1.dump());
+    assert_eq!(r.t2.summary().lost_events, 0, "{}", r.t2.dump());
 }
 
 /// The backend on node 2 saw the client pod's own address: no SNAT anywhere.
@@ -337,7 +337,7 @@ fn two_node_merge_counts_cross_node_journeys_and_no_snat() {
     assert_eq!(merge.cross_node, cross as u64, "{merge:?}");
     assert_eq!(
         merge.journeys_in,
-        (r.t1.journey_lines().len() + r.t2.journey_lines().len()) as u64,
+        (r.t1.journeys().len() + r.t2.journeys().len()) as u64,
         "{merge:?}"
     );
     eprintln!(

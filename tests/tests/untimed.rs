@@ -103,7 +103,9 @@ fn requests<'a>(
 /// Waits until pktrace has printed at least `count` request journeys for `local`.
 fn wait_for_requests(tracer: &Pktrace, local: &str, count: usize) {
     let start = Instant::now();
-    while requests(&tracer.journeys_so_far(), local).len() < count && start.elapsed() < PRINT_TIMEOUT {
+    while requests(&tracer.journeys_so_far(), local).len() < count
+        && start.elapsed() < PRINT_TIMEOUT
+    {
         thread::sleep(Duration::from_millis(50));
     }
 }
@@ -152,9 +154,10 @@ fn untimed_nat_event_for_a_connection_established_before_pktrace() {
     assert!(trace.status.success(), "{}", trace.dump());
 
     // Every request has its journey: the untimed event was reported, not dropped.
-    let olds = requests(trace.journey_lines(), &old_local);
-    let news = requests(trace.journey_lines(), &new_local);
-    let show = |js: &[(&JourneyLine, &StepLine)]| js.iter().map(|(_, d)| latency(d)).collect::<Vec<_>>();
+    let olds = requests(trace.journeys(), &old_local);
+    let news = requests(trace.journeys(), &new_local);
+    let show =
+        |js: &[(&JourneyLine, &StepLine)]| js.iter().map(|(_, d)| latency(d)).collect::<Vec<_>>();
     eprintln!(
         "untimed: old connection {old_local}: DNAT latencies {:?}; new connection {new_local}: {:?}",
         show(&olds),
@@ -173,7 +176,11 @@ fn untimed_nat_event_for_a_connection_established_before_pktrace() {
         trace.dump()
     );
     for (j, dnat) in olds.iter().chain(&news) {
-        assert_eq!(dnat.dst, format!("{backend}:53"), "DNAT to the backend: {j:?}");
+        assert_eq!(
+            dnat.dst,
+            format!("{backend}:53"),
+            "DNAT to the backend: {j:?}"
+        );
     }
     // With conntrack entries readable, every step is timed. Without, the first packet of the
     // old connection seen by pktrace is untimed; the flow is then followed, so the rest of it

@@ -8,11 +8,13 @@
 //! auto-detection of `cbr0,veth*` and `cali*` is part of what is tested), makes bounded traffic
 //! and reads the JSON lines.
 
-use serde_json::Value;
 use tests::{
     LabGuard,
-    trace::{CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, ct_entry, nat_steps, steps},
+    trace::{
+        CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, ct_entry, nat_steps, point_name,
+    },
 };
+use tracer_user::output::json::contract::JourneyLine;
 use xtask::lab::{
     self, Variant, api,
     topology::{
@@ -81,7 +83,7 @@ fn traced(variant: Variant, args: &[&str], env: &[(&str, &str)], traffic: impl F
     traffic();
     let trace = pk.stop();
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.summary()["lost_events"], 0, "{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0, "{}", trace.dump());
     if let Some(extra) = detected_patterns(variant) {
         assert!(
             trace
@@ -93,12 +95,7 @@ fn traced(variant: Variant, args: &[&str], env: &[(&str, &str)], traffic: impl F
         );
     }
     for j in trace.journeys() {
-        let s = steps(j);
-        assert!(
-            s.windows(2)
-                .all(|w| w[0]["t_ns"].as_u64() <= w[1]["t_ns"].as_u64()),
-            "{j}"
-        );
+        assert!(j.steps.windows(2).all(|w| w[0].t_ns <= w[1].t_ns), "{j:?}");
     }
     trace
 }
@@ -120,13 +117,13 @@ fn trace_ubuntu(variant: Variant, traffic: impl FnOnce()) -> Trace {
         trace
     };
     for j in trace.journeys() {
-        assert_eq!(j["pod"], "default/ubuntu", "{j}");
+        assert_eq!(j.pod, "default/ubuntu", "{j:?}");
     }
     trace
 }
 
 /// The journeys of one connection: original direction and replies, both non-empty.
-fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) {
+fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a JourneyLine>, Vec<&'a JourneyLine>) {
     let orig = trace.starting(&ct.orig_src_ep(), &ct.orig_dst_ep());
     let reply = trace.starting(&ct.reply_src_ep(), &ct.reply_dst_ep());
     assert!(!orig.is_empty(), "no journey for {ct:?}\n{}", trace.dump());
@@ -139,14 +136,14 @@ fn flow<'a>(trace: &'a Trace, ct: &CtEntry) -> (Vec<&'a Value>, Vec<&'a Value>) 
 }
 
 /// Every NAT step of `journeys` names `rule` and `service` (`None`: no service).
-fn assert_attribution(journeys: &[&Value], point: &str, rule: &str, service: Option<&str>) {
+fn assert_attribution(journeys: &[&JourneyLine], point: &str, rule: &str, service: Option<&str>) {
     for j in journeys {
-        for s in nat_steps(j).iter().filter(|s| s["point"] == point) {
-            assert_eq!(s["rule"].as_str(), Some(rule), "rule of {point} step: {j}");
+        for s in nat_steps(j).iter().filter(|s| point_name(s.point) == point) {
+            assert_eq!(s.rule.as_deref(), Some(rule), "rule of {point} step: {j:?}");
             assert_eq!(
-                s["service"].as_str(),
+                s.service.as_deref(),
                 service,
-                "service of {point} step: {j}"
+                "service of {point} step: {j:?}"
             );
         }
     }
@@ -180,7 +177,7 @@ fn cluster_ip(variant: Variant) {
     );
     for j in &orig {
         assert_path(j, pod_if, &[("dnat", false)], backend_if, &mid);
-        assert_eq!(nat_steps(j)[0]["dst"], ct.reply_src_ep().as_str(), "{j}");
+        assert_eq!(nat_steps(j)[0].dst, ct.reply_src_ep(), "{j:?}");
     }
     for j in &reply {
         assert_path(j, backend_if, &[("dnat", true)], pod_if, &mid);
@@ -212,7 +209,7 @@ fn masqueraded(variant: Variant, host: &ExternalHost) {
     let mid = middle(variant);
     assert_masqueraded(&orig, (ubuntu.host_if, "eth0"), &[("snat", false)], &mid);
     for j in &orig {
-        assert_eq!(nat_steps(j)[0]["src"], ct.reply_dst_ep().as_str(), "{j}");
+        assert_eq!(nat_steps(j)[0].src, ct.reply_dst_ep(), "{j:?}");
     }
     assert_masqueraded(&reply, ("eth0", ubuntu.host_if), &[("snat", true)], &mid);
     let chain = variant.masquerade_chain();
@@ -227,17 +224,17 @@ fn masqueraded(variant: Variant, host: &ExternalHost) {
     };
     if let Some(cidr) = outside {
         for j in &orig {
-            let why = nat_steps(j)[0]["why"].as_str().unwrap_or("").to_owned();
-            assert!(why.contains(cidr), "why must name {cidr}: {j}");
+            let why = nat_steps(j)[0].why.clone().unwrap_or_default();
+            assert!(why.contains(cidr), "why must name {cidr}: {j:?}");
         }
     }
     if variant == Variant::Calico {
         // Calico's decision is the ipsets': the why names the pool set the address is not in.
         for j in &orig {
-            let why = nat_steps(j)[0]["why"].as_str().unwrap_or("").to_owned();
+            let why = nat_steps(j)[0].why.clone().unwrap_or_default();
             assert!(
                 why.contains("cali40all-ipam-pools"),
-                "why must name Calico's ipset: {j}"
+                "why must name Calico's ipset: {j:?}"
             );
         }
     }
@@ -275,18 +272,18 @@ fn vnet_host(variant: Variant) {
     // The journey says why it left untranslated, with the variant's rule: ip-masq-agent's
     // RETURN for the VNet, Calico's MASQUERADE passed over because of its pool ipset.
     for j in &orig {
-        let last = steps(j).pop().expect("steps");
+        let last = j.steps.last().expect("steps");
         assert_eq!(
-            last["rule"].as_str(),
+            last.rule.as_deref(),
             Some(variant.masquerade_chain()),
-            "{j}"
+            "{j:?}"
         );
-        let why = last["why"].as_str().unwrap_or("");
-        assert!(why.starts_with("no SNAT"), "why of the last step: {j}");
+        let why = last.why.as_deref().unwrap_or("");
+        assert!(why.starts_with("no SNAT"), "why of the last step: {j:?}");
         if variant == Variant::Calico {
             assert!(
                 why.contains("cali40all-ipam-pools"),
-                "why must name Calico's ipset: {j}"
+                "why must name Calico's ipset: {j:?}"
             );
         }
     }
@@ -322,10 +319,10 @@ fn local_policy(variant: Variant) {
     let sep = sep_chain(variant, "default/whereami-local", &ct.reply_src_ep());
     assert_attribution(&orig, "dnat", &sep, Some("default/whereami-local"));
     for j in &orig {
-        let why = nat_steps(j)[0]["why"].as_str().unwrap_or("").to_owned();
+        let why = nat_steps(j)[0].why.clone().unwrap_or_default();
         assert!(
             why.contains("externalTrafficPolicy=Local"),
-            "why of the Local DNAT: {j}"
+            "why of the Local DNAT: {j:?}"
         );
     }
     assert_attribution(&reply, "dnat", &sep, Some("default/whereami-local"));
