@@ -14,7 +14,7 @@ use std::{
 use tests::{
     LabGuard,
     rawbpf::enter_netns,
-    trace::{Pktrace, Trace},
+    trace::{Pktrace, Trace, iface},
 };
 use tracer_user::output::json::contract::{Ending, JourneyLine, Point};
 use xtask::lab::{self, NODE_NS, in_ns, pods};
@@ -50,11 +50,6 @@ fn from_pod<'a>(journeys: impl IntoIterator<Item = &'a JourneyLine>, ip: &str, v
             })
         })
         .collect()
-}
-
-/// A step's interface, when it has a known one.
-fn iface(step: &tracer_user::output::json::contract::StepLine) -> Option<&str> {
-    step.iface.as_ref()?.as_deref()
 }
 
 /// Sends a request every 100 ms (at most `tries`) until pktrace has printed a journey from the
