@@ -298,7 +298,12 @@ impl fmt::Display for Tally {
     }
 }
 
-fn describe(p: &Packet, v: &Verdict, journeys: &[&JourneyLine], names: &HashMap<u32, String>) -> String {
+fn describe(
+    p: &Packet,
+    v: &Verdict,
+    journeys: &[&JourneyLine],
+    names: &HashMap<u32, String>,
+) -> String {
     let hops: Vec<String> = p
         .frames
         .iter()

@@ -403,7 +403,10 @@ impl Trace {
     /// Journeys whose first step saw the packet as `src` → `dst`.
     #[must_use]
     pub fn starting(&self, src: &str, dst: &str) -> Vec<&JourneyLine> {
-        self.journeys().into_iter().filter(|j| j.steps[0].src == src && j.steps[0].dst == dst).collect()
+        self.journeys()
+            .into_iter()
+            .filter(|j| j.steps[0].src == src && j.steps[0].dst == dst)
+            .collect()
     }
 
     /// The journeys that start with a NAT step rewriting `src` → `dst` (with `--nat-hook
@@ -415,7 +418,9 @@ impl Trace {
             .into_iter()
             .filter(|j| {
                 let s = &j.steps[0];
-                s.point.is_nat() && s.orig_src.as_deref() == Some(src) && s.orig_dst.as_deref() == Some(dst)
+                s.point.is_nat()
+                    && s.orig_src.as_deref() == Some(src)
+                    && s.orig_dst.as_deref() == Some(dst)
             })
             .collect()
     }
@@ -457,7 +462,13 @@ pub fn shape(journey: &JourneyLine) -> Vec<(String, String, bool)> {
     journey
         .steps
         .iter()
-        .map(|s| (point_name(s.point).to_owned(), iface(s).unwrap_or("-").to_owned(), s.reply.unwrap_or(false)))
+        .map(|s| {
+            (
+                point_name(s.point).to_owned(),
+                iface(s).unwrap_or("-").to_owned(),
+                s.reply.unwrap_or(false),
+            )
+        })
         .collect()
 }
 
@@ -469,7 +480,10 @@ pub fn nat_steps(journey: &JourneyLine) -> Vec<&StepLine> {
 
 /// The NAT steps of a journey as (point, reply).
 fn nat_shape(journey: &JourneyLine) -> Vec<(String, bool)> {
-    nat_steps(journey).iter().map(|s| (point_name(s.point).to_owned(), s.reply.unwrap_or(false))).collect()
+    nat_steps(journey)
+        .iter()
+        .map(|s| (point_name(s.point).to_owned(), s.reply.unwrap_or(false)))
+        .collect()
 }
 
 /// One conntrack entry: the original and reply tuples.
@@ -607,13 +621,25 @@ pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
 /// follows. How many are early depends on how soon pktrace reads the report (in the lab the
 /// first round trip takes tens of microseconds: one to three packets each way).
 #[must_use]
-pub fn split_early<'a>(journeys: &[&'a JourneyLine]) -> (Vec<&'a JourneyLine>, Vec<&'a JourneyLine>) {
+pub fn split_early<'a>(
+    journeys: &[&'a JourneyLine],
+) -> (Vec<&'a JourneyLine>, Vec<&'a JourneyLine>) {
     let is_nat = |s: &StepLine| s.point.is_nat();
     let (early, whole): (Vec<&JourneyLine>, Vec<&JourneyLine>) = by_start(journeys)
         .into_iter()
         .partition(|j| j.steps.first().is_some_and(is_nat) || j.steps.last().is_some_and(is_nat));
-    let dump = || journeys.iter().map(|j| format!("{j:?}")).collect::<Vec<_>>().join("\n");
-    assert!(!whole.is_empty(), "no whole journey once conntrack's report was read:\n{}", dump());
+    let dump = || {
+        journeys
+            .iter()
+            .map(|j| format!("{j:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        !whole.is_empty(),
+        "no whole journey once conntrack's report was read:\n{}",
+        dump()
+    );
     let start = |j: &JourneyLine| j.start_ktime_ns.unwrap_or(0);
     let first_whole = whole.iter().map(|j| start(j)).min().unwrap_or(0);
     assert!(
@@ -645,7 +671,11 @@ pub fn assert_masqueraded(
     nat: &[(&str, bool)],
     middle: &[&str],
 ) {
-    let (early, whole) = if conntrack_hook() { split_early(journeys) } else { (Vec::new(), journeys.to_vec()) };
+    let (early, whole) = if conntrack_hook() {
+        split_early(journeys)
+    } else {
+        (Vec::new(), journeys.to_vec())
+    };
     for j in whole {
         assert_path(j, first, nat, last, middle);
     }
@@ -667,23 +697,37 @@ pub fn by_start<'a>(journeys: &[&'a JourneyLine]) -> Vec<&'a JourneyLine> {
 /// the steps before `end` are on `middle` interfaces.
 fn check_path(j: &JourneyLine, first: &str, nat: &[(&str, bool)], middle: &[&str], end: usize) {
     let steps = &j.steps;
-    assert_eq!((steps[0].point, iface(&steps[0])), (Point::Ingress, Some(first)), "{j:?}");
+    assert_eq!(
+        (steps[0].point, iface(&steps[0])),
+        (Point::Ingress, Some(first)),
+        "{j:?}"
+    );
     let want_nat: Vec<(String, bool)> = nat.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
     assert_eq!(nat_shape(j), want_nat, "NAT steps of {j:?}");
     let mut current = (steps[0].src.as_str(), steps[0].dst.as_str());
     for (i, s) in steps.iter().enumerate().skip(1) {
         if s.point.is_nat() {
             assert_eq!(
-                (s.orig_src.as_deref().unwrap_or(""), s.orig_dst.as_deref().unwrap_or("")),
+                (
+                    s.orig_src.as_deref().unwrap_or(""),
+                    s.orig_dst.as_deref().unwrap_or("")
+                ),
                 current,
                 "NAT step {i} rewrote another packet: {j:?}"
             );
             current = (s.src.as_str(), s.dst.as_str());
         } else {
-            assert_eq!((s.src.as_str(), s.dst.as_str()), current, "step {i} saw another packet: {j:?}");
+            assert_eq!(
+                (s.src.as_str(), s.dst.as_str()),
+                current,
+                "step {i} saw another packet: {j:?}"
+            );
             let iface = iface(s).unwrap_or("");
             if i + 1 < end {
-                assert!(middle.contains(&iface), "unexpected interface {iface} at step {i}: {j:?}");
+                assert!(
+                    middle.contains(&iface),
+                    "unexpected interface {iface} at step {i}: {j:?}"
+                );
             }
         }
     }
@@ -693,11 +737,21 @@ fn check_path(j: &JourneyLine, first: &str, nat: &[(&str, bool)], middle: &[&str
 /// NAT steps are exactly `nat` (point, reply) in that order, every other step is a tc step on
 /// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
 /// exactly the packet the previous step saw). Which middle interfaces appear depends on the
-/// kernel path (with br_netfilter a DNAT to a pod on the same bridge is bridged, not routed).
-pub fn assert_path(j: &JourneyLine, first: &str, nat: &[(&str, bool)], last: &str, middle: &[&str]) {
+/// kernel path (with `br_netfilter` a DNAT to a pod on the same bridge is bridged, not routed).
+pub fn assert_path(
+    j: &JourneyLine,
+    first: &str,
+    nat: &[(&str, bool)],
+    last: &str,
+    middle: &[&str],
+) {
     let steps = &j.steps;
     assert!(steps.len() >= 2, "too short: {j:?}");
     let end = &steps[steps.len() - 1];
-    assert_eq!((end.point, iface(end)), (Point::Egress, Some(last)), "{j:?}");
+    assert_eq!(
+        (end.point, iface(end)),
+        (Point::Egress, Some(last)),
+        "{j:?}"
+    );
     check_path(j, first, nat, middle, steps.len());
 }

@@ -41,12 +41,18 @@ fn request(ns: &str) -> anyhow::Result<String> {
 }
 
 /// Journeys that start with the pod's packet entering on its veth.
-fn from_pod<'a>(journeys: impl IntoIterator<Item = &'a JourneyLine>, ip: &str, veth: &str) -> Vec<&'a JourneyLine> {
+fn from_pod<'a>(
+    journeys: impl IntoIterator<Item = &'a JourneyLine>,
+    ip: &str,
+    veth: &str,
+) -> Vec<&'a JourneyLine> {
     journeys
         .into_iter()
         .filter(|j| {
             j.steps.first().is_some_and(|f| {
-                f.point == Point::Ingress && iface(f) == Some(veth) && f.src.starts_with(&format!("{ip}:"))
+                f.point == Point::Ingress
+                    && iface(f) == Some(veth)
+                    && f.src.starts_with(&format!("{ip}:"))
             })
         })
         .collect()
@@ -89,7 +95,12 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
     let (ns, ip) = (pod.netns(), pod.ip.to_string());
     let first = traffic_until_traced(&tracer, &ns, &ip, &pod.host_if, 30);
     let stderr = tracer.stderr_so_far();
-    let first = first.unwrap_or_else(|| panic!("no journey from {ip} on {} within 3 s:\n{stderr}", pod.host_if));
+    let first = first.unwrap_or_else(|| {
+        panic!(
+            "no journey from {ip} on {} within 3 s:\n{stderr}",
+            pod.host_if
+        )
+    });
     let delay = Duration::from_nanos(first.saturating_sub(created));
     eprintln!(
         "follow: pod {} ({ip} on {}) traced {delay:?} after it was wired ({:?} to create it)",
@@ -111,7 +122,9 @@ fn follow_a_pod_added_while_tracing_within_two_seconds() {
     let journeys = from_pod(trace.journeys(), &ip, &pod.host_if);
     // The pod's request went through the ClusterIP's DNAT and left on a backend's veth.
     assert!(
-        journeys.iter().any(|j| j.steps.iter().any(|s| s.point == Point::Dnat)),
+        journeys
+            .iter()
+            .any(|j| j.steps.iter().any(|s| s.point == Point::Dnat)),
         "no DNAT step in the new pod's journeys:\n{}",
         trace.dump()
     );
@@ -122,8 +135,13 @@ fn follow_a_pod_recreated_with_a_new_ip() {
     let _lab = LabGuard::new();
     let old = pods::add("follow-b").expect("adding pod follow-b");
     let mut tracer = Pktrace::start(&["--pod", "follow-b", "--follow"]);
-    let traced_old = traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
-    assert!(traced_old.is_some(), "the pod was not traced before its recreation:\n{}", tracer.stderr_so_far());
+    let traced_old =
+        traffic_until_traced(&tracer, &old.netns(), &old.ip.to_string(), &old.host_if, 5);
+    assert!(
+        traced_old.is_some(),
+        "the pod was not traced before its recreation:\n{}",
+        tracer.stderr_so_far()
+    );
 
     pods::del("follow-b").expect("deleting pod follow-b");
     let new = pods::add("follow-b").expect("adding pod follow-b again");
@@ -131,7 +149,11 @@ fn follow_a_pod_recreated_with_a_new_ip() {
     let line = format!("pod default/follow-b: now {} (was {})", new.ip, old.ip);
     let start = Instant::now();
     while !tracer.stderr_so_far().contains(&line) {
-        assert!(start.elapsed() < Duration::from_secs(3), "no '{line}' within 3 s:\n{}", tracer.stderr_so_far());
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "no '{line}' within 3 s:\n{}",
+            tracer.stderr_so_far()
+        );
         sleep(Duration::from_millis(50));
     }
     eprintln!(
@@ -149,7 +171,12 @@ fn follow_a_pod_recreated_with_a_new_ip() {
         trace.dump()
     );
     assert!(trace.status.success(), "{}", trace.dump());
-    assert_eq!(trace.stderr.matches("follow-b: now ").count(), 1, "one line per move:\n{}", trace.stderr);
+    assert_eq!(
+        trace.stderr.matches("follow-b: now ").count(),
+        1,
+        "one line per move:\n{}",
+        trace.stderr
+    );
     for j in trace.journeys() {
         assert_eq!(j.pod, "default/follow-b", "{j:?}");
     }
@@ -186,7 +213,11 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
     let ok = sender.join().expect("sender");
     assert!(ok > 0, "no request succeeded before the deletion");
     sleep(Duration::from_millis(500));
-    assert!(tracer.is_running(), "pktrace died when the veth went:\n{}", tracer.stderr_so_far());
+    assert!(
+        tracer.is_running(),
+        "pktrace died when the veth went:\n{}",
+        tracer.stderr_so_far()
+    );
 
     let trace = tracer.stop();
     assert!(trace.status.success(), "{}", trace.dump());
@@ -214,8 +245,11 @@ fn follow_a_veth_deleted_under_traffic_ends_quietly() {
         .count();
     assert_eq!(noisy, 0, "{}", trace.stderr);
     // A journey closed for its interface ends on that interface.
-    let gone: Vec<&JourneyLine> =
-        trace.journeys().into_iter().filter(|j| j.ending == Some(Ending::InterfaceGone)).collect();
+    let gone: Vec<&JourneyLine> = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j.ending == Some(Ending::InterfaceGone))
+        .collect();
     for j in &gone {
         let last = j.steps.iter().rev().find_map(iface).expect("a tc step");
         assert_eq!(last, pod.host_if.as_str(), "{j:?}");
@@ -309,7 +343,9 @@ fn hold_datagrams_and_delete_the_veth() -> HeldRun {
     let (deleted_tx, deleted_rx) = mpsc::channel::<()>();
     let (sent_tx, sent_rx) = mpsc::channel::<()>();
     let sender = send_held_datagrams(ns, sent_tx, deleted_rx);
-    sent_rx.recv_timeout(Duration::from_secs(5)).expect("the sender did not send");
+    sent_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the sender did not send");
     // The datagrams after the first wait in the queue; the veth goes while they do.
     sleep(Duration::from_millis(150));
     let deletion = Instant::now();
@@ -322,11 +358,21 @@ fn hold_datagrams_and_delete_the_veth() -> HeldRun {
     let running_after = tracer.is_running();
     let stderr_after = tracer.stderr_so_far();
     let trace = tracer.stop();
-    eprintln!("follow: {sent} datagrams held on {veth}, {replies} answered, veth deleted in {deletion:?}");
-    HeldRun { ip, veth, sent, replies, running_after, stderr_after, trace }
+    eprintln!(
+        "follow: {sent} datagrams held on {veth}, {replies} answered, veth deleted in {deletion:?}"
+    );
+    HeldRun {
+        ip,
+        veth,
+        sent,
+        replies,
+        running_after,
+        stderr_after,
+        trace,
+    }
 }
 
-/// From the pod's namespace `ns`: HELD_SENT datagrams with distinct payloads (distinct
+/// From the pod's namespace `ns`: [`HELD_SENT`] datagrams with distinct payloads (distinct
 /// fingerprints), 10 ms apart, then `sent` is told; replies are counted until the veth has
 /// been gone (`deleted`) for 0.5 s. Returns (sent, replies).
 fn send_held_datagrams(
@@ -338,7 +384,9 @@ fn send_held_datagrams(
         enter_netns(&ns);
         let socket = UdpSocket::bind(("0.0.0.0", 0)).expect("udp socket");
         socket.connect((DNS_IP, 53)).expect("connect");
-        socket.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
         let mut payload = vec![b'.'; HELD_PAYLOAD];
         let mut sent = 0;
         for i in 0..HELD_SENT {
@@ -370,18 +418,28 @@ impl HeldRun {
     /// The journeys of the pod's datagrams to the DNS ClusterIP.
     fn requests(&self) -> Vec<&JourneyLine> {
         let dns = format!("{DNS_IP}:53");
-        from_pod(self.trace.journeys(), &self.ip, &self.veth).into_iter().filter(|j| j.steps[0].dst == dns).collect()
+        from_pod(self.trace.journeys(), &self.ip, &self.veth)
+            .into_iter()
+            .filter(|j| j.steps[0].dst == dns)
+            .collect()
     }
 
     fn ending(&self, ending: Ending) -> usize {
-        self.requests().iter().filter(|j| j.ending == Some(ending)).count()
+        self.requests()
+            .iter()
+            .filter(|j| j.ending == Some(ending))
+            .count()
     }
 }
 
 #[test]
 fn follow_held_pktrace_outlives_the_veth_and_exits_cleanly() {
     let r = held_run();
-    assert!(r.running_after, "pktrace died when the veth went:\n{}", r.stderr_after);
+    assert!(
+        r.running_after,
+        "pktrace died when the veth went:\n{}",
+        r.stderr_after
+    );
     assert!(r.trace.status.success(), "{}", r.trace.dump());
 }
 
@@ -392,9 +450,20 @@ fn follow_held_stderr_says_once_that_the_veth_is_gone() {
     let r = held_run();
     let stderr = &r.trace.stderr;
     let about: Vec<&str> = stderr.lines().filter(|l| l.contains(&r.veth)).collect();
-    assert!(about.len() <= 2, "more than two lines about {}:\n{stderr}", r.veth);
-    assert_eq!(about.iter().filter(|l| l.contains("is gone")).count(), 1, "{stderr}");
-    let noisy = stderr.lines().filter(|l| l.contains("error") || l.contains("failed")).count();
+    assert!(
+        about.len() <= 2,
+        "more than two lines about {}:\n{stderr}",
+        r.veth
+    );
+    assert_eq!(
+        about.iter().filter(|l| l.contains("is gone")).count(),
+        1,
+        "{stderr}"
+    );
+    let noisy = stderr
+        .lines()
+        .filter(|l| l.contains("error") || l.contains("failed"))
+        .count();
     assert_eq!(noisy, 0, "{stderr}");
 }
 
@@ -405,10 +474,23 @@ fn follow_held_stderr_says_once_that_the_veth_is_gone() {
 fn follow_held_every_datagram_is_one_journey_that_left_or_ended_with_its_interface() {
     let r = held_run();
     let (gone, left) = (r.ending(Ending::InterfaceGone), r.ending(Ending::Left));
-    eprintln!("follow: journeys: {} in all, {gone} interface_gone, {left} left", r.requests().len());
+    eprintln!(
+        "follow: journeys: {} in all, {gone} interface_gone, {left} left",
+        r.requests().len()
+    );
     assert_eq!(r.sent, HELD_SENT, "the pod could not send");
-    assert_eq!(r.requests().len(), r.sent, "one journey per datagram:\n{}", r.trace.dump());
-    assert_eq!(gone + left, r.sent, "every journey left or ended with its interface:\n{}", r.trace.dump());
+    assert_eq!(
+        r.requests().len(),
+        r.sent,
+        "one journey per datagram:\n{}",
+        r.trace.dump()
+    );
+    assert_eq!(
+        gone + left,
+        r.sent,
+        "every journey left or ended with its interface:\n{}",
+        r.trace.dump()
+    );
 }
 
 /// A datagram that was answered was delivered: its journey is never closed as gone.
@@ -416,7 +498,11 @@ fn follow_held_every_datagram_is_one_journey_that_left_or_ended_with_its_interfa
 fn follow_held_answered_datagrams_left() {
     let r = held_run();
     let left = r.ending(Ending::Left);
-    assert!(left >= r.replies, "{} answered but only {left} journeys left", r.replies);
+    assert!(
+        left >= r.replies,
+        "{} answered but only {left} journeys left",
+        r.replies
+    );
 }
 
 /// The queue lets at most two through before the deletion (one at once, the next 0.54 s
@@ -432,10 +518,22 @@ fn follow_held_datagrams_end_as_interface_gone_after_their_ingress_step() {
         r.sent,
         r.trace.dump()
     );
-    for j in r.requests().iter().filter(|j| j.ending == Some(Ending::InterfaceGone)) {
-        assert_eq!(j.steps.len(), 1, "a held journey has only its ingress step: {j:?}");
+    for j in r
+        .requests()
+        .iter()
+        .filter(|j| j.ending == Some(Ending::InterfaceGone))
+    {
+        assert_eq!(
+            j.steps.len(),
+            1,
+            "a held journey has only its ingress step: {j:?}"
+        );
         let s = &j.steps[0];
-        assert_eq!((s.point, iface(s)), (Point::Ingress, Some(r.veth.as_str())), "{j:?}");
+        assert_eq!(
+            (s.point, iface(s)),
+            (Point::Ingress, Some(r.veth.as_str())),
+            "{j:?}"
+        );
     }
 }
 
@@ -455,7 +553,10 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
         let _ = request(&ns);
     }
     sleep(Duration::from_millis(300));
-    assert!(from_pod(&tracer.journeys_so_far(), &ip, &veth).len() > seen, "not traced after down/up");
+    assert!(
+        from_pod(&tracer.journeys_so_far(), &ip, &veth).len() > seen,
+        "not traced after down/up"
+    );
 
     // Renamed out of the patterns: detached; renamed back: attached again.
     let other = "pkttmp0";
@@ -468,15 +569,24 @@ fn follow_link_down_up_keeps_and_rename_re_evaluates() {
     }
     sleep(Duration::from_millis(300));
     let (journeys, stderr) = (tracer.journeys_so_far(), tracer.stderr_so_far());
-    assert!(stderr.contains(&format!("detached from {other}")), "{stderr}");
-    assert!(from_pod(&journeys, &ip, other).is_empty(), "traced on an interface no pattern matches");
+    assert!(
+        stderr.contains(&format!("detached from {other}")),
+        "{stderr}"
+    );
+    assert!(
+        from_pod(&journeys, &ip, other).is_empty(),
+        "traced on an interface no pattern matches"
+    );
     ip_link(&format!("link set {other} down"));
     ip_link(&format!("link set {other} name {veth}"));
     ip_link(&format!("link set {veth} up"));
     let seen = from_pod(&tracer.journeys_so_far(), &ip, &veth).len();
     let start = Instant::now();
     while from_pod(&tracer.journeys_so_far(), &ip, &veth).len() <= seen {
-        assert!(start.elapsed() < Duration::from_secs(3), "not traced after the rename back");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "not traced after the rename back"
+        );
         let _ = request(&ns);
         sleep(Duration::from_millis(100));
     }

@@ -7,7 +7,8 @@
 use tests::{
     LabGuard,
     trace::{
-        CtEntry, Pktrace, Trace, assert_path, assert_masqueraded, conntrack_hook, ct_entry, nat_steps, shape,
+        CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, conntrack_hook, ct_entry,
+        nat_steps, shape,
     },
 };
 use tracer_user::output::json::contract::{JourneyLine, Point};
@@ -170,7 +171,12 @@ fn tcp_to_cluster_ip_is_dnated_to_a_backend_without_snat() {
 }
 
 /// [`assert_masqueraded`] on the lab's bridge, and every NAT step as conntrack recorded it.
-fn check_masqueraded(journeys: &[&JourneyLine], ends: (&str, &str), nat: &[(&str, bool)], ct: &CtEntry) {
+fn check_masqueraded(
+    journeys: &[&JourneyLine],
+    ends: (&str, &str),
+    nat: &[(&str, bool)],
+    ct: &CtEntry,
+) {
     assert_masqueraded(journeys, ends, nat, BRIDGE);
     for j in journeys {
         check_nat_against_conntrack(j, ct);
@@ -247,7 +253,11 @@ fn udp_to_dns_cluster_ip_is_dnated_to_the_dns_pod() {
     check_nat_against_conntrack(orig[0], &ct);
     check_nat_against_conntrack(reply[0], &ct);
     let dnat = orig[0];
-    let rule = dnat.steps.iter().find(|s| s.point.is_nat()).expect("a NAT step");
+    let rule = dnat
+        .steps
+        .iter()
+        .find(|s| s.point.is_nat())
+        .expect("a NAT step");
     if rule.rule.is_some() {
         assert_eq!(rule.rule.as_deref(), Some("KUBE-SEP-DNSA5WQ4ZDRJQTVF"));
         assert_eq!(rule.service.as_deref(), Some("kube-system/kube-dns"));

@@ -8,8 +8,11 @@ use std::{
 };
 
 use tests::{
-    leftovers::{kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot},
-    LabGuard, pktrace_bin,
+    LabGuard,
+    leftovers::{
+        kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot,
+    },
+    pktrace_bin,
     trace::{Pktrace, Trace, assert_path, conntrack, nat_steps},
 };
 use tracer_user::output::json::contract::{Ending, Point};
@@ -63,7 +66,10 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
     for j in trace.journeys() {
         let first = &j.steps[0];
         let src = first.src.clone();
-        let Some(ct) = flows.iter().find(|e| e.orig_src_ep() == src && first.dst == "10.0.159.58:80") else {
+        let Some(ct) = flows
+            .iter()
+            .find(|e| e.orig_src_ep() == src && first.dst == "10.0.159.58:80")
+        else {
             continue;
         };
         // Not merged: every step of the journey is this flow's packet (before or after DNAT).
@@ -84,10 +90,22 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
         );
         *syns_per_flow.entry(src).or_default() += 1;
     }
-    assert_eq!(syns_per_flow.len(), CONNECTIONS, "a complete journey for every connection\n{}", trace.dump());
+    assert_eq!(
+        syns_per_flow.len(),
+        CONNECTIONS,
+        "a complete journey for every connection\n{}",
+        trace.dump()
+    );
     assert_eq!(trace.summary().lost_events, 0);
-    let incomplete: Vec<_> = trace.journeys().into_iter().filter(|j| j.ending != Some(Ending::Left)).collect();
-    assert!(incomplete.is_empty(), "journeys that did not leave the node: {incomplete:?}");
+    let incomplete: Vec<_> = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j.ending != Some(Ending::Left))
+        .collect();
+    assert!(
+        incomplete.is_empty(),
+        "journeys that did not leave the node: {incomplete:?}"
+    );
 }
 
 #[test]

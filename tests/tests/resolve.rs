@@ -101,7 +101,10 @@ fn resolve_through_the_kubernetes_api_traces_that_pod() {
     );
     for j in trace.journeys() {
         let text = serde_json::to_string(j).expect("a journey line serializes");
-        assert!(text.contains(POD), "a journey without the traced pod: {text}");
+        assert!(
+            text.contains(POD),
+            "a journey without the traced pod: {text}"
+        );
         assert!(
             !text.contains(&other_src),
             "another pod's flow was traced: {text}"

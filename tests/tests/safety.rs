@@ -122,7 +122,7 @@ mod safety {
     /// tc state after them all.
     struct Kills {
         before: String,
-        kills: Vec<Kill>,
+        each: Vec<Kill>,
         after_all: String,
     }
 
@@ -162,7 +162,7 @@ mod safety {
         eprintln!("kill test took {:?}", started.elapsed());
         Kills {
             before,
-            kills,
+            each: kills,
             after_all,
         }
     }
@@ -271,7 +271,7 @@ mod safety {
 
     #[test]
     fn sigkill_at_random_points_leaves_no_program_or_link() {
-        for k in &kills().kills {
+        for k in &kills().each {
             assert!(
                 k.loaded.is_empty(),
                 "{}: left behind: {:?}",
@@ -284,14 +284,14 @@ mod safety {
     #[test]
     fn sigkill_at_random_points_leaves_tc_qdiscs_and_filters_as_before() {
         let run = kills();
-        for k in &run.kills {
+        for k in &run.each {
             assert_eq!(k.tc, run.before, "{}: tc qdiscs/filters changed", k.what);
         }
     }
 
     #[test]
     fn sigkill_at_random_points_leaves_no_qdisc_record() {
-        for k in &kills().kills {
+        for k in &kills().each {
             assert!(
                 k.records.is_empty(),
                 "{}: qdisc records left: {:?}",
@@ -305,7 +305,7 @@ mod safety {
     /// pktrace sweeps them and says so.
     #[test]
     fn sigkill_at_random_points_leaves_filters_tagged_with_the_dead_pid_that_the_next_run_sweeps() {
-        for k in &kills().kills {
+        for k in &kills().each {
             for (line, handle) in &k.filters {
                 assert_eq!(
                     tagged_pid(*handle),
@@ -623,11 +623,7 @@ mod safety {
             lost > 0,
             "the flood should have overrun a {SMALL_RING}-byte ring"
         );
-        let live_total = live_loss
-            .iter()
-            .map(|l| l.lost_total)
-            .max()
-            .unwrap_or(0);
+        let live_total = live_loss.iter().map(|l| l.lost_total).max().unwrap_or(0);
         assert!(
             live_total > 0 && live_total <= lost,
             "live total {live_total}, summary {lost}"
