@@ -5,7 +5,9 @@
 //! Cross-compiling (e.g. `--target x86_64-unknown-linux-musl`) works as is: aya-build picks
 //! the BPF target's endianness and `bpf_target_arch` from the target's `CARGO_CFG_TARGET_*`.
 use std::{
-    env, fs,
+    env,
+    fmt::Write as _,
+    fs,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -45,7 +47,10 @@ fn main() -> anyhow::Result<()> {
     }
     let object = fs::read(out_dir.join("tracer")).context("reading the built eBPF object")?;
     let digest = Sha256::digest(&object);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = digest.iter().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
     println!("cargo:rustc-env=PKTRACE_EBPF_SHA256={hex}");
     Ok(())
 }

@@ -10,6 +10,7 @@
 use std::{
     collections::{BTreeSet, HashMap},
     fmt,
+    fmt::Write as _,
     net::Ipv4Addr,
 };
 
@@ -316,7 +317,7 @@ fn describe(
     };
     let mut out = format!("- {v:?}: packet {}", hops.join(" | "));
     for j in shown {
-        out.push_str(&format!("\n    journey {j}: {}", shape_text(journeys[j])));
+        let _ = write!(out, "\n    journey {j}: {}", shape_text(journeys[j]));
     }
     out
 }

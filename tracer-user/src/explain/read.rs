@@ -11,6 +11,7 @@
 
 use std::{
     collections::HashSet,
+    fmt::Write as _,
     sync::{Mutex, PoisonError},
 };
 
@@ -236,10 +237,10 @@ impl Raw {
 
 /// `(family, name)` pairs as `nft list tables` prints them.
 fn render(tables: &[(String, String)]) -> String {
-    tables
-        .iter()
-        .map(|(f, n)| format!("table {f} {n}\n"))
-        .collect()
+    tables.iter().fold(String::new(), |mut out, (f, n)| {
+        let _ = writeln!(out, "table {f} {n}");
+        out
+    })
 }
 
 /// Tools already said in this process.

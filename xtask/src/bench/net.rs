@@ -11,7 +11,7 @@
 //! [`BenchNet`] owns every namespace it creates: dropping it kills the processes inside them and
 //! deletes them. Nothing touches the root namespace.
 
-use std::net::Ipv4Addr;
+use std::{fmt::Write as _, net::Ipv4Addr};
 
 use anyhow::{Context as _, Result, ensure};
 
@@ -181,11 +181,12 @@ impl BenchNet {
         let (mut node, mut peers) = (String::new(), String::new());
         for i in 0..count {
             let name = extra_veth(i);
-            node.push_str(&format!(
+            let _ = write!(
+                node,
                 "link add {name} type veth peer name p{i} netns {VETHS_NS}\n\
                  link set {name} master {BRIDGE} up\n"
-            ));
-            peers.push_str(&format!("link set p{i} up\n"));
+            );
+            let _ = writeln!(peers, "link set p{i} up");
         }
         output_with_input(&mut command("ip", ["-n", NODE_NS, "-batch", "-"]), &node)
             .context("adding veths to the bench node")?;

@@ -1,6 +1,8 @@
 //! The bench's tables: medians of the runs with min–max, ratios taken round by round against
 //! the untraced run of the same round, and the issue's targets.
 
+use std::fmt::Write as _;
+
 use super::{
     Results,
     collector::{CollectorSample, Scenario},
@@ -198,7 +200,7 @@ fn tracer_load(t: &Throughput, seconds: u64) -> Table {
                     x.counters.emitted as f64 / seconds as f64 / 1e3
                 });
                 let lost: u64 = samples(t, c, stream).map(|x| x.counters.ringbuf_full).sum();
-                cell.push_str(&format!("; {} k events/s; {lost} lost", show(events, 0)));
+                let _ = write!(cell, "; {} k events/s; {lost} lost", show(events, 0));
             }
             if c == Condition::Tcpdump {
                 let dropped = Dist::of(
@@ -208,7 +210,7 @@ fn tracer_load(t: &Throughput, seconds: u64) -> Table {
                         .filter_map(|r| r.dropped)
                         .map(|d| d as f64 / 1e3),
                 );
-                cell.push_str(&format!("; {} k dropped", show(dropped, 1)));
+                let _ = write!(cell, "; {} k dropped", show(dropped, 1));
             }
             row.push(cell);
         }
@@ -535,7 +537,7 @@ pub fn tables(r: &Results) -> String {
     let n = r.runs;
     let mut out = String::new();
     let mut section = |title: &str, note: &str, table: Table| {
-        out.push_str(&format!("#### {title}\n\n{note}{}\n", table.markdown()));
+        let _ = write!(out, "#### {title}\n\n{note}{}\n", table.markdown());
     };
     section("Targets (issue 5)", "", super::targets::targets(r));
     section(

@@ -1,5 +1,7 @@
 //! Medians with their range, and Markdown tables.
 
+use std::fmt::Write as _;
+
 /// Median, minimum and maximum of some runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Dist {
@@ -106,7 +108,7 @@ impl Table {
         };
         let mut out = line(&self.header);
         let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        out.push_str(&format!("| {} |\n", rule.join(" | ")));
+        let _ = writeln!(out, "| {} |", rule.join(" | "));
         for row in &self.rows {
             out.push_str(&line(row));
         }

@@ -1,5 +1,7 @@
 //! The issue's targets (issue 5), judged from the measurements; reported, never asserted.
 
+use std::fmt::Write as _;
+
 use super::{
     Results,
     collector::{CollectorSample, Scenario},
@@ -66,11 +68,12 @@ pub fn targets(r: &Results) -> Table {
     };
     let (pod_twin, empty_twin) = (twin(Condition::ClientPod), twin(Condition::EmptyPrograms));
     if !pod_twin.is_empty() {
-        pod_measured.push_str(&format!(
+        let _ = write!(
+            pod_measured,
             "; beside an untraced twin stream: {} (empty programs {})",
             fmt(&pod_twin),
             fmt(&empty_twin)
-        ));
+        );
     }
     judge(
         "TCP with the pod traced (--pod-ip) ≥ 0.97× untraced (ClusterIP / MASQUERADE)",

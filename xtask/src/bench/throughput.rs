@@ -5,7 +5,7 @@
 //! Also samples the tracer under load: its CPU use per stream, pktrace's kernel counters
 //! (events emitted, lost), and its memory halfway through each stream.
 
-use std::path::Path;
+use std::{fmt::Write as _, path::Path};
 
 use anyhow::Result;
 
@@ -169,13 +169,14 @@ fn describe(s: &Sample) -> String {
         format!("{:.2} Gbit/s", s.result.recv_bps / 1e9)
     };
     if s.condition.has_tracer() {
-        text.push_str(&format!("; tracer {:.0} % CPU", s.tracer_cpu_pct));
+        let _ = write!(text, "; tracer {:.0} % CPU", s.tracer_cpu_pct);
     }
     if s.condition.is_pktrace() {
-        text.push_str(&format!(
+        let _ = write!(
+            text,
             ", {} events emitted, {} lost, RSS {} KiB ({} KiB anonymous)",
             s.counters.emitted, s.counters.ringbuf_full, s.memory.rss, s.memory.anon
-        ));
+        );
     }
     text
 }

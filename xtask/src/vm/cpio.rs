@@ -4,7 +4,10 @@
 //!
 //! Entries carry uid/gid 0 and mtime 0, so the same tree always gives the same bytes.
 
-use std::io::{self, Write};
+use std::{
+    fmt::Write as _,
+    io::{self, Write},
+};
 
 /// `S_IFDIR`, `S_IFREG`, `S_IFLNK` and `S_IFCHR` (include/uapi/linux/stat.h, v6.1).
 const S_IFDIR: u32 = 0o040_000;
@@ -99,7 +102,7 @@ impl<W: Write> CpioWriter<W> {
         let mut header = String::with_capacity(110);
         header.push_str("070701");
         for field in fields {
-            header.push_str(&format!("{field:08X}"));
+            let _ = write!(header, "{field:08X}");
         }
         self.put(header.as_bytes())?;
         self.put(name.as_bytes())?;

@@ -9,7 +9,9 @@
 //! sources stay as they are).
 
 use std::{
-    env, fs,
+    env,
+    fmt::Write as _,
+    fs,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -132,8 +134,10 @@ fn cached_listing() -> String {
         .map(|entries| {
             entries
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .map(|name| format!("linux-image-{name}\n"))
-                .collect()
+                .fold(String::new(), |mut out, name| {
+                    let _ = writeln!(out, "linux-image-{name}");
+                    out
+                })
         })
         .unwrap_or_default()
 }

@@ -10,6 +10,7 @@
 //! One more boot of the same image runs the lockdown tests ([`payload::LOCKDOWN_TEST`]) under
 //! `lockdown=confidentiality`, after the VM with the least to do.
 
+use std::fmt::Write as _;
 pub mod cpio;
 pub mod image;
 pub mod init;
@@ -419,13 +420,14 @@ fn timings(report: &report::Report) -> String {
         secs(host_at)
     );
     if let Some(modules) = report.modules {
-        text.push_str(&format!(", modules loaded in {:.1} s", modules - uptime));
+        let _ = write!(text, ", modules loaded in {:.1} s", modules - uptime);
     }
     if let Some(done) = report.done {
-        text.push_str(&format!(
+        let _ = write!(
+            text,
             ", tests {:.1} s",
             done - report.modules.unwrap_or(uptime)
-        ));
+        );
     }
     text
 }
@@ -435,7 +437,10 @@ fn secs(elapsed: Duration) -> f64 {
 }
 
 fn indent(text: &str) -> String {
-    text.lines().map(|l| format!("  {l}\n")).collect()
+    text.lines().fold(String::new(), |mut out, l| {
+        let _ = writeln!(out, "  {l}");
+        out
+    })
 }
 
 #[cfg(test)]
