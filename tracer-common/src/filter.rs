@@ -15,6 +15,10 @@ pub const ALL: u32 = 1;
 pub struct AddrKey {
     pub addr: [u8; 16],
     pub family: u8,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a map key the kernel programs share: zeroed so keys compare byte for byte"
+    )]
     pub _pad: [u8; 3],
 }
 const _: () = assert!(size_of::<AddrKey>() == 20);
@@ -43,6 +47,10 @@ pub const V4_SET_MAX: usize = 14;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AddrSetV4 {
     /// Never read; always zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "the lead that puts the fields on one cache line of the array map value (see above); never read"
+    )]
     pub _lead: u64,
     pub exact: u32,
     pub len: u32,

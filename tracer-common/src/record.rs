@@ -91,6 +91,10 @@ pub struct TupleV4 {
     pub sport: u16,
     pub dport: u16,
     pub proto: u8,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a ring record; the layout is the kernel programs'"
+    )]
     pub _pad: [u8; 3],
 }
 const _: () = assert!(size_of::<TupleV4>() == 16);
@@ -137,6 +141,10 @@ pub struct TcRecordV4 {
     pub fp: Fingerprint,
     pub tuple: TupleV4,
     /// Up to one whole cache line with the ring's header (see the module); always zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "fill that rounds the ring record to whole cache lines; the layout is the kernel programs'"
+    )]
     pub _fill: u64,
 }
 const _: () = assert!(size_of::<TcRecordV4>() == 56);
@@ -166,6 +174,10 @@ pub struct NatRecordV4 {
     /// The packet before the step.
     pub before: TupleV4,
     /// Up to two whole cache lines with the ring's header (see the module); always zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "fill that rounds the ring record to whole cache lines; the layout is the kernel programs'"
+    )]
     pub _fill: [u64; 6],
 }
 const _: () = assert!(size_of::<NatRecordV4>() == 120);

@@ -31,6 +31,10 @@ pub struct Tuple {
     pub dport: u16,
     pub proto: u8,
     pub family: u8,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a `repr(C)` tuple shared with the kernel programs; the layout is theirs"
+    )]
     pub _pad: [u8; 2],
 }
 const _: () = assert!(size_of::<Tuple>() == 40);

@@ -24,6 +24,10 @@ pub struct FirstKey {
     pub sport: u16,
     pub dport: u16,
     pub proto: u8,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a map key shared with the kernel programs; zeroed so keys compare byte for byte"
+    )]
     pub _pad: u8,
     /// The IPv4 identification field (the fingerprint's `ip_id`).
     pub ip_id: u16,
