@@ -463,10 +463,6 @@ fn has_clsact_qdisc(iface: &str) -> bool {
 #[test]
 fn stale_qdisc_records_never_remove_a_foreign_qdisc() {
     use std::os::unix::fs::MetadataExt as _;
-    let _lab = LabGuard::new();
-    // Two veths pktrace does not attach to (not `azv*`), each with a clsact qdisc and no
-    // filter, created here: a dead pktrace's record claims both.
-    let pairs = [("pkrec0", "pkrecp0"), ("pkrec1", "pkrecp1")];
     struct Pairs<'a>(&'a [(&'a str, &'a str)]);
     impl Drop for Pairs<'_> {
         fn drop(&mut self) {
@@ -475,6 +471,10 @@ fn stale_qdisc_records_never_remove_a_foreign_qdisc() {
             }
         }
     }
+    let _lab = LabGuard::new();
+    // Two veths pktrace does not attach to (not `azv*`), each with a clsact qdisc and no
+    // filter, created here: a dead pktrace's record claims both.
+    let pairs = [("pkrec0", "pkrecp0"), ("pkrec1", "pkrecp1")];
     let _pairs = Pairs(&pairs);
     for (a, b) in pairs {
         let ok = in_ns(

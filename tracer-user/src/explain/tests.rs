@@ -456,13 +456,13 @@ fn icmp_and_ipv6_do_not_confuse_the_walk() {
 
 #[test]
 fn steps_and_replies() {
+    /// Rule, service and the start of `why`.
+    type Want = Option<(&'static str, Option<&'static str>, &'static str)>;
     let rules = NatRules::parse(AZURE);
     let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
     let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
     let out = t(PROTO_TCP, "10.13.76.46:41234", "203.0.113.80:443");
     let masq = t(PROTO_TCP, "10.13.76.4:61000", "203.0.113.80:443");
-    /// Rule, service and the start of `why`.
-    type Want = Option<(&'static str, Option<&'static str>, &'static str)>;
     let cases: Vec<(Step, Want)> = vec![
         (
             nat_step(Point::Dnat, pre, post, false),

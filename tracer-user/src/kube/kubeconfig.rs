@@ -196,14 +196,6 @@ impl Kubeconfig {
 
     /// Adds one file's content (YAML or JSON); names already known keep their first value.
     fn add(&mut self, text: &str, dir: &Path) -> Result<(), String> {
-        let file: File = if text.trim().is_empty() {
-            File::default()
-        } else {
-            serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?
-        };
-        if self.current_context.is_none() {
-            self.current_context = file.current_context.filter(|c| !c.is_empty());
-        }
         fn merge<T>(
             into: &mut HashMap<String, Entry<T>>,
             items: Option<Vec<Named<T>>>,
@@ -217,6 +209,14 @@ impl Kubeconfig {
                     });
                 }
             }
+        }
+        let file: File = if text.trim().is_empty() {
+            File::default()
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?
+        };
+        if self.current_context.is_none() {
+            self.current_context = file.current_context.filter(|c| !c.is_empty());
         }
         merge(&mut self.clusters, file.clusters, dir);
         merge(&mut self.contexts, file.contexts, dir);

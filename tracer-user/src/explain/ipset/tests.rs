@@ -73,6 +73,7 @@ fn parses_save_output() {
 
 #[test]
 fn match_set_semantics() {
+    type Case = (SetMatch, Probe<'static>, Result<bool, &'static str>);
     let sets = IpSets::parse(SAVE);
     let pod = "10.240.0.46";
     let mut marked = probe("10.9.9.9", "203.0.113.80");
@@ -85,7 +86,6 @@ fn match_set_semantics() {
     (hairpin.proto, hairpin.dport) = (6, 80);
     let mut return_nomatch = m("except", "dst");
     return_nomatch.return_nomatch = true;
-    type Case = (SetMatch, Probe<'static>, Result<bool, &'static str>);
     let cases: Vec<Case> = vec![
         // Seed 000: the pod's source is in the masquerade pools; the peered VNet is not a pool.
         (

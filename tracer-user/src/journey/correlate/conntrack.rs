@@ -213,6 +213,7 @@ mod tests {
 
     #[test]
     fn nat_steps_come_from_conntrack_between_the_tc_hops_untimed() {
+        use Point::{Dnat, Egress, Ingress, Snat};
         let (e, mut c) = (lb(), correlator());
         c.push(&tc(kind::TC_INGRESS, CLIENT, e.orig, 1, 100));
         c.push(&tc(kind::TC_EGRESS, BACKEND, e.reply.reversed(), 1, 200));
@@ -222,7 +223,6 @@ mod tests {
         let [out, back] = &done[..] else {
             panic!("{done:#?}")
         };
-        use Point::{Dnat, Egress, Ingress, Snat};
         assert_eq!(
             shape(out),
             [
@@ -250,6 +250,7 @@ mod tests {
         assert_eq!(back.steps[2].tuple, e.orig.reversed());
     }
 
+    use Point::{Dnat, Egress, Ingress, Snat};
     #[test]
     fn packets_seen_only_on_one_side_of_the_nat_still_get_its_steps() {
         let (e, mut c) = (lb(), correlator());
@@ -258,7 +259,6 @@ mod tests {
         // A reply seen only once un-NATed: starts with the NAT steps that made it.
         c.push(&tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 4, 150));
         c.flush();
-        use Point::{Dnat, Egress, Ingress, Snat};
         let done = take(&mut c);
         let [reply, first] = &done[..] else {
             panic!("{done:#?}")
