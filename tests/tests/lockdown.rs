@@ -47,6 +47,10 @@ mod lockdown {
 
     /// True when the kernel is locked down in confidentiality mode. Otherwise the test says it
     /// skips, or fails when [`EXPECT_ENV`] says this kernel must be locked down.
+    #[expect(
+        clippy::similar_names,
+        reason = "`test` and `text`: the test's name and the lockdown file's text"
+    )]
     fn locked_down(test: &str) -> bool {
         let text = fs::read_to_string(LOCKDOWN_FILE)
             .unwrap_or_else(|e| format!("unreadable ({e}; is securityfs mounted?)"));

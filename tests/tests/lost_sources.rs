@@ -80,6 +80,10 @@ fn trace_with_path(path: &Path) -> (String, bool) {
 }
 
 #[test]
+#[expect(
+    clippy::similar_names,
+    reason = "`names` and `named`: the tables present and the table stderr named"
+)]
 fn a_lost_rule_source_is_said_once_and_the_others_go_on() {
     let _lab = LabGuard::new();
     // Listing the legacy nat table creates it: the kernel now runs (an empty) one.

@@ -479,6 +479,10 @@ mod safety {
 
     /// Sends `FLOOD_PPS` UDP packets per second from the pod to the VNet host for `FLOOD_SECS`;
     /// returns (sent, delivered, achieved rate).
+    #[expect(
+        clippy::similar_names,
+        reason = "`received` and `receiver`: the count and the thread that counts"
+    )]
     fn flood() -> (u64, u64, u64) {
         let received = Arc::new(AtomicU64::new(0));
         let (bound, done) = (
@@ -564,6 +568,10 @@ mod safety {
     }
 
     #[test]
+    #[expect(
+        clippy::similar_names,
+        reason = "`lost` and `loss`: the summary's count and the loss line it is checked against"
+    )]
     fn a_flood_that_overruns_the_ring_buffer_keeps_forwarding_bounded_and_reported() {
         let _lab = LabGuard::new();
         let (base_sent, base_got, base_rate) = flood();
@@ -851,6 +859,10 @@ mod safety {
     type Refusal<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
 
     #[test]
+    #[expect(
+        clippy::similar_names,
+        reason = "`args` and `argv`: pktrace's arguments and the whole command line around them"
+    )]
     fn refused_permissions_give_a_one_line_reason_and_exit_1() {
         let _lab = LabGuard::new();
         let bin = pktrace_bin().display().to_string();

@@ -94,6 +94,10 @@ pub fn run(args: &Options, out: &mut dyn Write) -> Result<(), MergeError> {
 
 /// The merged lines: journeys in order of their aligned start, then the merge line.
 #[must_use]
+#[expect(
+    clippy::similar_names,
+    reason = "`links` and `lines`: the link assignment and the output lines built from it"
+)]
 pub fn merge(
     inputs: &[NodeInput],
     journeys: &[NodeJourney],

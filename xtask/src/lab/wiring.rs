@@ -288,6 +288,10 @@ fn host_if_mac(name: &str) -> Result<String> {
         .with_context(|| format!("no MAC in `ip -br link show dev {name}`: {out}"))
 }
 
+#[expect(
+    clippy::similar_names,
+    reason = "`router_if` and `router_ip`: the router's interface and address, alike on purpose"
+)]
 fn host_link(host: &ExternalHost) -> Result<()> {
     let (ns, router_if) = (host.netns, host.router_if);
     let (ip_addr, router_ip, prefix) = (host.ip, host.router_ip, host.prefix);
