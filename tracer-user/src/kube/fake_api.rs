@@ -173,6 +173,10 @@ impl FakeApi {
     }
 }
 
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "test helper: the fixture's TLS material is handed over whole"
+)]
 fn server_config(tls: Tls) -> Arc<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(tls.cert_pem)

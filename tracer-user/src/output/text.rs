@@ -43,6 +43,10 @@ impl TextSink {
     /// A sink writing to `out`, with ANSI colours when `color`; `pod` names the target in the
     /// summary.
     #[must_use]
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "public constructor taking the pod name owned; kept (a signature change)"
+    )]
     pub fn new(out: Box<dyn Write + Send>, color: bool, pod: String) -> Self {
         Self {
             out,

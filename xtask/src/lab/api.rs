@@ -206,6 +206,10 @@ pub fn serve(port: u16, pods_file: &Path, ready_file: Option<&Path>) -> Result<(
 }
 
 /// Reads one request and answers it (`Connection: close`).
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "owns the connection so that it closes once answered (`Connection: close`)"
+)]
 fn answer(stream: TcpStream, pods_file: &Path) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;

@@ -175,6 +175,10 @@ impl Walk<'_> {
 }
 
 /// `who in <shown>` when `inside`, else `who` outside `net` (grouped per address when printed).
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "both callers build `shown` for this call (one as a clone of `net`); a borrow would save no copy"
+)]
 fn placed(
     who: IpAddr,
     inside: bool,

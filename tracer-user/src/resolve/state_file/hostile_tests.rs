@@ -45,6 +45,10 @@ fn assert_printable(msg: &str) {
 }
 
 /// A file-level error: one printable line with a way out, and exit code 1 (not 2).
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "test helper: takes the error the call under test returned"
+)]
 fn assert_node_error(err: StateFileError, want: &str) {
     let msg = err.to_string();
     assert!(msg.contains(want), "{msg}");
