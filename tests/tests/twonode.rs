@@ -48,6 +48,10 @@ fn first_iface(journey: &JourneyLine) -> Option<&str> {
     journey.steps[0].iface.as_ref()?.as_deref()
 }
 
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "test helper: builds the `Option` the journeys' `nodes` field is compared with"
+)]
 fn nodes(names: &[&str]) -> Option<Vec<String>> {
     Some(names.iter().map(|&n| n.to_owned()).collect())
 }

@@ -265,7 +265,7 @@ fn from_apt_with(version: &str, options: &[String]) -> Result<Kernel> {
     }
     let package = format!("linux-image-{version}");
     let debs = cache_dir().join("debs");
-    let deb = match cached_deb(&debs, &package)? {
+    let deb = match cached_deb(&debs, &package) {
         Some(deb) => deb,
         None => download(&debs, &package, options)?,
     };
@@ -276,9 +276,9 @@ fn from_apt_with(version: &str, options: &[String]) -> Result<Kernel> {
     clippy::case_sensitive_file_extension_comparisons,
     reason = "Debian packages end in lowercase .deb"
 )]
-fn cached_deb(debs: &Path, package: &str) -> Result<Option<PathBuf>> {
+fn cached_deb(debs: &Path, package: &str) -> Option<PathBuf> {
     let Ok(entries) = fs::read_dir(debs) else {
-        return Ok(None);
+        return None;
     };
     let prefix = format!("{package}_");
     let mut found: Vec<PathBuf> = entries
@@ -290,7 +290,7 @@ fn cached_deb(debs: &Path, package: &str) -> Result<Option<PathBuf>> {
         })
         .collect();
     found.sort();
-    Ok(found.pop())
+    found.pop()
 }
 
 /// `apt-get` with `-o` `options`, run as root in the sandbox root's downloads need.
@@ -325,7 +325,7 @@ fn download(debs: &Path, package: &str, options: &[String]) -> Result<PathBuf> {
             describe(&cmd)
         )
     })?;
-    cached_deb(debs, package)?.with_context(|| format!("apt-get download left no {package}_*.deb"))
+    cached_deb(debs, package).with_context(|| format!("apt-get download left no {package}_*.deb"))
 }
 
 /// `deb` unpacked into `dir` with modules.dep, reusing a complete earlier unpacking.
