@@ -111,7 +111,7 @@ fn placeholder_program() -> Vec<bpf_insn> {
     ]
 }
 
-fn fields(i: &bpf_insn) -> (u8, u8, u8, i16, i32) {
+fn fields(i: bpf_insn) -> (u8, u8, u8, i16, i32) {
     (i.code, i.dst_reg(), i.src_reg(), i.off, i.imm)
 }
 
@@ -129,18 +129,18 @@ fn placeholders_become_offsets_kfunc_calls_and_type_ids() {
         (LDX_DW, 7, 6, 200, 0),
     ];
     for (i, w) in want.iter().enumerate() {
-        assert_eq!(fields(&insns[i]), *w, "instruction {i}");
+        assert_eq!(fields(insns[i]), *w, "instruction {i}");
     }
-    assert_eq!(fields(&insns[7]), (MOV64_IMM, 2, 0, 0, 5_001));
-    assert_eq!(fields(&insns[8]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
-    assert_eq!(fields(&insns[10]), (MOV32_IMM, 2, 0, 0, 5_001));
-    assert_eq!(fields(&insns[11]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
-    assert_eq!(fields(&insns[12]), (LDX_DW, 4, 6, 128, 0));
-    assert_eq!(fields(&insns[13]), (LDX_DW, 5, 6, 16, 0));
-    assert_eq!(fields(&insns[14]), (LDX_W, 5, 5, 224, 0));
-    assert_eq!(fields(&insns[15]), (LDX_W, 8, 6, 168, 0));
-    assert_eq!(fields(&insns[19]), (MOV64_IMM, 2, 0, 0, 5_003));
-    assert_eq!(fields(&insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+    assert_eq!(fields(insns[7]), (MOV64_IMM, 2, 0, 0, 5_001));
+    assert_eq!(fields(insns[8]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+    assert_eq!(fields(insns[10]), (MOV32_IMM, 2, 0, 0, 5_001));
+    assert_eq!(fields(insns[11]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+    assert_eq!(fields(insns[12]), (LDX_DW, 4, 6, 128, 0));
+    assert_eq!(fields(insns[13]), (LDX_DW, 5, 6, 16, 0));
+    assert_eq!(fields(insns[14]), (LDX_W, 5, 5, 224, 0));
+    assert_eq!(fields(insns[15]), (LDX_W, 8, 6, 168, 0));
+    assert_eq!(fields(insns[19]), (MOV64_IMM, 2, 0, 0, 5_003));
+    assert_eq!(fields(insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
     let want = [
         (LDX_DW, 1, 0, 128, 0),
         (LDX_H, 2, 0, 60, 0),
@@ -155,15 +155,15 @@ fn placeholders_become_offsets_kfunc_calls_and_type_ids() {
         (LDX_B, 2, 0, 82, 0),
     ];
     for (i, w) in want.iter().enumerate() {
-        assert_eq!(fields(&insns[21 + i]), *w, "instruction {}", 21 + i);
+        assert_eq!(fields(insns[21 + i]), *w, "instruction {}", 21 + i);
     }
     // Members at offset 0 (both of these) are offsets, not missing members.
-    assert_eq!(fields(&insns[32]), (LDX_DW, 3, 1, 0, 0));
-    assert_eq!(fields(&insns[33]), (LDX_B, 3, 3, 0, 0));
+    assert_eq!(fields(insns[32]), (LDX_DW, 3, 1, 0, 0));
+    assert_eq!(fields(insns[33]), (LDX_B, 3, 3, 0, 0));
     for i in [4, 5, 6, 9, 16, 17, 18, 34, 35] {
         assert_eq!(
-            fields(&insns[i]),
-            fields(&original[i]),
+            fields(insns[i]),
+            fields(original[i]),
             "instruction {i} changed"
         );
     }
@@ -175,7 +175,7 @@ fn a_missing_optional_member_loads_zero() {
     let mut used = Used::default();
     patch_instructions(&mut insns, &patches(None), &mut used).unwrap();
     used.check().unwrap();
-    assert_eq!(fields(&insns[12]), (MOV64_IMM, 4, 0, 0, 0));
+    assert_eq!(fields(insns[12]), (MOV64_IMM, 4, 0, 0, 0));
 }
 
 /// A kernel whose vmlinux BTF has no `struct nf_conn` (conntrack as a module): the cast
@@ -189,16 +189,16 @@ fn without_nf_conn_the_conntrack_loads_read_zero() {
     assert!(!p.conntrack);
     patch_instructions(&mut insns, &p, &mut used).unwrap();
     used.check().unwrap();
-    assert_eq!(fields(&insns[19]), (MOV64_IMM, 2, 0, 0, 5_001));
-    assert_eq!(fields(&insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
+    assert_eq!(fields(insns[19]), (MOV64_IMM, 2, 0, 0, 5_001));
+    assert_eq!(fields(insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
     for (i, dst) in (21..32).zip([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]) {
         assert_eq!(
-            fields(&insns[i]),
+            fields(insns[i]),
             (MOV64_IMM, dst, 0, 0, 0),
             "instruction {i}"
         );
     }
-    assert_eq!(fields(&insns[12]), (LDX_DW, 4, 6, 128, 0));
+    assert_eq!(fields(insns[12]), (LDX_DW, 4, 6, 128, 0));
 }
 
 /// The conntrack offsets from this kernel's BTF, where it has `struct nf_conn`: the reply
