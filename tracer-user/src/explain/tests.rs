@@ -71,6 +71,7 @@ struct DnatCase {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "a table of cases, a few lines each")]
 fn dnat_decisions() {
     let cases = [
         DnatCase {
@@ -246,6 +247,7 @@ struct SnatCase {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "a table of cases, a few lines each")]
 fn snat_decisions() {
     let cases = [
         SnatCase {

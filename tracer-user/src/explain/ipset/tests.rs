@@ -72,6 +72,7 @@ fn parses_save_output() {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "a table of cases, a few lines each")]
 fn match_set_semantics() {
     type Case = (SetMatch, Probe<'static>, Result<bool, &'static str>);
     let sets = IpSets::parse(SAVE);

@@ -33,6 +33,10 @@ fn splits_quoted_words() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table of rule lines and their parses, a few lines each"
+)]
 fn parses_rules() {
     let cases: Vec<(&str, Vec<Cond>, Target, Option<&str>)> = vec![
         (
