@@ -325,6 +325,10 @@ impl RingReader {
             // SAFETY: `offset` < size, and a header is 8-byte aligned inside the first copy
             // of the data pages; the kernel writes it atomically (xchg on commit). Acquire
             // pairs with that commit: the record's bytes are visible once it is not busy.
+            #[expect(
+                clippy::cast_ptr_alignment,
+                reason = "a record header is 8-byte aligned in the page-aligned data pages (see SAFETY)"
+            )]
             let header_at = unsafe { &*data.add(offset).cast::<AtomicU32>() };
             let mut header = header_at.load(Ordering::Acquire);
             // A record reserved and not yet committed (another CPU is filling it, well under a

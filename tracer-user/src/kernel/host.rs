@@ -19,12 +19,20 @@ pub fn local_addrs() -> Vec<IpAddr> {
             if !sa.is_null() {
                 match i32::from((*sa).sa_family) {
                     libc::AF_INET => {
+                        #[expect(
+                            clippy::cast_ptr_alignment,
+                            reason = "getifaddrs hands an `AF_INET` address as a `sockaddr_in`, aligned for it"
+                        )]
                         let sin = &*sa.cast::<libc::sockaddr_in>();
                         out.push(IpAddr::from(
                             u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
                         ));
                     }
                     libc::AF_INET6 => {
+                        #[expect(
+                            clippy::cast_ptr_alignment,
+                            reason = "getifaddrs hands an `AF_INET6` address as a `sockaddr_in6`, aligned for it"
+                        )]
                         let sin6 = &*sa.cast::<libc::sockaddr_in6>();
                         out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
                     }
