@@ -311,6 +311,10 @@ impl Drop for Capture {
 mod tests {
     use super::*;
 
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a test frame's length, far below 2^32"
+    )]
     fn pcap(frames: &[(u32, u8, Vec<u8>)]) -> Vec<u8> {
         let mut b = Vec::new();
         // magic, version (two u16 the reader skips), zone, sigfigs, snaplen, link type.
@@ -345,6 +349,10 @@ mod tests {
         b
     }
 
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "splits the 16-bit IP id into its two bytes"
+    )]
     fn tcp_syn(id: u16) -> Vec<u8> {
         let mut ip = vec![
             0x45,

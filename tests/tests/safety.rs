@@ -78,6 +78,10 @@ mod safety {
         }
     }
 
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a seed: the low 64 bits of the clock's nanoseconds are enough"
+    )]
     fn seed() -> u64 {
         std::env::var("PKTRACE_TEST_SEED")
             .ok()
@@ -483,6 +487,7 @@ mod safety {
         clippy::similar_names,
         reason = "`received` and `receiver`: the count and the thread that counts"
     )]
+    #[expect(clippy::cast_possible_truncation, reason = "`size_of::<c_int>()` is 4")]
     fn flood() -> (u64, u64, u64) {
         let received = Arc::new(AtomicU64::new(0));
         let (bound, done) = (

@@ -62,6 +62,10 @@ const _: () = assert!(size_of::<AddrSetV4>() == 72);
 impl AddrSetV4 {
     /// The set of `addrs` (octets), or the fall-back (`exact = 0`) when they do not fit.
     #[must_use]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "at most `V4_SET_MAX` addresses (checked first)"
+    )]
     pub fn of(addrs: &[[u8; 4]]) -> Self {
         let mut set = Self::default();
         if addrs.len() > V4_SET_MAX {
@@ -84,6 +88,10 @@ impl AddrSetV4 {
     )]
     #[inline(always)]
     #[must_use]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "`i` stays below `V4_SET_MAX`"
+    )]
     pub fn contains(&self, addr: u32) -> bool {
         let mut i = 0;
         while i < V4_SET_MAX {

@@ -267,6 +267,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "test durations, milliseconds far below 2^64"
+    )]
     fn durations() {
         let cases: &[(&str, Option<u64>)] = &[
             ("500ms", Some(500)),

@@ -20,6 +20,10 @@ fn empty_set_is_exact_and_holds_nothing() {
 }
 
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "`V4_SET_MAX` + 1 addresses, fewer than 256"
+)]
 fn too_many_addresses_fall_back_to_the_map() {
     let many: Vec<[u8; 4]> = (0..=V4_SET_MAX as u8).map(|i| [10, 0, 0, i]).collect();
     assert_eq!(AddrSetV4::of(&many).exact, 0);

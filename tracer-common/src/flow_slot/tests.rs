@@ -25,6 +25,10 @@ fn v4(s: [u8; 4], sport: u16, d: [u8; 4], dport: u16) -> Tuple {
 }
 
 /// Distinct slots among `n` tuples against what `n` uniformly random slots would fill.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "counts of test tuples and slots, far below 2^52"
+)]
 fn fill(tuples: &[Tuple]) -> f64 {
     let used: HashSet<u32> = tuples.iter().map(|t| slot(t, BITS)).collect();
     let slots = f64::from(1u32 << BITS);

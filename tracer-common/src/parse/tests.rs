@@ -343,6 +343,10 @@ fn fast_path_packets_parse_from_their_first_fast_parse_bytes() {
 /// [`ethernet_ports_fast`] answers exactly for the frames [`parse_ethernet_fast`] parses as TCP
 /// or UDP, with their ports, at every length and as the head of a GSO packet.
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a test frame's length, far below 2^32"
+)]
 fn fast_ports_agree_with_the_fast_parse() {
     let mut fragment = eth(0x0800);
     let l4 = udp(7, 8, &[0; 32]);
@@ -391,6 +395,10 @@ fn fast_ports_agree_with_the_fast_parse() {
 /// [`parse_ethernet_fast`] parses, with the fast parse's tuple and IP id, and for nothing else:
 /// not a SYN-ACK or a later TCP segment, an echo reply, a fragment, IP options or VLAN tags.
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a test frame's length, far below 2^32"
+)]
 fn first_keys_agree_with_the_fast_parse() {
     let mut fragment = eth(0x0800);
     let l4 = udp(7, 8, &[0; 32]);

@@ -40,6 +40,10 @@ const ETH_P_ALL_BE: u32 = 0x0300;
 
 /// The handle that tags a filter as this process's.
 #[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "`TAG | pid >> 16` fits 16 bits for any pid (pid_max is at most 2^22); the low half is masked"
+)]
 pub fn handle_for(pid: u32) -> TcHandle {
     TcHandle::new((TAG | (pid >> 16)) as u16, (pid & 0xffff) as u16)
 }
@@ -435,6 +439,10 @@ impl Socket {
         Ok(Self(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
     }
 
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a netlink request: a header and a few attributes, far below 2^32 bytes"
+    )]
     fn send(&self, ty: u16, flags: u16, body: &[u8]) -> io::Result<()> {
         use std::os::fd::AsRawFd as _;
         let len = 16 + body.len();
@@ -455,6 +463,7 @@ impl Socket {
     }
 
     /// Reads replies until DONE or an ACK/error; hands other messages to `f`.
+    #[expect(clippy::cast_sign_loss, reason = "`n` is not negative (checked first)")]
     fn recv_all(&self, mut f: impl FnMut(u16, &[u8])) -> io::Result<()> {
         use std::os::fd::AsRawFd as _;
         let mut buf = vec![0u8; 64 * 1024];
@@ -556,6 +565,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "test attributes of a few bytes"
+    )]
     fn attributes_are_walked_with_padding_and_bad_lengths_stop() {
         // TCA_KIND "bpf" (len 8), TCA_OPTIONS { TCA_BPF_NAME "tc_egress" }.
         let mut buf = vec![8, 0, 1, 0, b'b', b'p', b'f', 0];

@@ -23,6 +23,10 @@ struct FakeRing {
 
 impl FakeRing {
     /// A ring whose consumer and producer both stand at `pos`.
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "two pages and the ring's size, far below `i64::MAX`"
+    )]
     fn at(pos: usize) -> Self {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();

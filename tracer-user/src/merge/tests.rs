@@ -106,6 +106,10 @@ fn inputs(names: &[&str]) -> Vec<NodeInput> {
 }
 
 /// Merges per-node lines with the defaults (`eth0`, 1 s).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a letter per node; the tests merge a few nodes"
+)]
 fn merged(per_node: &[Vec<String>]) -> (Vec<JourneyLine>, MergeLine) {
     let names: Vec<String> = (0..per_node.len())
         .map(|i| ((b'a' + i as u8) as char).to_string())
@@ -148,6 +152,11 @@ fn wire(j: &JourneyLine, step: usize) -> Option<i64> {
 }
 
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "`k` counts a few rounds up from 0"
+)]
 fn request_and_reply_cross_nodes_and_align_the_clocks_two_way() {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     // Three round trips; wire delays a→b 40..48 µs, b→a 60..64 µs (asymmetric paths).
@@ -214,6 +223,11 @@ fn request_and_reply_cross_nodes_and_align_the_clocks_two_way() {
 }
 
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "`k` counts a few rounds up from 0"
+)]
 fn one_way_traffic_aligns_as_an_upper_bound() {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for k in 0..4 {
@@ -239,6 +253,11 @@ fn one_way_traffic_aligns_as_an_upper_bound() {
 }
 
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "`k` counts a few rounds up from 0"
+)]
 fn a_reused_ip_id_is_told_apart_by_time_once_clocks_are_aligned() {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for k in 0..3 {
@@ -273,6 +292,7 @@ fn a_reused_ip_id_is_told_apart_by_time_once_clocks_are_aligned() {
 }
 
 #[test]
+#[expect(clippy::cast_possible_truncation, reason = "`k` counts a few packets")]
 fn a_third_node_is_aligned_through_the_second() {
     // Behind a's, but not so far that c's monotonic clock would read below zero.
     let c_theta = -1_500_000;

@@ -26,6 +26,10 @@ pub const NFGENMSG: usize = 4;
 ///
 /// # Errors
 /// The socket or the bind failed (e.g. the protocol's module is missing, or no permission).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the sizes of `c_int` and `sockaddr_nl` and `AF_NETLINK` (16) fit the C types they are passed as"
+)]
 pub fn subscribe(protocol: libc::c_int, groups: u32, rcvbuf: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); the fd is owned from here on.
     let raw = unsafe {

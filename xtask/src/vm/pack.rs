@@ -57,6 +57,10 @@ impl Compression {
 /// Writes the initramfs for `kernel` and `payload` into `dir` (with a copy of `/init` as
 /// `init.sh` for reading); `runs` are what `/init` does when the kernel command line names
 /// none. Returns its path.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "byte counts shown in MB to one decimal"
+)]
 pub fn pack(
     kernel: &Kernel,
     payload: &Payload,
