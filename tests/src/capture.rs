@@ -67,6 +67,9 @@ const ETH_P_IP: u16 = 0x0800;
 ///
 /// # Errors
 /// If the file is not such a pcap.
+///
+/// # Panics
+/// Never: the header's length is checked before its fields are read.
 pub fn parse_pcap(buf: &[u8]) -> Result<Vec<Record>, String> {
     if buf.len() < 24 {
         return Err(format!("{} bytes: no pcap header", buf.len()));
@@ -145,6 +148,9 @@ fn parse_frame(t_us: u64, f: &[u8]) -> Option<Record> {
 }
 
 /// The interfaces of namespace `ns`: index → name (`ip -o link`).
+///
+/// # Panics
+/// If `ip` cannot be run.
 #[must_use]
 pub fn iface_names(ns: &str) -> HashMap<u32, String> {
     let out = Command::new("ip")

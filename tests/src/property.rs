@@ -64,6 +64,9 @@ fn flow_of(r: &Record, ct: &[CtEntry]) -> Flow {
 /// that touch one of `subject`'s addresses at some hop, from the frames of a capture. A
 /// frame seen twice on one interface in one direction starts another packet (a retransmit
 /// with the same id and fingerprint, such as a SYN-ACK's id 0).
+///
+/// # Panics
+/// Never: a frame is pushed onto a list just made non-empty.
 #[must_use]
 #[expect(
     clippy::implicit_hasher,
@@ -168,6 +171,9 @@ impl<'a> Judge<'a> {
     }
 
     /// The verdict on one packet.
+    ///
+    /// # Panics
+    /// Never: a set of one element has a first.
     #[must_use]
     pub fn judge(&self, p: &Packet) -> Verdict {
         let keys: Vec<HopKey> = p.frames.iter().map(|r| frame_key(r, self.names)).collect();

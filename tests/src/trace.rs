@@ -195,6 +195,9 @@ impl Pktrace {
     }
 
     /// Waits until pktrace has attached every hook; panics if it exits first or takes too long.
+    ///
+    /// # Panics
+    /// If pktrace exits before it is ready, or is not ready within `READY_TIMEOUT`.
     pub fn wait_until_ready(&mut self) {
         let ready = self.dir.join("ready");
         let start = Instant::now();
@@ -261,6 +264,10 @@ impl Pktrace {
     }
 
     /// Sends `signal` and waits for the exit; returns what was printed.
+    ///
+    /// # Panics
+    /// If pktrace does not exit within `EXIT_TIMEOUT` of the signal, or stdout is not the JSON
+    /// lines contract ([`Trace::from_output`]).
     #[must_use]
     pub fn stop_with(mut self, signal: i32) -> Trace {
         // Let the collector's timer drain the last events and close idle journeys.
@@ -286,6 +293,9 @@ impl Pktrace {
     }
 
     /// Sends SIGKILL at once (no grace period) and reaps the process.
+    ///
+    /// # Panics
+    /// If waiting for the killed process fails.
     #[must_use]
     pub fn kill_now(mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
@@ -308,6 +318,10 @@ impl Pktrace {
     }
 
     /// Waits for pktrace to exit by itself (`-c`, `-d`).
+    ///
+    /// # Panics
+    /// If pktrace still runs after `limit`, or stdout is not the JSON lines contract
+    /// ([`Trace::from_output`]).
     #[must_use]
     pub fn wait(mut self, limit: Duration) -> Trace {
         let mut child = self.child.take().expect("running");
@@ -356,6 +370,9 @@ fn file(dir: &std::path::Path, name: &str) -> fs::File {
 impl Trace {
     /// What pktrace printed on stdout, every line of which must be JSON and read as the JSON
     /// lines contract (line types the contract does not know are allowed).
+    ///
+    /// # Panics
+    /// If a stdout line is not JSON, or not a line of the contract.
     #[must_use]
     pub fn from_output(status: ExitStatus, stdout: &str, stderr: String) -> Self {
         let lines = stdout
@@ -389,6 +406,9 @@ impl Trace {
     }
 
     /// The summary line; it must be the last line.
+    ///
+    /// # Panics
+    /// If the last line is not the summary.
     #[must_use]
     pub fn summary(&self) -> &SummaryLine {
         match self.contract.last() {
@@ -527,6 +547,9 @@ impl CtEntry {
 }
 
 /// The node's conntrack table (`conntrack -L` in `pkt-node`).
+///
+/// # Panics
+/// If `conntrack -L` cannot be run in the node's namespace.
 #[must_use]
 pub fn conntrack() -> Vec<CtEntry> {
     let out = Command::new("ip")
@@ -602,6 +625,9 @@ pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
 
 /// The conntrack entry whose original direction is `src_ip` → `dst` (`ip:port`, or `ip` for
 /// ICMP); panics with the table when there is none.
+///
+/// # Panics
+/// If the table has no such entry.
 #[must_use]
 pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
     let all = conntrack();
@@ -620,6 +646,10 @@ pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
 /// came first, within [`EARLY_WITHIN_NS`] of the first, and that at least one whole one
 /// follows. How many are early depends on how soon pktrace reads the report (in the lab the
 /// first round trip takes tens of microseconds: one to three packets each way).
+///
+/// # Panics
+/// If the early journeys do not come first, within [`EARLY_WITHIN_NS`] of the first, or no
+/// whole journey follows them.
 #[must_use]
 pub fn split_early<'a>(
     journeys: &[&'a JourneyLine],
@@ -665,6 +695,9 @@ pub const EARLY_WITHIN_NS: u64 = 1_000_000_000;
 /// addresses (MASQUERADE): each goes from `first` through `nat` to `last` ([`assert_path`]),
 /// except, with `--nat-hook conntrack`, the earliest ones ([`split_early`]), which must still
 /// have the NAT steps `nat`.
+///
+/// # Panics
+/// If a journey does not take that path ([`assert_path`]) or an early one lacks the NAT steps.
 pub fn assert_masqueraded(
     journeys: &[&JourneyLine],
     (first, last): (&str, &str),
@@ -738,6 +771,9 @@ fn check_path(j: &JourneyLine, first: &str, nat: &[(&str, bool)], middle: &[&str
 /// one of `middle`, and each step's packet follows from the step before (a NAT step rewrites
 /// exactly the packet the previous step saw). Which middle interfaces appear depends on the
 /// kernel path (with `br_netfilter` a DNAT to a pod on the same bridge is bridged, not routed).
+///
+/// # Panics
+/// If the journey does not take that path.
 pub fn assert_path(
     j: &JourneyLine,
     first: &str,

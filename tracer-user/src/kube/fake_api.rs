@@ -124,6 +124,10 @@ impl FakeApi {
     }
 
     /// Starts a server, over TLS when `tls` is given.
+    ///
+    /// # Panics
+    /// If no port on 127.0.0.1 can be bound, or `tls` holds a certificate or key that does not
+    /// parse.
     #[must_use]
     pub fn start_with(scenario: Scenario, tls: Option<Tls>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
@@ -156,6 +160,9 @@ impl FakeApi {
     }
 
     /// Waits (up to 10 s) until a request satisfies `pred`.
+    ///
+    /// # Panics
+    /// If no such request came within 10 s.
     pub fn wait_for(&self, pred: impl Fn(&Request) -> bool) {
         let mut state = self.shared.lock();
         for _ in 0..100 {

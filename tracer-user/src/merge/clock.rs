@@ -132,6 +132,10 @@ fn half(x: i128) -> i64 {
 /// Aligns every node to a reference, the first node (in input order) of its group of nodes
 /// connected by pair offsets; two-way offsets are preferred to one-way ones, then pairs with
 /// more samples.
+///
+/// # Panics
+/// If a pair names a node index of `nodes` or more (an edge is only offered from a node
+/// already aligned, so the alignment itself does not).
 #[must_use]
 pub fn align(nodes: usize, pairs: &[PairOffset]) -> Vec<NodeClock> {
     let mut clocks: Vec<Option<NodeClock>> = vec![None; nodes];

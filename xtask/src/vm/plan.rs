@@ -38,6 +38,9 @@ pub fn runs(hooks: &[String], binaries: &[String]) -> Vec<Run> {
 
 /// `runs` dealt to at most `jobs` VMs: heaviest first, each to the VM with the least weight
 /// so far (ties: the first); `weight` gives a binary's weight. No VM is left empty.
+///
+/// # Panics
+/// Never: at least one VM is made, so each run has one to go to.
 #[must_use]
 pub fn deal(runs: &[Run], jobs: usize, weight: impl Fn(&str) -> usize) -> Vec<Vec<Run>> {
     let count = jobs.clamp(1, runs.len().max(1));
