@@ -23,6 +23,9 @@ pub fn describe(cmd: &Command) -> String {
 }
 
 /// Runs `cmd` with inherited stdio; fails unless it exits 0.
+///
+/// # Errors
+/// If `cmd` cannot be started or does not exit 0.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
@@ -34,6 +37,9 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Runs `cmd` capturing its output, whatever its exit status.
+///
+/// # Errors
+/// If `cmd` cannot be started.
 pub fn capture(cmd: &mut Command) -> Result<Output> {
     cmd.stdin(Stdio::null())
         .output()
@@ -41,6 +47,9 @@ pub fn capture(cmd: &mut Command) -> Result<Output> {
 }
 
 /// Runs `cmd` quietly and returns its stdout; on failure the error holds its stderr.
+///
+/// # Errors
+/// If `cmd` cannot be started or does not exit 0 (the error holds its stderr).
 pub fn output(cmd: &mut Command) -> Result<String> {
     let out = capture(cmd)?;
     if !out.status.success() {
@@ -55,6 +64,9 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 }
 
 /// Runs `cmd` quietly with `input` on its stdin and returns its stdout (like [`output`]).
+///
+/// # Errors
+/// If `cmd` cannot be started, fed or waited for, or does not exit 0.
 pub fn output_with_input(cmd: &mut Command, input: &str) -> Result<String> {
     use std::io::Write as _;
     let mut child = cmd
@@ -116,6 +128,9 @@ pub fn is_root() -> bool {
 }
 
 /// Fails with a message telling the user to run as root, naming `what` needs it.
+///
+/// # Errors
+/// When not running as root.
 pub fn require_root(what: &str) -> Result<()> {
     if !is_root() {
         bail!("{what} needs root: run it as root (e.g. `sudo -E cargo xtask …`)");
@@ -125,6 +140,9 @@ pub fn require_root(what: &str) -> Result<()> {
 
 /// Fails naming the programs (and their Debian packages) missing from PATH; `who` says what
 /// needs them.
+///
+/// # Errors
+/// When any of `needed` is not on `PATH`.
 pub fn require_programs(needed: &[(&str, &str)], who: &str) -> Result<()> {
     let missing: Vec<String> = needed
         .iter()
@@ -141,6 +159,9 @@ pub fn require_programs(needed: &[(&str, &str)], who: &str) -> Result<()> {
 }
 
 /// Blocks until this process holds an exclusive lock on `path`; released when the file drops.
+///
+/// # Errors
+/// If `path` cannot be created or locked.
 pub fn exclusive_lock(path: &str) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd as _;
     let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;

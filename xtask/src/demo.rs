@@ -43,6 +43,10 @@ pub struct DemoOptions {
 }
 
 /// Runs the demo; fails if pktrace did.
+///
+/// # Errors
+/// If setup or finding pktrace fails, not running as root, the lab cannot be brought up or
+/// down, or pktrace fails.
 pub fn demo(options: &DemoOptions) -> Result<()> {
     if !options.no_setup {
         setup()?;

@@ -60,11 +60,17 @@ pub const CI_SECONDS: u64 = 25;
 const TIMEOUT_SECONDS: u64 = 10;
 
 /// The test tier: every target for [`CI_SECONDS`].
+///
+/// # Errors
+/// As [`fuzz`].
 pub fn ci() -> Result<()> {
     fuzz(&[], CI_SECONDS)
 }
 
 /// Runs `names` (all targets when empty) for `seconds` each; fails on the first finding.
+///
+/// # Errors
+/// On an unknown target name, if the targets do not build, or on the first finding.
 pub fn fuzz(names: &[String], seconds: u64) -> Result<()> {
     let chosen: Vec<&Target> = if names.is_empty() {
         TARGETS.iter().collect()

@@ -30,6 +30,9 @@ pub const PKTRACE_DIST_BIN_ENV: &str = "PKTRACE_DIST_BIN";
 
 /// The xtask executable, which runs the lab's servers and clients: `$PKTRACE_XTASK_BIN` if
 /// set, else the current executable.
+///
+/// # Errors
+/// If neither is set and the current executable cannot be found.
 pub fn xtask_exe() -> Result<PathBuf> {
     match env::var_os(XTASK_BIN_ENV) {
         Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),

@@ -20,6 +20,9 @@ use crate::{
 /// make throwaway network namespaces of their own, none of the lab's), then builds pktrace and
 /// xtask and runs the `tests` crate (one test at a time) with `PKTRACE_BIN` and
 /// `PKTRACE_XTASK_BIN` set; `extra` goes to both test harnesses.
+///
+/// # Errors
+/// If not root, a build fails, a binary is missing after it, or a test fails.
 pub fn integration_test(extra: &[String]) -> Result<()> {
     require_root("`cargo xtask integration-test` (it builds network namespaces and loads eBPF)")?;
     let mut unit = cargo_command(&["test", "-p", "tracer-user", "--", "--ignored"]);
@@ -137,6 +140,9 @@ fn vm() -> Result<()> {
 }
 
 /// Runs every tier, stopping at the first failure; prints one final line per tier.
+///
+/// # Errors
+/// On the first tier that fails.
 pub fn test_all() -> Result<()> {
     let mut results: Vec<(&str, String)> = Vec::new();
     let mut failure = None;

@@ -86,6 +86,9 @@ impl Phases {
     };
 
     /// Parses a comma-separated list of phase names.
+    ///
+    /// # Errors
+    /// On an unknown phase name, or a list naming none.
     pub fn parse(list: &str) -> Result<Self> {
         let mut p = Self::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -145,6 +148,9 @@ const DEFAULT_RUNS: usize = 5;
 const DEFAULT_SECONDS: u64 = 3;
 
 /// The bench tier of `cargo xtask test`: `cargo xtask bench --short`.
+///
+/// # Errors
+/// As [`bench()`].
 pub fn short() -> Result<()> {
     bench(&BenchOptions {
         short: true,
@@ -153,6 +159,10 @@ pub fn short() -> Result<()> {
 }
 
 /// Runs the bench.
+///
+/// # Errors
+/// If not root, the preflight finds something missing, `--baseline` names no file, or a
+/// phase fails or is interrupted.
 pub fn bench(opts: &BenchOptions) -> Result<()> {
     require_root("`cargo xtask bench` (network namespaces, eBPF)")?;
     preflight()?;
@@ -357,6 +367,9 @@ impl Drop for Scratch {
 }
 
 /// Fails once Ctrl-C was pressed.
+///
+/// # Errors
+/// Once Ctrl-C was pressed.
 pub fn check_interrupted() -> Result<()> {
     if crate::cmd::interrupted() {
         bail!("interrupted");

@@ -100,6 +100,9 @@ pub fn kubeconfig() -> String {
 }
 
 /// Writes [`PODS_FILE`] for `pods` and [`KUBECONFIG`].
+///
+/// # Errors
+/// If either file cannot be written.
 pub fn write_files(pods: &[Pod]) -> Result<()> {
     write_pods(pods)?;
     fs::write(KUBECONFIG, kubeconfig()).with_context(|| format!("writing {KUBECONFIG}"))
@@ -107,6 +110,9 @@ pub fn write_files(pods: &[Pod]) -> Result<()> {
 
 /// Replaces [`PODS_FILE`] atomically with the table of `pods` (the running server answers
 /// from it at its next request: `lab pod add|del` call this).
+///
+/// # Errors
+/// If the table cannot be written or moved into place.
 pub fn write_pods(pods: &[Pod]) -> Result<()> {
     let table = serde_json::to_string_pretty(&pod_table(pods))?;
     let tmp = format!("{PODS_FILE}.tmp");
@@ -179,6 +185,9 @@ fn route(path: &str, pods: &[Value]) -> (u16, Value) {
 
 /// Serves on 127.0.0.1:`port` from `pods_file` until killed; creates `ready_file` once
 /// listening.
+///
+/// # Errors
+/// If the port cannot be bound or `ready_file` cannot be created.
 pub fn serve(port: u16, pods_file: &Path, ready_file: Option<&Path>) -> Result<()> {
     let listener = TcpListener::bind(("127.0.0.1", port))
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
@@ -268,6 +277,9 @@ fn answer(stream: TcpStream, pods_file: &Path) -> std::io::Result<()> {
 
 /// Writes the pod table of `pods` and the kubeconfig, then starts the server in [`NETNS`]
 /// and waits until it listens.
+///
+/// # Errors
+/// If the files cannot be written, or the server does not start and listen.
 pub fn start(pods: &[Pod]) -> Result<i32> {
     write_files(pods)?;
     let args = [

@@ -19,6 +19,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_REPLY: u64 = 4096;
 
 /// Connects to `addr` from the current namespace and returns the server's first line.
+///
+/// # Errors
+/// If the connection or the read fails, or times out.
 pub fn tcp(addr: SocketAddr, timeout: Duration) -> Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)
         .with_context(|| format!("connecting to {addr}"))?;
@@ -32,6 +35,9 @@ pub fn tcp(addr: SocketAddr, timeout: Duration) -> Result<String> {
 }
 
 /// Sends one datagram to `addr` from the current namespace and returns the reply's first line.
+///
+/// # Errors
+/// If the socket cannot be bound or used, or no reply comes within `timeout`.
 pub fn udp(addr: SocketAddr, timeout: Duration) -> Result<String> {
     let socket = UdpSocket::bind(("0.0.0.0", 0)).context("binding a UDP socket")?;
     socket
@@ -57,11 +63,17 @@ fn first_line(reply: &str, addr: SocketAddr) -> Result<String> {
 
 /// Runs `xtask lab client --tcp addr` inside namespace `from_ns` and returns the reply line
 /// (`client=<ip>:<port>`).
+///
+/// # Errors
+/// If the client cannot be run in `from_ns`, or it fails.
 pub fn client_tcp(from_ns: &str, addr: impl Display) -> Result<String> {
     client_in(from_ns, "--tcp", &addr.to_string())
 }
 
 /// Runs `xtask lab client --udp addr` inside namespace `from_ns` and returns the reply line.
+///
+/// # Errors
+/// If the client cannot be run in `from_ns`, or it fails.
 pub fn client_udp(from_ns: &str, addr: impl Display) -> Result<String> {
     client_in(from_ns, "--udp", &addr.to_string())
 }

@@ -50,12 +50,19 @@ pub const NEEDED: [(&str, &str); 5] = [
 pub const NEEDED_CALICO: [(&str, &str); 1] = [("ipset", "ipset")];
 
 /// Brings the default lab ([`Variant::AzureBridge`]) up; see [`up_variant`].
+///
+/// # Errors
+/// As [`up_variant`].
 pub fn up() -> Result<()> {
     up_variant(Variant::default())
 }
 
 /// Brings the lab up as `variant`: does nothing if it is up, healthy and that variant;
 /// rebuilds it if partial or another variant.
+///
+/// # Errors
+/// If the preflight fails, a program the variant needs is missing, or building the lab
+/// fails.
 pub fn up_variant(variant: Variant) -> Result<()> {
     preflight()?;
     if variant == Variant::Calico {
@@ -108,6 +115,9 @@ pub fn current_variant() -> Option<Variant> {
 
 /// Brings the lab up as `variant` ([`up_variant`]) with `nodes` nodes: 2 adds the second
 /// node ([`node2`]) if it is not there.
+///
+/// # Errors
+/// If `nodes` is not 1 or 2, or bringing either node up fails.
 pub fn up_nodes(variant: Variant, nodes: u8) -> Result<()> {
     anyhow::ensure!(
         (1..=2).contains(&nodes),
@@ -122,6 +132,9 @@ pub fn up_nodes(variant: Variant, nodes: u8) -> Result<()> {
 }
 
 /// Takes the lab down: kills every process in its namespaces, deletes them and `LAB_DIR`.
+///
+/// # Errors
+/// If the preflight fails, the lab lock cannot be taken, or the teardown fails.
 pub fn down() -> Result<()> {
     preflight()?;
     let _lock = lock()?;

@@ -23,6 +23,9 @@ where
 /// Moves the calling thread (only it: `setns` is per thread) into network namespace `ns`, for
 /// work that needs a socket or a BPF link there. Run it on a thread of its own that ends with
 /// that work.
+///
+/// # Errors
+/// If `ns` is not a lab namespace, cannot be opened, or `setns` fails.
 pub fn enter_on_this_thread(ns: &str) -> Result<()> {
     use std::os::fd::AsRawFd as _;
     guard(ns)?;
@@ -37,6 +40,9 @@ pub fn enter_on_this_thread(ns: &str) -> Result<()> {
 
 /// Runs `ip -n <ns> <line>`, `line` being split at whitespace (e.g. `link set lo up`);
 /// fails on error.
+///
+/// # Errors
+/// If `ns` is not a lab namespace or `ip` fails.
 pub fn ip(ns: &str, line: &str) -> Result<()> {
     guard(ns)?;
     output(&mut command(
@@ -47,6 +53,9 @@ pub fn ip(ns: &str, line: &str) -> Result<()> {
 }
 
 /// Sets sysctl `key` (e.g. `net.ipv4.ip_forward`) to `value` inside `ns`.
+///
+/// # Errors
+/// If `ns` is not a lab namespace or the sysctl cannot be set.
 pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
     guard(ns)?;
     output(&mut in_ns(
@@ -58,6 +67,9 @@ pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
 }
 
 /// Creates namespace `ns` with `lo` up.
+///
+/// # Errors
+/// If `ns` is not a lab namespace, or it cannot be created or `lo` set up.
 pub fn create(ns: &str) -> Result<()> {
     guard(ns)?;
     output(&mut command("ip", ["netns", "add", ns]))?;
@@ -65,6 +77,9 @@ pub fn create(ns: &str) -> Result<()> {
 }
 
 /// The named network namespaces that exist now.
+///
+/// # Errors
+/// If the namespaces' directory cannot be read.
 pub fn list() -> Result<Vec<String>> {
     // `/run/netns` is what `ip netns list` reads; absent until the first `ip netns add`.
     let Ok(entries) = fs::read_dir("/run/netns") else {
@@ -84,6 +99,9 @@ pub fn exists(ns: &str) -> bool {
 }
 
 /// The pids of the processes living in `ns` (`ip netns pids`).
+///
+/// # Errors
+/// If `ns` is not a lab namespace or `ip netns pids` fails.
 pub fn pids(ns: &str) -> Result<Vec<i32>> {
     guard(ns)?;
     let out = output(&mut command("ip", ["netns", "pids", ns]))?;
@@ -94,6 +112,9 @@ pub fn pids(ns: &str) -> Result<Vec<i32>> {
 }
 
 /// Deletes namespace `ns` (its interfaces go with it).
+///
+/// # Errors
+/// If `ns` is not a lab namespace or `ip netns del` fails.
 pub fn delete(ns: &str) -> Result<()> {
     guard(ns)?;
     output(&mut command("ip", ["netns", "del", ns]))?;

@@ -88,6 +88,9 @@ pub fn namespaces() -> [String; 2] {
 
 /// Adds node 2 to the running lab (does nothing if it is there; rebuilds a partial one).
 /// The caller holds the lab lock.
+///
+/// # Errors
+/// If a partial node 2 cannot be removed, or building it fails.
 pub fn up() -> Result<()> {
     if is_up() {
         eprintln!("lab: node 2 ({NODE2_NS}) already up");

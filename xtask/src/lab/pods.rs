@@ -69,6 +69,10 @@ impl AddedPod {
 }
 
 /// Adds pod `default/NAME` to the running lab; returns it.
+///
+/// # Errors
+/// On a bad or taken name, a lab that is not up, no free address, or if building any part
+/// fails.
 pub fn add(name: &str) -> Result<AddedPod> {
     check_name(name)?;
     let _lock = lock()?;
@@ -116,6 +120,10 @@ pub fn add(name: &str) -> Result<AddedPod> {
 }
 
 /// Deletes an added pod: its processes, veth, namespace, record and state-file entry.
+///
+/// # Errors
+/// On a bad name, no such added pod, if the lab lock cannot be taken, or if removing any
+/// part fails.
 pub fn del(name: &str) -> Result<AddedPod> {
     check_name(name)?;
     let _lock = lock()?;
@@ -136,6 +144,9 @@ pub fn del(name: &str) -> Result<AddedPod> {
 }
 
 /// Pods added so far.
+///
+/// # Errors
+/// If the records cannot be read, or one is not `IP HOST_IF`.
 pub fn recorded() -> Result<Vec<AddedPod>> {
     let Ok(entries) = fs::read_dir(dir()) else {
         return Ok(Vec::new());

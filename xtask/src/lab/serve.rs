@@ -28,6 +28,9 @@ type Log = Arc<Mutex<File>>;
 
 /// Serves TCP on `tcp` and/or UDP on `udp` (all addresses) until killed, logging clients to
 /// `log`; creates `ready_file` once the sockets are bound.
+///
+/// # Errors
+/// If neither port is given, `log` cannot be opened, or a socket cannot be bound.
 pub fn serve(
     tcp: Option<u16>,
     udp: Option<u16>,

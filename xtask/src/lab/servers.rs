@@ -39,6 +39,9 @@ fn ready_path(key: &str) -> PathBuf {
 }
 
 /// Starts the server of `ns` in the background and waits until its sockets are bound.
+///
+/// # Errors
+/// If `ns` has no server, or it does not start (as [`spawn`]).
 pub fn start(ns: &str, server: Server) -> Result<i32> {
     let mut args: Vec<String> = vec!["lab".into(), "serve".into()];
     match server {
@@ -53,6 +56,9 @@ pub fn start(ns: &str, server: Server) -> Result<i32> {
 /// Starts `xtask ARGS --ready-file …` detached in namespace `ns`, its pid, ready file and
 /// stderr recorded under `key` (the namespace for pod and host servers), and waits until it
 /// has created the ready file.
+///
+/// # Errors
+/// If the process cannot be started, or exits or times out before creating the ready file.
 pub fn spawn(key: &str, ns: &str, mut args: Vec<String>) -> Result<i32> {
     let ready = ready_path(key);
     args.extend(["--ready-file".into(), ready.display().to_string()]);
@@ -134,6 +140,9 @@ pub fn is_alive(pid: i32) -> bool {
 
 /// Kills every process in namespace `ns`: SIGTERM, then SIGKILL after a grace period.
 /// Returns how many there were.
+///
+/// # Errors
+/// If the pids in `ns` cannot be listed.
 pub fn kill_all_in(ns: &str) -> Result<usize> {
     let pids = netns::pids(ns)?;
     signal_all(&pids, libc::SIGTERM);

@@ -47,6 +47,9 @@ pub struct LabStatus {
 }
 
 /// Looks at the lab (needs root to see the servers' namespaces).
+///
+/// # Errors
+/// None at present: what cannot be looked at counts as absent.
 pub fn status() -> Result<LabStatus> {
     let namespaces: Vec<(String, bool)> = namespaces()
         .into_iter()

@@ -50,6 +50,9 @@ pub const fn ipsets(variant: Variant) -> Option<&'static str> {
 }
 
 /// Creates every namespace and wires them as `variant`; expects none of them to exist.
+///
+/// # Errors
+/// If a namespace cannot be created or wired.
 pub fn build(variant: Variant) -> Result<()> {
     for ns in namespaces() {
         netns::create(&ns).with_context(|| format!("creating namespace {ns}"))?;
@@ -80,6 +83,9 @@ pub fn bridge_netfilter_available() -> bool {
 /// (that would change the root namespace's bridges); the namespace's own switch is pinned when
 /// it exists, so the node behaves the same whatever the machine's default. Set these before
 /// creating interfaces: they inherit the defaults.
+///
+/// # Errors
+/// If a sysctl cannot be set.
 pub fn node_sysctls(ns: &str) -> Result<()> {
     for (key, value) in [
         ("net.ipv4.ip_forward", "1"),
@@ -197,6 +203,9 @@ fn vnet(variant: Variant) -> Result<()> {
 
 /// Wires one pod's namespace to the node as `variant` does (its veth, address, routes,
 /// neighbours, FDB).
+///
+/// # Errors
+/// If an `ip` or `bridge` command or a sysctl fails.
 pub fn pod_link(variant: Variant, pod: &Pod) -> Result<()> {
     let (ns, host_if, pod_ip) = (pod.netns(), pod.host_if, pod.ip);
     let mac = mac_string(pod.mac());

@@ -16,6 +16,9 @@ pub use self::{
 };
 
 /// Runs every setup step; fails on the first that cannot be completed.
+///
+/// # Errors
+/// On the first step that cannot be completed.
 pub fn setup() -> Result<()> {
     apt::ensure_packages()?;
     let sysroot = toolchain::ensure_nightly()?;

@@ -179,6 +179,9 @@ pub fn ensure_bpf_linker(sysroot: &Path) -> Result<()> {
 }
 
 /// The real libLLVM shared object in a toolchain's `lib` directory (`libLLVM.so.<ver>`).
+///
+/// # Errors
+/// If `lib_dir` cannot be read or holds no `libLLVM.so.*`.
 pub fn soname_of(lib_dir: &Path) -> Result<PathBuf> {
     let entries =
         fs::read_dir(lib_dir).with_context(|| format!("reading {}", lib_dir.display()))?;

@@ -34,26 +34,41 @@ impl<W: Write> CpioWriter<W> {
     }
 
     /// A directory; `path` is relative to the root, e.g. `usr/bin`.
+    ///
+    /// # Errors
+    /// If writing to the output fails.
     pub fn dir(&mut self, path: &str, perm: u32) -> io::Result<()> {
         self.entry(path, S_IFDIR | (perm & 0o7777), 2, (0, 0), &[])
     }
 
     /// A regular file holding `data`.
+    ///
+    /// # Errors
+    /// If writing to the output fails.
     pub fn file(&mut self, path: &str, perm: u32, data: &[u8]) -> io::Result<()> {
         self.entry(path, S_IFREG | (perm & 0o7777), 1, (0, 0), data)
     }
 
     /// A symbolic link to `target`.
+    ///
+    /// # Errors
+    /// If writing to the output fails.
     pub fn symlink(&mut self, path: &str, target: &str) -> io::Result<()> {
         self.entry(path, S_IFLNK | 0o777, 1, (0, 0), target.as_bytes())
     }
 
     /// A character device node (e.g. `dev/console`, 5:1).
+    ///
+    /// # Errors
+    /// If writing to the output fails.
     pub fn char_device(&mut self, path: &str, perm: u32, major: u32, minor: u32) -> io::Result<()> {
         self.entry(path, S_IFCHR | (perm & 0o7777), 1, (major, minor), &[])
     }
 
     /// Writes the trailer and returns the output and the number of bytes written.
+    ///
+    /// # Errors
+    /// If writing or flushing the output fails.
     pub fn finish(mut self) -> io::Result<(W, u64)> {
         self.header(TRAILER, 0, 1, (0, 0), 0, 0)?;
         self.out.flush()?;

@@ -96,6 +96,9 @@ impl Image {
     }
 
     /// Copies host file `source` to guest `path`, keeping its permissions.
+    ///
+    /// # Errors
+    /// If `source` cannot be read or is not a file.
     pub fn host_file_at(&mut self, path: impl AsRef<Path>, source: &Path) -> Result<()> {
         let meta = fs::metadata(source).with_context(|| format!("reading {}", source.display()))?;
         if !meta.is_file() {
@@ -110,6 +113,10 @@ impl Image {
     /// Mirrors host path `path` into the tree at the same place: every symlink met while
     /// resolving it (`/lib -> usr/lib`, `/usr/sbin/iptables -> /etc/alternatives/iptables`)
     /// and the file or directory it ends at. Returns the resolved host path.
+    ///
+    /// # Errors
+    /// If `path` is not absolute, cannot be resolved (or too many symlinks), or what it ends at
+    /// cannot be read.
     pub fn mirror(&mut self, path: &Path) -> Result<PathBuf> {
         if !path.is_absolute() {
             bail!("{} is not an absolute path", path.display());
@@ -182,6 +189,9 @@ impl Image {
     }
 
     /// Writes the tree as a newc cpio archive; returns the bytes written.
+    ///
+    /// # Errors
+    /// If a host file cannot be read or writing to `out` fails.
     pub fn write_cpio(&self, out: impl Write) -> Result<u64> {
         let mut cpio = CpioWriter::new(out);
         for (path, node) in &self.nodes {

@@ -85,6 +85,9 @@ pub struct GuestPaths {
 }
 
 /// Builds the guest tree (without `/init`, which needs `GuestPaths`).
+///
+/// # Errors
+/// If a host path cannot be mirrored, or a required program is missing.
 pub fn assemble(
     kernel: &Kernel,
     modules: &ModuleSet,
@@ -241,6 +244,9 @@ fn add_loader_cache(image: &mut Image) -> Result<()> {
 }
 
 /// The shared libraries (and the dynamic loader) of `elves`, from one `ldd` run.
+///
+/// # Errors
+/// If `ldd` cannot be run, or names a library it did not find.
 pub fn shared_libraries(elves: &[PathBuf]) -> Result<BTreeSet<PathBuf>> {
     let unique: BTreeSet<&PathBuf> = elves.iter().collect();
     let out = capture(Command::new("ldd").args(unique))
@@ -250,6 +256,9 @@ pub fn shared_libraries(elves: &[PathBuf]) -> Result<BTreeSet<PathBuf>> {
 
 /// The library paths in `ldd` output (`libx.so.1 => /lib/.../libx.so.1 (0x…)` and the
 /// loader `/lib64/ld-linux-x86-64.so.2 (0x…)`); an error names any library not found.
+///
+/// # Errors
+/// If a library is not found.
 pub fn parse_ldd(text: &str) -> Result<BTreeSet<PathBuf>> {
     let mut libraries = BTreeSet::new();
     let mut owner = "";

@@ -74,6 +74,9 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Finds or fetches the kernel `spec` names (`None`: the newest bookworm cloud kernel).
+///
+/// # Errors
+/// If the kernel cannot be found in the cache or fetched and unpacked.
 #[expect(
     clippy::case_sensitive_file_extension_comparisons,
     reason = "Debian packages end in lowercase .deb"

@@ -100,6 +100,10 @@ struct Vm {
 
 /// Builds everything, boots the guests, runs the tests per hook and prints the summary;
 /// fails if any run failed, or a guest never got to the end.
+///
+/// # Errors
+/// On an unknown hook, if anything cannot be built or written, or if a run failed or a guest
+/// never got to the end.
 pub fn vm_test(options: &VmOptions) -> Result<()> {
     let start = Instant::now();
     check_hooks(&options.hooks)?;

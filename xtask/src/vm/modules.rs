@@ -67,6 +67,9 @@ pub struct ModuleSet {
 }
 
 /// Resolves `names` and their dependencies for `kernel`.
+///
+/// # Errors
+/// If `modprobe` is missing or fails for a module.
 pub fn resolve(kernel: &Kernel, names: &[&str]) -> Result<ModuleSet> {
     let modprobe = find_sbin("modprobe")
         .context("modprobe not found: install kmod (`cargo xtask setup` does)")?;

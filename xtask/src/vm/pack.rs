@@ -57,6 +57,10 @@ impl Compression {
 /// Writes the initramfs for `kernel` and `payload` into `dir` (with a copy of `/init` as
 /// `init.sh` for reading); `runs` are what `/init` does when the kernel command line names
 /// none. Returns its path.
+///
+/// # Errors
+/// If the modules cannot be resolved, the tree assembled or the archive written or
+/// compressed.
 #[expect(
     clippy::cast_precision_loss,
     reason = "byte counts shown in MB to one decimal"

@@ -33,6 +33,9 @@ pub const VM_ALL_TESTS_ENV: &str = "PKTRACE_VM_ALL_TESTS";
 /// Builds pktrace and xtask (release), the static musl pktrace that ships (as the integration
 /// tier does: `PKTRACE_DIST_BIN` names one built before and skips that build) and the
 /// integration test binaries; returns their paths.
+///
+/// # Errors
+/// If a build fails or a binary is missing after it.
 pub fn build() -> Result<Payload> {
     cargo(&["build", "--release", "-p", "tracer-user", "-p", "xtask"])
         .context("building pktrace and xtask")?;

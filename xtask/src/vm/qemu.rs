@@ -63,6 +63,9 @@ pub struct Console {
 }
 
 /// The qemu command line for `config` (`-nic none`: the guest's only network is the lab's).
+///
+/// # Errors
+/// If `qemu-system-x86_64` is not on `PATH`.
 pub fn command(config: &QemuConfig) -> Result<Command> {
     let qemu = find_program("qemu-system-x86_64").context(
         "qemu-system-x86_64 not found: install qemu-system-x86 (`cargo xtask setup` does)",
@@ -89,6 +92,9 @@ pub fn command(config: &QemuConfig) -> Result<Command> {
 }
 
 /// Runs the VM to its end or the time-out; `echo` sees every console line as it arrives.
+///
+/// # Errors
+/// If qemu is missing or cannot be started, or the log cannot be written.
 pub fn run(config: &QemuConfig, echo: impl FnMut(&str)) -> Result<Console> {
     let cmd = command(config)?;
     eprintln!("vm-test: {}", describe(&cmd));
