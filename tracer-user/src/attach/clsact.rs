@@ -40,10 +40,7 @@ const ETH_P_ALL_BE: u32 = 0x0300;
 
 /// The handle that tags a filter as this process's.
 #[must_use]
-#[expect(
-    clippy::cast_possible_truncation,
-    reason = "`TAG | pid >> 16` fits 16 bits for any pid (pid_max is at most 2^22); the low half is masked"
-)]
+#[expect(clippy::cast_possible_truncation, reason = "pid < 2^22 (pid_max)")]
 pub fn handle_for(pid: u32) -> TcHandle {
     TcHandle::new((TAG | (pid >> 16)) as u16, (pid & 0xffff) as u16)
 }
@@ -439,10 +436,7 @@ impl Socket {
         Ok(Self(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
     }
 
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "a netlink request: a header and a few attributes, far below 2^32 bytes"
-    )]
+    #[expect(clippy::cast_possible_truncation, reason = "a small netlink message")]
     fn send(&self, ty: u16, flags: u16, body: &[u8]) -> io::Result<()> {
         use std::os::fd::AsRawFd as _;
         let len = 16 + body.len();
@@ -463,7 +457,6 @@ impl Socket {
     }
 
     /// Reads replies until DONE or an ACK/error; hands other messages to `f`.
-    #[expect(clippy::cast_sign_loss, reason = "`n` is not negative (checked first)")]
     fn recv_all(&self, mut f: impl FnMut(u16, &[u8])) -> io::Result<()> {
         use std::os::fd::AsRawFd as _;
         let mut buf = vec![0u8; 64 * 1024];
@@ -474,7 +467,7 @@ impl Socket {
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
-            let mut rest = &buf[..n as usize];
+            let mut rest = &buf[..n.cast_unsigned()];
             while rest.len() >= 16 {
                 let len = u32::from_ne_bytes(rest[0..4].try_into().unwrap_or_default()) as usize;
                 let ty = u16::from_ne_bytes([rest[4], rest[5]]);
