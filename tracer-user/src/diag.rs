@@ -13,8 +13,33 @@ use std::{
 /// The prefix of every diagnostic line.
 const PREFIX: &str = "pktrace: ";
 
+/// Keys already said: a set that answers "first time?" once per key. The process has one
+/// ([`once`]); a module or test may keep its own.
+pub struct Said(Mutex<Option<HashSet<String>>>);
+
+impl Said {
+    /// An empty set.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    /// True the first time `key` is asked for in this set.
+    pub fn first(&self, key: &str) -> bool {
+        let mut said = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let said = said.get_or_insert_with(HashSet::new);
+        !said.contains(key) && said.insert(key.to_owned())
+    }
+}
+
+impl Default for Said {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Keys of the warnings [`once`] printed.
-static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+static SAID: Said = Said::new();
 
 /// Writes one diagnostic line. A failed write to stderr is ignored: there is nowhere left to
 /// report it.
@@ -24,7 +49,7 @@ pub fn line(text: impl Display) {
 
 /// Writes `text` unless a warning with the same `key` was written before in this process;
 /// returns whether it was written.
-pub fn once(key: &'static str, text: impl Display) -> bool {
+pub fn once(key: &str, text: impl Display) -> bool {
     if !first(key) {
         return false;
     }
@@ -33,9 +58,8 @@ pub fn once(key: &'static str, text: impl Display) -> bool {
 }
 
 /// True the first time `key` is asked for in this process.
-fn first(key: &'static str) -> bool {
-    let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
-    said.get_or_insert_with(HashSet::new).insert(key)
+fn first(key: &str) -> bool {
+    SAID.first(key)
 }
 
 #[cfg(test)]

@@ -9,11 +9,7 @@
 //! is not applicable and not said. When the kernel cannot be asked, a missing iptables is
 //! said (nat rules are the rule, not the exception) and a missing `nft` is not.
 
-use std::{
-    collections::HashSet,
-    fmt::Write as _,
-    sync::{Mutex, PoisonError},
-};
+use std::fmt::Write as _;
 
 use super::{
     ExplainError, kernel_tables,
@@ -21,6 +17,7 @@ use super::{
     ruleset::{Lost, Raw, Ruleset, parse_tables},
     source::{self, Output},
 };
+use crate::diag::Said;
 
 /// The legacy backend's tables, as the kernel lists them: without `nat` here, reading it would
 /// only create an empty one.
@@ -244,7 +241,7 @@ fn render(tables: &[(String, String)]) -> String {
 }
 
 /// Tools already said in this process.
-static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+static SAID: Said = Said::new();
 
 /// Says each lost source on stderr, once per tool and process.
 pub fn report(lost: &[Lost]) {
@@ -254,11 +251,9 @@ pub fn report(lost: &[Lost]) {
 }
 
 /// The lines of `lost` whose tool `said` does not hold yet (and now holds).
-fn first_time(said: &Mutex<Option<HashSet<String>>>, lost: &[Lost]) -> Vec<String> {
-    let mut said = said.lock().unwrap_or_else(PoisonError::into_inner);
-    let said = said.get_or_insert_with(HashSet::new);
+fn first_time(said: &Said, lost: &[Lost]) -> Vec<String> {
     lost.iter()
-        .filter(|l| said.insert(l.tool.clone()))
+        .filter(|l| said.first(&l.tool))
         .map(|l| l.line.clone())
         .collect()
 }

@@ -178,7 +178,7 @@ fn nothing_readable_is_one_error_not_lost_lines() {
 
 #[test]
 fn each_tool_is_said_once_however_often_the_rules_are_read() {
-    let said = Mutex::new(None);
+    let said = Said::new();
     let lost = |tool: &str, line: &str| Lost {
         tool: tool.into(),
         line: line.into(),
