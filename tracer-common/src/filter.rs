@@ -88,17 +88,31 @@ impl AddrSetV4 {
     )]
     #[inline(always)]
     #[must_use]
+    pub fn contains(&self, addr: u32) -> bool {
+        self.contains_either(addr, addr)
+    }
+
+    /// Whether `a` or `b` (network order, as read from the packet) is among `addrs[..len]`,
+    /// in one pass over the set (a packet's two addresses); the same caveat as
+    /// [`Self::contains`].
+    #[expect(
+        clippy::inline_always,
+        reason = "eBPF: the verifier needs the call inlined"
+    )]
+    #[inline(always)]
+    #[must_use]
     #[expect(
         clippy::cast_possible_truncation,
         reason = "`i` stays below `V4_SET_MAX`"
     )]
-    pub fn contains(&self, addr: u32) -> bool {
+    pub fn contains_either(&self, a: u32, b: u32) -> bool {
         let mut i = 0;
         while i < V4_SET_MAX {
             if i as u32 >= self.len {
                 break;
             }
-            if self.addrs[i] == addr {
+            let x = self.addrs[i];
+            if x == a || x == b {
                 return true;
             }
             i += 1;

@@ -21,7 +21,7 @@ pub fn v4_set() -> Option<&'static AddrSetV4> {
 /// Whether one of two IPv4 addresses (network order, as read from the packet) is tracked.
 #[inline(always)]
 pub fn v4_tracked(set: &AddrSetV4, saddr: u32, daddr: u32) -> bool {
-    set.contains(saddr) || set.contains(daddr)
+    set.contains_either(saddr, daddr)
 }
 
 /// An [`AddrKey`] on the stack, 8-aligned so that it can be written a word at a time.

@@ -34,3 +34,14 @@ fn too_many_addresses_fall_back_to_the_map() {
     // The zero value (before user space writes it) says "ask the map".
     assert_eq!(AddrSetV4::default().exact, 0);
 }
+
+#[test]
+fn contains_either_is_contains_of_one_or_the_other() {
+    let set = AddrSetV4::of(&[[10, 0, 0, 1], [192, 0, 2, 7]]);
+    let member = u32::from_ne_bytes([192, 0, 2, 7]);
+    let other = u32::from_ne_bytes([10, 0, 0, 2]);
+    assert!(set.contains_either(member, other));
+    assert!(set.contains_either(other, member));
+    assert!(!set.contains_either(other, 0));
+    assert!(!AddrSetV4::of(&[]).contains_either(member, other));
+}
