@@ -27,15 +27,14 @@ const _: () = assert!(size_of::<PendingNat>() == 56);
 pub struct KernelOffsets {
     /// `struct bpf_nf_ctx`, `skb` member.
     pub nf_ctx_skb: u32,
-    /// `struct sk_buff`: `len`, `data`, `_nfct`, `mark`, `dev`.
+    /// `struct sk_buff`: `len`, `data`, `_nfct`, `dev`.
     pub skb_len: u32,
     pub skb_data: u32,
     pub skb_nfct: u32,
-    pub skb_mark: u32,
     pub skb_dev: u32,
     /// `struct net_device`, `ifindex`.
     pub dev_ifindex: u32,
     /// `struct sk_buff`, `data_len` (bytes in paged fragments: `len - data_len` is linear).
     pub skb_data_len: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 32);
+const _: () = assert!(size_of::<KernelOffsets>() == 28);

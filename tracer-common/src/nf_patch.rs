@@ -22,13 +22,11 @@ pub const CTX_SKB: i16 = 0x7f00;
 /// the hook a netfilter program runs in.
 pub const CTX_STATE: i16 = 0x7f98;
 pub const STATE_HOOK: i16 = 0x7fa0;
-/// `struct sk_buff`: `len`, `data_len` (4 bytes), `data` (8), `dev` (8), `mark` (4; patched
-/// when a program reads it, none has to), `_nfct` (8, optional: kernels without conntrack).
+/// `struct sk_buff`: `len`, `data_len` (4 bytes), `data` (8), `dev` (8), `_nfct` (8, optional: kernels without conntrack).
 pub const SKB_LEN: i16 = 0x7f08;
 pub const SKB_DATA_LEN: i16 = 0x7f10;
 pub const SKB_DATA: i16 = 0x7f18;
 pub const SKB_DEV: i16 = 0x7f20;
-pub const SKB_MARK: i16 = 0x7f28;
 pub const SKB_NFCT: i16 = 0x7f30;
 /// `struct net_device`, `ifindex` (4 bytes).
 pub const DEV_IFINDEX: i16 = 0x7f38;

@@ -77,7 +77,6 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     skb_len: 0,
     skb_data: 0,
     skb_nfct: 0,
-    skb_mark: 0,
     skb_dev: 0,
     dev_ifindex: 0,
     skb_data_len: 0,

@@ -27,7 +27,6 @@ pub fn kernel_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         skb_len: btf.struct_member_offset("sk_buff", "len")?,
         skb_data: btf.struct_member_offset("sk_buff", "data")?,
         skb_nfct: optional(btf.struct_member_offset("sk_buff", "_nfct"))?,
-        skb_mark: btf.struct_member_offset("sk_buff", "mark")?,
         skb_dev: btf.struct_member_offset("sk_buff", "dev")?,
         dev_ifindex: btf.struct_member_offset("net_device", "ifindex")?,
         skb_data_len: btf.struct_member_offset("sk_buff", "data_len")?,
@@ -37,18 +36,17 @@ pub fn kernel_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
 /// [`KernelOffsets`] as the bytes of the `OFFSETS` global, for
 /// `EbpfLoader::override_global` and the netfilter loader's globals.
 #[must_use]
-pub fn kernel_offsets_bytes(o: &KernelOffsets) -> [u8; 32] {
+pub fn kernel_offsets_bytes(o: &KernelOffsets) -> [u8; 28] {
     let fields = [
         o.nf_ctx_skb,
         o.skb_len,
         o.skb_data,
         o.skb_nfct,
-        o.skb_mark,
         o.skb_dev,
         o.dev_ifindex,
         o.skb_data_len,
     ];
-    let mut out = [0; 32];
+    let mut out = [0; 28];
     for (chunk, field) in out.chunks_exact_mut(4).zip(fields) {
         chunk.copy_from_slice(&field.to_ne_bytes());
     }

@@ -289,7 +289,6 @@ fn offsets_the_kernel_may_lack_are_zero_the_others_errors() {
         skb_len: 112,
         skb_data: 200,
         skb_nfct: 0,
-        skb_mark: 164,
         skb_dev: 16,
         dev_ifindex: 224,
         skb_data_len: 116,
@@ -434,14 +433,13 @@ fn offsets_bytes_match_the_struct_layout() {
         skb_len: 2,
         skb_data: 3,
         skb_nfct: 4,
-        skb_mark: 5,
-        skb_dev: 6,
-        dev_ifindex: 7,
-        skb_data_len: 8,
+        skb_dev: 5,
+        dev_ifindex: 6,
+        skb_data_len: 7,
     };
-    // SAFETY: `KernelOffsets` is 32 bytes of `u32`s without padding (asserted in
+    // SAFETY: `KernelOffsets` is 28 bytes of `u32`s without padding (asserted in
     // tracer-common), so it has the same size as the array and every bit pattern is valid.
-    let raw: [u8; 32] = unsafe { core::mem::transmute(o) };
+    let raw: [u8; 28] = unsafe { core::mem::transmute(o) };
     assert_eq!(kernel_offsets_bytes(&o), raw);
 }
 
@@ -465,7 +463,7 @@ fn running_kernel_offsets() {
         "{o:?}"
     );
     assert!(
-        o.skb_mark != 0 && o.skb_dev != 0 && o.dev_ifindex != 0 && o.skb_data_len != 0,
+        o.skb_dev != 0 && o.dev_ifindex != 0 && o.skb_data_len != 0,
         "{o:?}"
     );
     if btf.find_composite("bpf_nf_ctx").unwrap().is_some() {

@@ -236,7 +236,6 @@ fn context_loads(btf: &Btf) -> Result<Vec<LoadPatch>, AttachError> {
         ),
         member(nf_patch::SKB_DATA, "sk_buff.data", 8, o.skb_data),
         member(nf_patch::SKB_DEV, "sk_buff.dev", 8, o.skb_dev),
-        member(nf_patch::SKB_MARK, "sk_buff.mark", 4, o.skb_mark),
         member(nf_patch::SKB_NFCT, "sk_buff._nfct", 8, o.skb_nfct),
         member(
             nf_patch::DEV_IFINDEX,

@@ -62,8 +62,9 @@ fn off(bytes: u32) -> i16 {
 
 /// A netfilter program that adds to the `[count, sum of skb->len, skb->mark,
 /// skb->dev->ifindex]` u64s at index `slot` of array `map`, reading `skb` through the
-/// offsets from BTF: the verifier checks those reads against the kernel's own types.
-fn counter(map: &OwnedFd, slot: i32, o: &KernelOffsets) -> Vec<bpf_insn> {
+/// offsets from BTF (`skb_mark`: `sk_buff.mark`'s, which no pktrace program reads): the
+/// verifier checks those reads against the kernel's own types.
+fn counter(map: &OwnedFd, slot: i32, o: &KernelOffsets, skb_mark: u32) -> Vec<bpf_insn> {
     let [ld0, ld1] = ld_map_fd(1, map);
     vec![
         insn(0xbf, 6, 1, 0, 0),                 // r6 = ctx
@@ -79,7 +80,7 @@ fn counter(map: &OwnedFd, slot: i32, o: &KernelOffsets) -> Vec<bpf_insn> {
         insn(0xdb, 0, 1, 0, 0),                  // lock *(u64 *)(r0 + 0) += r1
         insn(0x61, 1, 7, off(o.skb_len), 0),     // r1 = skb->len
         insn(0xdb, 0, 1, 8, 0),                  // lock *(u64 *)(r0 + 8) += r1
-        insn(0x61, 1, 7, off(o.skb_mark), 0),    // r1 = skb->mark
+        insn(0x61, 1, 7, off(skb_mark), 0),      // r1 = skb->mark
         insn(0x7b, 0, 1, 16, 0),                 // *(u64 *)(r0 + 16) = r1
         insn(0x79, 1, 7, off(o.skb_dev), 0),     // r1 = skb->dev
         insn(0x15, 1, 0, 2, 0),                  // if r1 == 0 goto exit
@@ -109,10 +110,13 @@ fn links_count_packets_in_a_new_namespace_until_dropped() {
         println!("not applicable: {why}");
         return;
     }
-    let o = kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap();
+    let btf = Btf::from_sys_fs().unwrap();
+    let o = kernel_offsets(&btf).unwrap();
+    let mark = btf.struct_member_offset("sk_buff", "mark").unwrap();
     let map = sys::array_map_create(32, 2).unwrap();
-    let out = NetfilterProgram::load("pkt_test_out", &counter(&map, 0, &o), c"GPL").unwrap();
-    let post = NetfilterProgram::load("pkt_test_post", &counter(&map, 1, &o), c"GPL").unwrap();
+    let out = NetfilterProgram::load("pkt_test_out", &counter(&map, 0, &o, mark), c"GPL").unwrap();
+    let post =
+        NetfilterProgram::load("pkt_test_post", &counter(&map, 1, &o, mark), c"GPL").unwrap();
     in_new_netns(|| {
         probe_netfilter_links().unwrap();
         let links = [

@@ -40,7 +40,6 @@ fn patches_with(nfct: Option<i16>, conn: Option<ConnOffsets>) -> NfPatches {
             load(nf_patch::SKB_DATA_LEN, "sk_buff.data_len", 4, Some(116)),
             load(nf_patch::SKB_DATA, "sk_buff.data", 8, Some(200)),
             load(nf_patch::SKB_DEV, "sk_buff.dev", 8, Some(16)),
-            load(nf_patch::SKB_MARK, "sk_buff.mark", 4, Some(168)),
             load(nf_patch::SKB_NFCT, "sk_buff._nfct", 8, nfct),
             load(nf_patch::DEV_IFINDEX, "net_device.ifindex", 4, Some(224)),
         ],
@@ -87,7 +86,7 @@ fn placeholder_program() -> Vec<bpf_insn> {
         insn(LDX_DW, 4, 6, nf_patch::SKB_NFCT, 0), // 12
         insn(LDX_DW, 5, 6, nf_patch::SKB_DEV, 0), // 13
         insn(LDX_W, 5, 5, nf_patch::DEV_IFINDEX, 0), // 14
-        insn(LDX_W, 8, 6, nf_patch::SKB_MARK, 0), // 15
+        insn(LDX_W, 8, 10, -16, 0),               // 15: a stack load, left alone
         insn(LDX_W, 9, 10, -8, 0),                // 16: a stack load, left alone
         insn(CALL, 0, 0, 0, 5),                   // 17: bpf_ktime_get_ns, left alone
         insn(CALL, 0, 1, 0, nf_patch::RDONLY_CAST), // 18: a bpf-to-bpf call, left alone
@@ -138,7 +137,7 @@ fn placeholders_become_offsets_kfunc_calls_and_type_ids() {
     assert_eq!(fields(insns[12]), (LDX_DW, 4, 6, 128, 0));
     assert_eq!(fields(insns[13]), (LDX_DW, 5, 6, 16, 0));
     assert_eq!(fields(insns[14]), (LDX_W, 5, 5, 224, 0));
-    assert_eq!(fields(insns[15]), (LDX_W, 8, 6, 168, 0));
+    assert_eq!(fields(insns[15]), (LDX_W, 8, 10, -16, 0));
     assert_eq!(fields(insns[19]), (MOV64_IMM, 2, 0, 0, 5_003));
     assert_eq!(fields(insns[20]), (CALL, 0, PSEUDO_KFUNC_CALL, 0, 61_234));
     let want = [
@@ -252,7 +251,7 @@ fn wrong_or_unknown_placeholders_are_refused() {
     );
     let (_, what) = refused(insn(LDX_W, 1, 6, nf_patch::LOAD_LAST, 0));
     assert!(what.contains("unknown placeholder offset"), "{what}");
-    let (_, what) = refused(insn(STX_W, 6, 1, nf_patch::SKB_MARK, 0));
+    let (_, what) = refused(insn(STX_W, 6, 1, nf_patch::SKB_LEN, 0));
     assert!(what.contains("store"), "{what}");
     let (_, what) = refused(insn(0x07, 1, 0, 0, i32::from(nf_patch::SKB_LEN)));
     assert!(what.contains("folded"), "{what}");
