@@ -12,6 +12,7 @@ use std::{
 
 use crate::{
     attach::{links::LinkEvent, tc::Iface},
+    traced::TracedAddrs,
     util::{iface_matches, safe},
 };
 
@@ -100,11 +101,11 @@ impl Stamp {
     }
 }
 
-/// A followed pod: its current addresses and when to look it up again.
+/// A followed pod: when to look it up again. Its addresses are the session's
+/// [`TracedAddrs`].
 #[derive(Debug)]
 pub struct PodWatch {
     pub label: String,
-    pub addrs: Vec<IpAddr>,
     state_file: PathBuf,
     stamp: Option<Stamp>,
     /// A new interface appeared: the pod may have been recreated.
@@ -113,11 +114,10 @@ pub struct PodWatch {
 
 impl PodWatch {
     #[must_use]
-    pub fn new(label: String, addrs: Vec<IpAddr>, state_file: PathBuf) -> Self {
+    pub fn new(label: String, state_file: PathBuf) -> Self {
         let stamp = Stamp::of(&state_file);
         Self {
             label,
-            addrs,
             state_file,
             stamp,
             dirty: false,
@@ -133,47 +133,15 @@ impl PodWatch {
         std::mem::take(&mut self.dirty) || changed
     }
 
-    /// Takes the pod's addresses as resolved now; returns (added, removed) when they differ.
-    pub fn update(&mut self, now: Vec<IpAddr>) -> Option<(Vec<IpAddr>, Vec<IpAddr>)> {
-        if now.is_empty() || now == self.addrs {
-            return None;
-        }
-        let added: Vec<IpAddr> = now
-            .iter()
-            .filter(|a| !self.addrs.contains(a))
-            .copied()
-            .collect();
-        let removed: Vec<IpAddr> = self
-            .addrs
-            .iter()
-            .filter(|a| !now.contains(a))
-            .copied()
-            .collect();
-        self.addrs = now;
-        Some((added, removed))
-    }
-
     /// `pod default/x: now 10.13.76.60 (was 10.13.76.50)`.
     #[must_use]
-    pub fn moved_line(&self, removed: &[IpAddr]) -> String {
+    pub fn moved_line(&self, now: &TracedAddrs, removed: &[IpAddr]) -> String {
         format!(
-            "pod {}: now {} (was {})",
+            "pod {}: now {now} (was {})",
             safe(&self.label),
-            join(&self.addrs),
-            join(removed)
+            TracedAddrs::new(removed.iter().copied())
         )
     }
-}
-
-fn join(addrs: &[IpAddr]) -> String {
-    if addrs.is_empty() {
-        return "-".into();
-    }
-    addrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]
@@ -292,23 +260,15 @@ mod tests {
     }
 
     #[test]
-    fn a_recreated_pod_swaps_its_address_and_says_so() {
+    fn a_recreated_pod_says_where_it_moved() {
         let old: IpAddr = "10.13.76.50".parse().unwrap();
         let new: IpAddr = "10.13.76.60".parse().unwrap();
-        let mut w = PodWatch::new(
-            "default/x".into(),
-            vec![old],
-            "/nonexistent/state.json".into(),
-        );
-        assert_eq!(w.update(vec![old]), None);
-        // Not resolvable for a moment (deleted, not yet recreated): keep the old address.
-        assert_eq!(w.update(vec![]), None);
-        assert_eq!(w.update(vec![new]), Some((vec![new], vec![old])));
+        let w = PodWatch::new("default/x".into(), "/nonexistent/state.json".into());
+        let (now, changes) = TracedAddrs::new([old]).replaced_by(vec![new]).unwrap();
         assert_eq!(
-            w.moved_line(&[old]),
+            w.moved_line(&now, &changes.removed),
             "pod default/x: now 10.13.76.60 (was 10.13.76.50)"
         );
-        assert_eq!(w.addrs, [new]);
     }
 
     #[test]
@@ -316,7 +276,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("azure-vnet.json");
         std::fs::write(&file, "{}").unwrap();
-        let mut w = PodWatch::new("default/x".into(), vec![], file.clone());
+        let mut w = PodWatch::new("default/x".into(), file.clone());
         assert!(!w.due());
         std::fs::write(&file, "{\"a\":1}").unwrap();
         assert!(w.due());

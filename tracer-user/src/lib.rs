@@ -34,4 +34,5 @@ pub mod run;
 mod summary;
 #[cfg(test)]
 mod test_support;
+pub mod traced;
 pub mod util;

@@ -30,7 +30,7 @@ fn ctx() -> PacketCtx {
         mark: 0,
         local_addrs: vec!["10.13.76.4".parse::<IpAddr>().unwrap()],
         out_iface: Some("eth0".into()),
-        sources: Vec::new(),
+        sources: crate::traced::TracedAddrs::default(),
     }
 }
 

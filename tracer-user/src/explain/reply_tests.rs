@@ -88,7 +88,7 @@ impl Node {
             mark: 0,
             local_addrs: vec![self.node_ip.parse::<IpAddr>().unwrap()],
             out_iface: None,
-            sources: vec![sources.parse().unwrap()],
+            sources: vec![sources.parse().unwrap()].into(),
         }
     }
 }

@@ -5,7 +5,7 @@
 use tracer_common::{PROTO_ICMP, PROTO_TCP};
 
 use super::*;
-use crate::{journey::Ending, test_support::t};
+use crate::{journey::Ending, test_support::t, traced::TracedAddrs};
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED000: &str = include_str!("../../tests-data/iptables-seed000-calico.txt");
@@ -30,7 +30,7 @@ fn ctx(node: &str, out: &str) -> PacketCtx {
         mark: 0,
         local_addrs: vec![node.parse().unwrap()],
         out_iface: Some(out.into()),
-        sources: Vec::new(),
+        sources: TracedAddrs::default(),
     }
 }
 
@@ -401,7 +401,7 @@ fn no_snat_is_only_explained_for_original_directions() {
         ending: Ending::Left,
     };
     let mut c = ctx("10.13.76.4", "eth0");
-    c.sources = vec!["10.13.76.46".parse().unwrap()];
+    c.sources = vec!["10.13.76.46".parse().unwrap()].into();
     rules.attribute_journey(&mut j, &c);
     assert!(j.steps.iter().all(|s| s.attribution.is_none()), "{j:?}");
 
@@ -558,7 +558,7 @@ fn no_snat_renders_on_the_egress_step() {
         ending: Ending::Left,
     };
     let mut c = ctx("10.13.76.4", "eth0");
-    c.sources = vec!["10.13.76.46".parse().unwrap()];
+    c.sources = vec!["10.13.76.46".parse().unwrap()].into();
     rules.attribute_journey(&mut j, &c);
     let text = Shared::default();
     TextSink::new(Box::new(text.clone()), false, "default/ubuntu".into())
@@ -594,7 +594,11 @@ fn recreated_pod_is_explained_from_its_new_address() {
     let rules = Arc::new(ruleset(AZURE, None));
     let old: IpAddr = "10.13.76.46".parse().unwrap();
     let new: IpAddr = "10.13.76.60".parse().unwrap();
-    let mut ex = Explainer::with_rules(Some(rules), vec!["10.13.76.4".parse().unwrap()], vec![old]);
+    let mut ex = Explainer::with_rules(
+        Some(rules),
+        vec!["10.13.76.4".parse().unwrap()],
+        vec![old].into(),
+    );
     let journey = || {
         let out = t(PROTO_TCP, "10.13.76.60:40000", "10.13.1.4:80");
         Journey {
@@ -612,7 +616,7 @@ fn recreated_pod_is_explained_from_its_new_address() {
         "{:?}",
         before.steps[1]
     );
-    ex.set_sources(vec![new]);
+    ex.set_sources(vec![new].into());
     let mut after = journey();
     ex.explain(&mut after);
     let a = after.steps[1]

@@ -27,6 +27,7 @@ use super::{Attribute, PacketCtx, genid, read::legacy_in_use, ruleset::fingerpri
 use crate::{
     explain::Ruleset,
     journey::{Attribution, Journey, Point},
+    traced::TracedAddrs,
 };
 
 /// How often ipsets are compared, and the rules re-read where no cheaper check exists.
@@ -71,7 +72,7 @@ pub struct Explainer {
 impl Explainer {
     /// Reads the rules (reporting on stderr what cannot be read, once) and starts the poller.
     #[must_use]
-    pub fn start(local_addrs: Vec<IpAddr>, sources: Vec<IpAddr>) -> Self {
+    pub fn start(local_addrs: Vec<IpAddr>, sources: TracedAddrs) -> Self {
         // Before the read: a change during it shows as a new generation next time.
         let generation = genid::current();
         let rules = match Ruleset::load() {
@@ -102,7 +103,7 @@ impl Explainer {
     pub fn with_rules(
         rules: Option<Arc<Ruleset>>,
         local_addrs: Vec<IpAddr>,
-        sources: Vec<IpAddr>,
+        sources: TracedAddrs,
     ) -> Self {
         Self {
             rules,
@@ -151,7 +152,7 @@ impl Explainer {
 
     /// The traced pod's addresses changed (it was recreated): journeys are replayed from
     /// the new ones, and answers cached for the old ones are forgotten.
-    pub fn set_sources(&mut self, sources: Vec<IpAddr>) {
+    pub fn set_sources(&mut self, sources: TracedAddrs) {
         if self.ctx.sources != sources {
             self.ctx.sources = sources;
             self.cache.clear();
@@ -365,7 +366,7 @@ mod tests {
     #[test]
     fn cached_answers_go_when_the_rules_change() {
         let node = vec!["10.13.76.4".parse().unwrap()];
-        let mut e = Explainer::with_rules(Some(rules(AZURE)), node, Vec::new());
+        let mut e = Explainer::with_rules(Some(rules(AZURE)), node, TracedAddrs::default());
         assert!(why(&mut e).starts_with("MASQUERADE by IP-MASQ-AGENT rule 3"));
         assert_eq!(e.cache.len(), 1);
         assert!(

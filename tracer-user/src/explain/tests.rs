@@ -41,7 +41,7 @@ fn ctx(mark: u32, out_iface: Option<&str>) -> PacketCtx {
             "10.220.2.4".parse().unwrap(),
         ],
         out_iface: out_iface.map(str::to_owned),
-        sources: vec!["10.13.76.46".parse().unwrap()],
+        sources: vec!["10.13.76.46".parse().unwrap()].into(),
     }
 }
 

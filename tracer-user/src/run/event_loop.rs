@@ -110,7 +110,7 @@ impl Session {
             return;
         };
         if let Some(ct) = self.conntrack.as_mut() {
-            ct.set_traced(&addrs);
+            ct.set_traced(addrs.clone());
         }
         // Attribution replays the pod's packets from its new addresses.
         self.explainer.set_sources(addrs);

@@ -22,7 +22,9 @@ use crate::{
     diag,
     follow::{self, Action, PodWatch},
     journey::correlate::Correlator,
-    resolve, util,
+    resolve,
+    traced::TracedAddrs,
+    util,
 };
 
 /// Most link-event datagrams read per wake-up (the rest wait for the next turn of the loop).
@@ -37,6 +39,8 @@ pub(super) struct Hot<'a> {
     /// Interfaces an attach failed on (reported once each).
     failed: HashSet<u32>,
     pod: Option<PodWatch>,
+    /// The session's traced addresses (see [`TracedAddrs`]).
+    traced: TracedAddrs,
     /// A lookup of the followed pod under way.
     lookup: Option<tokio::task::JoinHandle<Option<Vec<IpAddr>>>>,
     /// The interface patterns chosen at start (`--interfaces`, or the default for the CNI
@@ -66,11 +70,9 @@ impl<'a> Hot<'a> {
             .map(|m| unsafe { AsyncFd::register(m) }.map_err(|e| RunError::Runtime(e.into())))
             .transpose()?;
         let pod = match &cfg.target {
-            Target::Pod { .. } => Some(PodWatch::new(
-                subject.label.clone(),
-                subject.addrs.clone(),
-                cfg.state_file.clone(),
-            )),
+            Target::Pod { .. } => {
+                Some(PodWatch::new(subject.label.clone(), cfg.state_file.clone()))
+            }
             _ => None,
         };
         Ok(Self {
@@ -81,6 +83,7 @@ impl<'a> Hot<'a> {
             verbose: cfg.verbose > 0,
             failed: HashSet::new(),
             pod,
+            traced: subject.addrs.clone(),
             lookup: None,
             patterns: chosen.choice.patterns.clone(),
         })
@@ -196,8 +199,8 @@ impl<'a> Hot<'a> {
     /// runtime or the API server (seconds), so it runs off the event loop, one at a time; its
     /// answer is taken on a later tick.
     ///
-    /// Returns the pod's addresses when they changed.
-    pub(super) async fn follow_pod(&mut self, cfg: &Config) -> Option<Vec<IpAddr>> {
+    /// Returns the new set of traced addresses when the pod's changed.
+    pub(super) async fn follow_pod(&mut self, cfg: &Config) -> Option<TracedAddrs> {
         let pod = self.pod.as_mut()?;
         if self
             .lookup
@@ -209,17 +212,18 @@ impl<'a> Hot<'a> {
                 None => None,
             };
             // Not resolvable for now (deleted, not recreated yet): keep the old addresses.
-            let (added, removed) = found.and_then(|ips| pod.update(ips))?;
-            let line = pod.moved_line(&removed);
-            match attach::track_addrs(self.ebpf, &added)
-                .and_then(|()| attach::untrack_addrs(self.ebpf, &removed))
+            let (now, changes) = found.and_then(|ips| self.traced.replaced_by(ips))?;
+            let line = pod.moved_line(&now, &changes.removed);
+            self.traced = now.clone();
+            match attach::track_addrs(self.ebpf, &changes.added)
+                .and_then(|()| attach::untrack_addrs(self.ebpf, &changes.removed))
             {
                 Ok(()) => diag::line(line),
                 Err(e) => diag::line(format_args!(
                     "{line}, but the kernel filter could not be updated: {e}"
                 )),
             }
-            return Some(pod.addrs.clone());
+            return Some(now);
         }
         if self.lookup.is_some() || !pod.due() {
             return None;

@@ -1,10 +1,7 @@
 //! Start-up as a plan: each step is one function that does one thing and fails with a
 //! [`RunError`] saying what to do. `super::trace` calls them in order.
 
-use std::{
-    io::{self, Write},
-    net::IpAddr,
-};
+use std::io::{self, Write};
 
 use aya::Ebpf;
 
@@ -27,7 +24,9 @@ use crate::{
         conntrack::{self, Conntrack},
     },
     output::{self, Sink},
-    resolve, util,
+    resolve,
+    traced::TracedAddrs,
+    util,
 };
 
 /// The output's buffer: journeys are written in batches of this size, and at the end of each
@@ -38,7 +37,7 @@ const OUT_BUFFER: usize = 64 << 10;
 /// filter and the explainer start from.
 pub(super) struct Subject {
     pub(super) label: String,
-    pub(super) addrs: Vec<IpAddr>,
+    pub(super) addrs: TracedAddrs,
 }
 
 /// Resolves the target: a pod's addresses, the given ones, or every packet.
@@ -51,11 +50,11 @@ pub(super) fn subject(cfg: &Config) -> Result<Subject, RunError> {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(","),
-            addrs: ips.clone(),
+            addrs: TracedAddrs::new(ips.iter().copied()),
         },
         Target::All => Subject {
             label: "*".into(),
-            addrs: Vec::new(),
+            addrs: TracedAddrs::default(),
         },
     })
 }
@@ -75,7 +74,7 @@ fn pod(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
     }
     Ok(Subject {
         label: found.pod.label(),
-        addrs: found.pod.ips,
+        addrs: found.pod.ips.into(),
     })
 }
 
@@ -114,7 +113,7 @@ pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> 
     // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
     // NAT programs, which `nat::attach` explains.
     let mut ebpf = attach::load(&globals, &cfg.knobs)?;
-    attach::track_addrs(&mut ebpf, &subject.addrs)?;
+    attach::track_addrs(&mut ebpf, subject.addrs.as_slice())?;
     let nat = nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
     drop(kernel_btf);
     Ok(Kernel { ebpf, globals, nat })
@@ -167,7 +166,7 @@ pub(super) fn conntrack(
                 .map_err(RunError::Conntrack)?,
         )
     };
-    Ok(Some(Conntrack::new(monitor, gates, &subject.addrs)))
+    Ok(Some(Conntrack::new(monitor, gates, subject.addrs.clone())))
 }
 
 /// Drops the capabilities the rest of the session does not use.
@@ -185,14 +184,13 @@ pub(super) fn drop_privileges(cfg: &Config) -> Result<(), RunError> {
 pub(super) fn announce(subject: &Subject, chosen: &Chosen, tc: &TcStart, nat: &NatAttachment) {
     let ifaces = &chosen.ifaces;
     let names: Vec<String> = ifaces.iter().map(|i| util::safe(&i.name)).collect();
-    let addrs: Vec<String> = subject.addrs.iter().map(ToString::to_string).collect();
     diag::line(format_args!(
         "tracing {} ({}) on {} interfaces ({}): {}",
         util::safe(&subject.label),
-        if addrs.is_empty() {
+        if subject.addrs.is_empty() {
             "every packet".into()
         } else {
-            addrs.join(", ")
+            subject.addrs.to_string()
         },
         ifaces.len(),
         policy::summary(&tc.modes),

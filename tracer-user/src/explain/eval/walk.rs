@@ -7,7 +7,10 @@ use std::{collections::HashSet, net::IpAddr};
 use tracer_common::Tuple;
 
 use super::{Fact, MAX_DEPTH, MAX_RULES, cidr_label};
-use crate::explain::rules::{Cond, NatRules, Rule, Target};
+use crate::{
+    explain::rules::{Cond, NatRules, Rule, Target},
+    traced::TracedAddrs,
+};
 
 /// What the walker knows about the packet beyond its tuple.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,7 +25,7 @@ pub struct PacketCtx {
     pub out_iface: Option<String>,
     /// The traced addresses: a journey without SNAT is explained ("no SNAT: …") when it
     /// starts at one of them or was DNATed (an original-direction packet either way).
-    pub sources: Vec<IpAddr>,
+    pub sources: TracedAddrs,
 }
 
 /// Where a walk reached a NAT target.

@@ -17,7 +17,7 @@ fn ctx(mark: u32, out: &str) -> PacketCtx {
         mark,
         local_addrs: vec!["10.13.76.4".parse::<IpAddr>().unwrap()],
         out_iface: Some(out.into()),
-        sources: Vec::new(),
+        sources: crate::traced::TracedAddrs::default(),
     }
 }
 

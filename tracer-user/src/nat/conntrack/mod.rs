@@ -17,7 +17,7 @@ pub mod monitor;
 pub mod parse;
 pub mod table;
 
-use std::{collections::HashSet, io, net::IpAddr};
+use std::{io, net::IpAddr};
 
 pub use gates::Gates;
 pub use monitor::{CtMonitor, Read};
@@ -25,7 +25,7 @@ pub use parse::CtEntry;
 pub use table::{Chain, NatTable, Translation};
 use tracer_common::{FAMILY_IPV6, Tuple};
 
-use crate::collect::Collector;
+use crate::{collect::Collector, traced::TracedAddrs};
 
 /// Most datagrams read per call of [`Conntrack::poll`] (the rest wait for the next).
 const READS: usize = 256;
@@ -48,24 +48,24 @@ pub struct Conntrack {
     monitor: CtMonitor,
     /// `None` when every packet is traced (nothing to follow).
     gates: Option<Gates>,
-    traced: HashSet<IpAddr>,
+    traced: TracedAddrs,
     losses: Losses,
 }
 
 impl Conntrack {
     #[must_use]
-    pub fn new(monitor: CtMonitor, gates: Option<Gates>, traced: &[IpAddr]) -> Self {
+    pub fn new(monitor: CtMonitor, gates: Option<Gates>, traced: TracedAddrs) -> Self {
         Self {
             monitor,
             gates,
-            traced: traced.iter().copied().collect(),
+            traced,
             losses: Losses::default(),
         }
     }
 
     /// The traced addresses changed (a followed pod moved).
-    pub fn set_traced(&mut self, addrs: &[IpAddr]) {
-        self.traced = addrs.iter().copied().collect();
+    pub fn set_traced(&mut self, traced: TracedAddrs) {
+        self.traced = traced;
     }
 
     /// The socket, for readiness.
