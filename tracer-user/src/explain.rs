@@ -16,6 +16,7 @@
 
 mod addr;
 mod decide;
+pub mod drop;
 mod eval;
 mod genid;
 mod host;

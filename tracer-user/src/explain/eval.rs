@@ -6,9 +6,11 @@ mod conds;
 mod facts;
 #[cfg(test)]
 mod tests;
+mod verdict;
 mod walk;
 
 pub(super) use facts::{Fact, cidr_label, render_facts};
+pub(super) use verdict::{DropHit, DropWalk, Seen, Verdict};
 pub use walk::PacketCtx;
 use walk::Truth;
 pub(super) use walk::{Hit, Miss, Steer, Walk};

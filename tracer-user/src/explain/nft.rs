@@ -37,16 +37,61 @@ pub enum NftError {
 /// # Errors
 /// The text is not nft's JSON.
 pub fn parse(json: &str, skip_iptables_nat: bool) -> Result<Vec<NatRules>, NftError> {
+    parse_kind(json, skip_iptables_nat, Kind::Nat)
+}
+
+/// The native tables in `json` with `type filter` (or `route`) base chains, each with
+/// those base chains only: what may drop a packet (kube-proxy's `filter-*` chains, Calico's
+/// nftables dataplane, an admin's `inet filter`). `skip_iptables`: the `filter`, `raw`,
+/// `mangle` and `security` tables of families ip/ip6 belong to iptables-nft (read through
+/// `iptables-nft-save`).
+///
+/// # Errors
+/// The text is not nft's JSON.
+pub fn parse_filter(json: &str, skip_iptables: bool) -> Result<Vec<NatRules>, NftError> {
+    parse_kind(json, skip_iptables, Kind::Filter)
+}
+
+/// Which base chains make a table worth keeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Kind {
+    #[default]
+    Nat,
+    Filter,
+}
+
+impl Kind {
+    /// The chain types of this kind.
+    fn chain_types(self) -> &'static [&'static str] {
+        match self {
+            Self::Nat => &["nat"],
+            Self::Filter => &["filter", "route"],
+        }
+    }
+
+    /// The ip/ip6 table names iptables-nft makes for this kind.
+    fn iptables_names(self) -> &'static [&'static str] {
+        match self {
+            Self::Nat => &["nat"],
+            Self::Filter => &["filter", "raw", "mangle", "security"],
+        }
+    }
+}
+
+fn parse_kind(json: &str, skip_iptables: bool, kind: Kind) -> Result<Vec<NatRules>, NftError> {
     let doc: Value = serde_json::from_str(json)?;
     let items = doc
         .get("nftables")
         .and_then(Value::as_array)
         .ok_or(NftError::Shape)?;
-    let mut tables = Tables::default();
+    let mut tables = Tables {
+        kind,
+        ..Tables::default()
+    };
     for item in items {
         tables.add(item);
     }
-    Ok(tables.native(skip_iptables_nat))
+    Ok(tables.native(skip_iptables))
 }
 
 /// `(family, name)` of a table.
@@ -58,6 +103,7 @@ struct Tables {
     found: Vec<(TableId, NatRules)>,
     /// Tables holding `xt` expressions (iptables-nft's, whatever their name).
     xt: Vec<TableId>,
+    kind: Kind,
 }
 
 impl Tables {
@@ -78,11 +124,18 @@ impl Tables {
     /// Adds one item of the `nftables` list (tables, elements and anything else are skipped).
     fn add(&mut self, item: &Value) {
         if let Some(c) = item.get("chain") {
+            let kind = self.kind;
             let t = &mut self.of(c).1;
             let name = text(c, "name");
             t.declare(&name);
-            if let Some(base) = base_chain(c, &name) {
+            if let Some(base) = base_chain(c, &name, kind) {
                 t.bases.push(base);
+                match c.get("policy").and_then(Value::as_str) {
+                    Some(p) if p != "accept" => {
+                        t.policies.insert(name, p.to_ascii_uppercase());
+                    }
+                    _ => {}
+                }
             }
         } else if let Some(r) = item.get("rule") {
             self.add_rule(r);
@@ -92,7 +145,9 @@ impl Tables {
         } else if let Some(m) = item.get("map") {
             let t = &mut self.of(m).1;
             if m.get("map").and_then(Value::as_str) == Some("verdict") {
-                t.nft_maps.insert(text(m, "name"), map_elems(m.get("elem")));
+                let (elems, comments) = map_elems_commented(m.get("elem")).into_iter().unzip();
+                t.nft_maps.insert(text(m, "name"), elems);
+                t.nft_map_comments.insert(text(m, "name"), comments);
             }
         }
     }
@@ -114,15 +169,18 @@ impl Tables {
         }
     }
 
-    /// The native nat tables: with a nat base chain, no `xt` expression, and (when
-    /// `skip_iptables_nat`) not named `nat` in family ip or ip6.
-    fn native(self, skip_iptables_nat: bool) -> Vec<NatRules> {
+    /// The native tables of the kind: with a base chain of its type, no `xt` expression,
+    /// and (when `skip_iptables`) not named as iptables-nft's tables of the kind in family
+    /// ip or ip6.
+    fn native(self, skip_iptables: bool) -> Vec<NatRules> {
         let xt = self.xt;
+        let names = self.kind.iptables_names();
         self.found
             .into_iter()
             .filter(|(id, t)| {
-                let iptables =
-                    skip_iptables_nat && id.1 == "nat" && (id.0 == "ip" || id.0 == "ip6");
+                let iptables = skip_iptables
+                    && names.contains(&id.1.as_str())
+                    && (id.0 == "ip" || id.0 == "ip6");
                 !t.bases.is_empty() && !iptables && !xt.contains(id)
             })
             .map(|(_, t)| t)
@@ -137,14 +195,16 @@ fn text(o: &Value, key: &str) -> String {
         .to_owned()
 }
 
-/// A `type nat` chain on a hook pktrace replays.
-fn base_chain(c: &Value, name: &str) -> Option<Base> {
-    if c.get("type").and_then(Value::as_str) != Some("nat") {
+/// A base chain of the kind's type on a hook pktrace replays.
+fn base_chain(c: &Value, name: &str, kind: Kind) -> Option<Base> {
+    let kind_type = c.get("type").and_then(Value::as_str)?;
+    if !kind.chain_types().contains(&kind_type) {
         return None;
     }
     let hook = match c.get("hook").and_then(Value::as_str)? {
         "prerouting" => Hook::Prerouting,
         "input" => Hook::Input,
+        "forward" => Hook::Forward,
         "output" => Hook::Output,
         "postrouting" => Hook::Postrouting,
         _ => return None,
@@ -153,6 +213,8 @@ fn base_chain(c: &Value, name: &str) -> Option<Base> {
         Some(Value::Number(n)) => i32::try_from(n.as_i64()?).ok()?,
         // Older nft prints named priorities as words.
         Some(Value::String(s)) => match s.as_str() {
+            "raw" => -300,
+            "mangle" => -150,
             "dstnat" => -100,
             "srcnat" => 100,
             _ => 0,
@@ -296,13 +358,27 @@ fn nat_to(body: &Value) -> Option<NatTo> {
 
 /// Verdict map elements: `[key, verdict]` pairs.
 fn map_elems(v: Option<&Value>) -> Vec<(Vec<Val>, Target)> {
+    map_elems_commented(v).into_iter().map(|(e, _)| e).collect()
+}
+
+/// One verdict map element: its key and verdict.
+type MapElem = (Vec<Val>, Target);
+
+/// Verdict map elements with each key's comment (`{"elem": {"val": …, "comment": …}}`).
+fn map_elems_commented(v: Option<&Value>) -> Vec<(MapElem, Option<String>)> {
     let Some(list) = v.and_then(Value::as_array) else {
         return Vec::new();
     };
     list.iter()
         .filter_map(|pair| {
             let pair = pair.as_array()?;
-            Some((elem(pair.first()?)?, statement(pair.get(1)?)?))
+            let key = pair.first()?;
+            let comment = key
+                .get("elem")
+                .and_then(|e| e.get("comment"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Some(((elem(key)?, statement(pair.get(1)?)?), comment))
         })
         .collect()
 }

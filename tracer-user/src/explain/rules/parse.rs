@@ -11,15 +11,25 @@ impl NatRules {
     /// Parses a dump; lines of other tables (`*filter`) and unreadable lines are skipped.
     #[must_use]
     pub fn parse(text: &str) -> Self {
+        Self::parse_table(text, "nat")
+    }
+
+    /// Parses the rules of `table` (`nat`, `filter`, `raw`, `mangle`) in a dump; lines of
+    /// other tables and unreadable lines are skipped. Lines before any `*table` header
+    /// count as `table`'s (`iptables -t filter -S`). Tables other than nat keep each
+    /// rule's text and the chains' policies.
+    #[must_use]
+    pub fn parse_table(text: &str, table: &str) -> Self {
         let mut rules = Self::default();
-        let mut in_nat = true;
+        let keep_text = table != "nat";
+        let mut inside = true;
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') || line == "COMMIT" {
                 continue;
             }
-            if let Some(table) = line.strip_prefix('*') {
-                in_nat = table.trim() == "nat";
-            } else if !in_nat || !rules.parse_line(line) {
+            if let Some(name) = line.strip_prefix('*') {
+                inside = name.trim() == table;
+            } else if !inside || !rules.parse_line(line, keep_text) {
                 rules.skipped_lines += 1;
             }
         }
@@ -27,9 +37,13 @@ impl NatRules {
     }
 
     /// One line; false when it is not a chain declaration or rule.
-    fn parse_line(&mut self, line: &str) -> bool {
+    fn parse_line(&mut self, line: &str, keep_text: bool) -> bool {
         if let Some(decl) = line.strip_prefix(':') {
-            let name = decl.split_whitespace().next().unwrap_or("");
+            let mut words = decl.split_whitespace();
+            let name = words.next().unwrap_or("");
+            if let Some(policy) = words.next().filter(|p| *p != "-" && *p != "ACCEPT") {
+                self.policies.insert(name.to_owned(), policy.to_owned());
+            }
             return !name.is_empty() && {
                 self.chain_mut(name);
                 true
@@ -43,6 +57,11 @@ impl NatRules {
         };
         let tokens = split(line);
         match tokens.as_slice() {
+            [flag, chain, policy, ..] if flag == "-P" && policy != "ACCEPT" => {
+                self.policies.insert(chain.clone(), policy.clone());
+                self.chain_mut(chain);
+                true
+            }
             [flag, chain, ..] if flag == "-N" || flag == "-P" => {
                 self.chain_mut(chain);
                 true
@@ -50,6 +69,10 @@ impl NatRules {
             [flag, chain, rest @ ..] if flag == "-A" || flag == "--append" => {
                 let rule = parse_rule(rest);
                 self.chain_mut(chain).rules.push(rule);
+                if keep_text {
+                    let texts = self.texts.entry(chain.clone()).or_default();
+                    texts.push(line.trim().to_owned());
+                }
                 true
             }
             _ => false,

@@ -10,22 +10,25 @@ use crate::explain::ipset::IpSets;
 /// Chains the kernel calls; the rest are reached by jumps.
 pub const BUILTIN: [&str; 4] = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"];
 
-/// A netfilter hook the nat table sits on.
+/// A netfilter hook a table sits on (the nat table on all but `Forward`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Hook {
     Prerouting,
     Input,
+    Forward,
     Output,
     Postrouting,
 }
 
 impl Hook {
-    /// The iptables built-in chain and its nat priority (`NF_IP_PRI_NAT_DST`/`_SRC`).
+    /// The iptables built-in chain and its nat priority (`NF_IP_PRI_NAT_DST`/`_SRC`;
+    /// `FORWARD`, where nat has no chain, at the filter priority 0).
     #[must_use]
     pub const fn builtin(self) -> (i32, &'static str) {
         match self {
             Self::Prerouting => (-100, "PREROUTING"),
             Self::Input => (100, "INPUT"),
+            Self::Forward => (0, "FORWARD"),
             Self::Output => (-100, "OUTPUT"),
             Self::Postrouting => (100, "POSTROUTING"),
         }
@@ -53,6 +56,14 @@ pub struct NatRules {
     pub nft_sets: HashMap<String, Vec<Vec<Val>>>,
     /// nftables named verdict maps.
     pub nft_maps: HashMap<String, Vec<(Vec<Val>, Target)>>,
+    /// The comment of each element of a named verdict map, in the order of `nft_maps`
+    /// (kube-proxy names the service of a `no-endpoint-services` element there).
+    pub nft_map_comments: HashMap<String, Vec<Option<String>>>,
+    /// Chain policies other than `ACCEPT` (`:FORWARD DROP`, nft `policy drop`), by chain.
+    pub policies: HashMap<String, String>,
+    /// Each rule as the dump wrote it (`-A FORWARD -s … -j DROP`), by chain, in rule
+    /// order: kept for tables other than nat, whose rules a drop names.
+    pub texts: HashMap<String, Vec<String>>,
     /// The node's ipsets, for `-m set` (empty when none were read).
     pub ipsets: IpSets,
     /// Built on first use: what decisions look up instead of scanning every rule.
