@@ -7,13 +7,14 @@
 //! raw, mangle and filter tables, legacy and nft backends, and native nftables `type
 //! filter` chains) for the packet as the drop saw it, hook by hook in the kernel's order of
 //! priorities, and naming the first `DROP` or `REJECT` it reaches (see
-//! [`DropWalk`](super::eval::DropWalk) for what is assumed). Owners are named from their
+//! `eval::DropWalk` for what is assumed). Owners are named from their
 //! rules: kube-proxy (`… has no endpoints`, its nftables `no-endpoint-services` map,
 //! `KUBE-FIREWALL`, `KUBE-PROXY-FIREWALL`), Calico (`cali-tw-*`/`cali-fw-*` endpoints,
 //! `cali-pi-*`/`cali-po-*` policies), Azure NPM (`AZURE-NPM-*`); anything else is the
 //! admin's rule, shown as written.
 
 mod name;
+mod read;
 mod reasons;
 mod replay;
 mod rules;

@@ -481,3 +481,42 @@ fn other_reasons_fill_in_the_packet() {
     drop.reason = "NEIGH_FAILED".into();
     assert!(why(&rules, &drop).unwrap().why.contains("10.0.0.5"));
 }
+
+#[test]
+fn read_from_the_node_tools() {
+    use crate::explain::{ExplainError, source::Output};
+    let run = |program: &str, args: &[&str]| -> Result<Output, ExplainError> {
+        let stdout = match (program, args) {
+            ("iptables-nft-save", []) => KUBE_FILTER,
+            ("nft", ["list", "tables"]) => "table ip filter\ntable ip kube-proxy\n",
+            ("nft", ["-j", "list", "table", "ip", "kube-proxy"]) => KUBE_NFT,
+            ("ipset", ["save"]) => ADMIN_SETS,
+            _ => {
+                return Err(ExplainError::NotInstalled {
+                    tried: program.into(),
+                });
+            }
+        };
+        Ok(Output {
+            stdout: stdout.into(),
+        })
+    };
+    let rules = DropRules::read_from(&run, false);
+    let labels: Vec<&str> = rules
+        .tables
+        .iter()
+        .map(|t| t.rules.label.as_str())
+        .collect();
+    assert_eq!(labels, ["iptables-nft filter", "nft table ip kube-proxy"]);
+    assert!(rules.notes.is_empty(), "{:?}", rules.notes);
+    let drop = facts(
+        PROTO_TCP,
+        "10.13.76.46:41000",
+        "10.0.88.14:80",
+        Some(Traversal::Forward),
+    );
+    assert_eq!(
+        explain(&rules, &drop).rule.as_deref(),
+        Some("KUBE-SERVICES: default/orders:http has no endpoints")
+    );
+}
