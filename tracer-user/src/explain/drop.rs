@@ -54,6 +54,10 @@ pub struct DropFacts {
     pub traversal: Option<Traversal>,
     /// The node's addresses (for `addrtype LOCAL`, `fib daddr type local`).
     pub local_addrs: Vec<IpAddr>,
+    /// The packet's conntrack state as iptables names it (`NEW`, `ESTABLISHED`,
+    /// `RELATED`, `INVALID`, `UNTRACKED`), when the drop hook read it; `None`: replayed as
+    /// `NEW`, and rules testing the state say so.
+    pub ct_state: Option<String>,
 }
 
 /// The order traversals are tried in when the drop hook does not know the packet's:
@@ -93,5 +97,7 @@ pub fn why(rules: &DropRules, drop: &DropFacts) -> Option<DropWhy> {
     })
 }
 
+#[cfg(test)]
+mod root_tests;
 #[cfg(test)]
 mod tests;

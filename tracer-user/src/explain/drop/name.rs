@@ -40,7 +40,7 @@ pub fn named(table: &DropTable, hit: &DropHit<'_>, drop: &DropFacts) -> DropWhy 
 
 /// `KUBE-SERVICES: default/web:http has no endpoints`, `FORWARD: -A FORWARD … -j DROP`,
 /// `FORWARD policy DROP`, `nft table ip kube-proxy reject-chain: rule 1 (REJECT)`.
-fn rule_text(table: &DropTable, hit: &DropHit<'_>) -> String {
+pub fn rule_text(table: &DropTable, hit: &DropHit<'_>) -> String {
     let prefix = table.prefix();
     let Some(index) = hit.index else {
         return format!("{prefix}{} policy {}", hit.chain, hit.verdict);

@@ -38,7 +38,10 @@ impl Traversal {
 
 /// The explanation of a netfilter drop: the first rule that drops the packet along its
 /// traversal (each of [`UNKNOWN_ORDER`] in turn when unknown, the one that matched said),
-/// or no rule and why none was named.
+/// or no rule and why none was named. The packet is replayed in the conntrack state the
+/// drop hook read, else as a new connection's; when no rule drops it, `why` says which rule
+/// would have if it was conntrack `INVALID` (kube-proxy's and Calico's `--ctstate INVALID
+/// -j DROP`), without naming it as the rule.
 pub fn netfilter(rules: &DropRules, drop: &DropFacts) -> DropWhy {
     let ctx = PacketCtx {
         mark: 0,
@@ -47,8 +50,9 @@ pub fn netfilter(rules: &DropRules, drop: &DropFacts) -> DropWhy {
         ..PacketCtx::default()
     };
     let order = order(drop);
-    for traversal in &order {
-        if let Some((table, hit)) = replay(rules, drop, &ctx, *traversal) {
+    let state = drop.ct_state.as_deref();
+    for &traversal in &order {
+        if let Some((table, hit)) = replay(rules, drop, &ctx, traversal, state) {
             let mut why = name::named(table, &hit, drop);
             if drop.traversal.is_none() {
                 let tried: Vec<&str> = order.iter().map(|t| t.label()).collect();
@@ -62,9 +66,22 @@ pub fn netfilter(rules: &DropRules, drop: &DropFacts) -> DropWhy {
             return why;
         }
     }
+    let mut why = unmatched(rules, drop, &order);
+    if state.is_none()
+        && let Some((table, hit)) = order
+            .iter()
+            .find_map(|&t| replay(rules, drop, &ctx, t, Some("INVALID")))
+    {
+        let _ = write!(
+            why,
+            "; if conntrack found it INVALID (out of window, or its entry gone), {} drops it: \
+             look at `conntrack -S`",
+            name::rule_text(table, &hit)
+        );
+    }
     DropWhy {
         rule: None,
-        why: unmatched(rules, drop, &order),
+        why,
         service: None,
     }
 }
@@ -128,10 +145,11 @@ fn replay<'a>(
     drop: &'a DropFacts,
     ctx: &'a PacketCtx,
     traversal: Traversal,
+    ct_state: Option<&'a str>,
 ) -> Option<(&'a DropTable, DropHit<'a>)> {
     let seen = Seen {
         in_iface: drop.in_iface.as_deref(),
-        ct_state: None,
+        ct_state,
     };
     let mut mark = 0;
     for &hook in traversal.hooks() {

@@ -156,6 +156,76 @@ fn no_drop_rule_matching_names_no_rule() {
     );
 }
 
+#[test]
+fn an_invalid_packet_is_named_only_when_its_state_is_known() {
+    let rules = iptables(KUBE_FILTER, None);
+    // An out-of-window segment of a connection to a pod: only KUBE-FORWARD's INVALID rule
+    // drops it. Without the state, no rule is named; the why says what INVALID would mean.
+    let mut drop = facts(
+        PROTO_TCP,
+        "10.13.76.46:41000",
+        "10.13.76.26:80",
+        Some(Traversal::Forward),
+    );
+    let got = explain(&rules, &drop);
+    assert_eq!(got.rule, None);
+    assert!(
+        got.why.contains("if conntrack found it INVALID (out of window, or its entry gone), KUBE-FORWARD: kubernetes forwarding rules drops it"),
+        "{}",
+        got.why
+    );
+    drop.ct_state = Some("INVALID".into());
+    let got = explain(&rules, &drop);
+    assert_eq!(
+        got.rule.as_deref(),
+        Some("KUBE-FORWARD: kubernetes forwarding rules")
+    );
+    assert!(got.why.contains("conntrack INVALID packets"), "{}", got.why);
+    // An established packet passes Calico's endpoint chain.
+    let calico = iptables(CALICO, Some(CALICO_SETS));
+    let mut drop = facts(
+        PROTO_TCP,
+        "10.13.76.99:41000",
+        "10.13.76.50:5432",
+        Some(Traversal::Forward),
+    );
+    drop.out_iface = Some("cali12d4a061371".into());
+    drop.ct_state = Some("ESTABLISHED".into());
+    assert_eq!(explain(&calico, &drop).rule, None);
+}
+
+#[test]
+fn ipv6_rules_and_packets() {
+    let text = "*filter\n:INPUT ACCEPT [0:0]\n\
+        -A INPUT -s 192.0.2.0/24 -p tcp -m tcp --dport 22 -j DROP\n\
+        -A INPUT -s 2001:db8:bad::/48 -p tcp -m tcp --dport 22 -j DROP\n\
+        COMMIT\n";
+    let rules = DropRules::parse(&[("ip6tables-nft", text)], &[], None);
+    let drop = facts(
+        PROTO_TCP,
+        "[2001:db8:bad::7]:50000",
+        "[fd00::4]:22",
+        Some(Traversal::LocalIn),
+    );
+    let got = explain(&rules, &drop);
+    assert_eq!(
+        got.rule.as_deref(),
+        Some("INPUT: -A INPUT -s 2001:db8:bad::/48 -p tcp -m tcp --dport 22 -j DROP")
+    );
+    assert!(
+        got.why.contains("2001:db8:bad::7 in 2001:db8:bad::/48"),
+        "{}",
+        got.why
+    );
+    let other = facts(
+        PROTO_TCP,
+        "[2001:db8:900d::7]:50000",
+        "[fd00::4]:22",
+        Some(Traversal::LocalIn),
+    );
+    assert_eq!(explain(&rules, &other).rule, None);
+}
+
 fn nft_rules() -> DropRules {
     DropRules::parse(&[], &[KUBE_NFT], None)
 }
