@@ -62,14 +62,20 @@ pub struct DropRules {
 
 impl DropRules {
     /// From what the tools printed: `iptables` holds `(label, iptables-save text)` pairs
-    /// (whole dumps, or `-t filter`, `-t raw`, `-t mangle` ones), `nft_json` the output of
+    /// (whole dumps, or `-t filter`, `-t raw`, `-t mangle` ones; text without `*table`
+    /// headers, as `iptables -S` prints, is the filter table), `nft_json` the output of
     /// `nft -j list ruleset` or `list table` (iptables-nft's own tables are skipped when an
     /// iptables dump was given), `ipsets` the output of `ipset save`.
     #[must_use]
     pub fn parse(iptables: &[(&str, &str)], nft_json: &[&str], ipsets: Option<&str>) -> Self {
         let mut out = Self::default();
         for (label, text) in iptables {
-            for (table, _) in IPTABLES {
+            // `iptables -S` has no `*table` headers: its lines are the filter table's.
+            let headed = text.lines().any(|l| l.trim_start().starts_with('*'));
+            for (table, _) in IPTABLES
+                .into_iter()
+                .filter(|&(t, _)| headed || t == "filter")
+            {
                 let mut rules = NatRules::parse_table(text, table);
                 if rules.rule_count() == 0 && rules.policies.is_empty() {
                     continue;

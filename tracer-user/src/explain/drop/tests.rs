@@ -1,5 +1,8 @@
 //! Drops explained against real-shaped dumps (`testdata/`): kube-proxy in iptables and
 //! nftables mode, Calico, Azure NPM, an admin's rules; and the other reasons' lines.
+//! The nftables JSON follows nft 1.0.6's `-j` output as sigs.k8s.io/knftables reads it: a
+//! commented element key is `{"elem": {"val": …, "comment": …}}`, verdicts `{"drop": null}`,
+//! `{"goto": {"target": …}}`.
 
 use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
@@ -192,6 +195,28 @@ fn an_invalid_packet_is_named_only_when_its_state_is_known() {
     drop.out_iface = Some("cali12d4a061371".into());
     drop.ct_state = Some("ESTABLISHED".into());
     assert_eq!(explain(&calico, &drop).rule, None);
+}
+
+#[test]
+fn rules_without_table_headers_are_the_filter_table() {
+    let text = "-P FORWARD ACCEPT\n-A FORWARD -s 192.0.2.0/24 -j DROP\n";
+    let rules = DropRules::parse(&[("iptables", text)], &[], None);
+    let labels: Vec<&str> = rules
+        .tables
+        .iter()
+        .map(|t| t.rules.label.as_str())
+        .collect();
+    assert_eq!(labels, ["iptables filter"]);
+    let drop = facts(
+        PROTO_UDP,
+        "192.0.2.1:53",
+        "10.13.76.26:53",
+        Some(Traversal::Forward),
+    );
+    assert_eq!(
+        explain(&rules, &drop).rule.as_deref(),
+        Some("FORWARD: -A FORWARD -s 192.0.2.0/24 -j DROP")
+    );
 }
 
 #[test]
