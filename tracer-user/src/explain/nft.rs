@@ -2,7 +2,9 @@
 //! 1.0.6 and later), turned into the same model as iptables dumps: `type nat` base chains
 //! on prerouting/input/output/postrouting with their priorities, rules of conditions and one
 //! verdict, named sets and verdict maps (kube-proxy's nftables mode: `ip daddr . meta
-//! l4proto . th dport vmap @service-ips`, `numgen random mod N vmap { … }`).
+//! l4proto . th dport vmap @service-ips`, `numgen random mod N vmap { … }`). The same
+//! reader gives drop replays the tables' `type filter` base chains ([`parse_filter`]), with
+//! chain policies, verdict-map element comments and `ct state` matches kept.
 //!
 //! The `ip nat`/`ip6 nat` tables iptables-nft makes are not native: their rules use xt
 //! compat expressions and are read through `iptables-nft-save` instead, so they are skipped
@@ -20,7 +22,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use self::matches::{elem, elems, keys_of, match_cond};
-use super::rules::{Base, Hook, MapKey, MapRef, NatRules, NatTo, Rule, Target, Val};
+use super::rules::{Base, Cond, Hook, MapKey, MapRef, NatRules, NatTo, Rule, Target, Test, Val};
 
 /// Why the JSON could not be read at all (a rule pktrace cannot read only becomes unknown).
 #[derive(Debug, thiserror::Error)]
@@ -157,11 +159,12 @@ impl Tables {
             .get("expr")
             .and_then(Value::as_array)
             .map_or(&[][..], Vec::as_slice);
+        let kind = self.kind;
         let (id, table) = self.of(r);
         let id = id.clone();
         let comment = r.get("comment").and_then(Value::as_str).map(str::to_owned);
         let chain = text(r, "chain");
-        for rule in rules_of(exprs, comment) {
+        for rule in rules_of(exprs, comment, kind) {
             table.push_rule(&chain, rule);
         }
         if exprs.iter().any(|e| e.get("xt").is_some()) {
@@ -230,12 +233,15 @@ fn base_chain(c: &Value, name: &str, kind: Kind) -> Option<Base> {
 
 /// One nft rule as rules of the model: its conditions, then one rule per statement that acts
 /// (a `meta mark set` before a `jump` becomes two rules with the same conditions).
-fn rules_of(exprs: &[Value], comment: Option<String>) -> Vec<Rule> {
+fn rules_of(exprs: &[Value], comment: Option<String>, kind: Kind) -> Vec<Rule> {
     let mut conds = Vec::new();
     let mut out = Vec::new();
     for e in exprs {
         if let Some(m) = e.get("match") {
-            conds.extend(match_cond(m));
+            match ct_state(m).filter(|_| kind == Kind::Filter) {
+                Some(cond) => conds.push(cond),
+                None => conds.extend(match_cond(m)),
+            }
             continue;
         }
         if let Some(target) = statement(e) {
@@ -254,6 +260,30 @@ fn rules_of(exprs: &[Value], comment: Option<String>) -> Vec<Rule> {
         });
     }
     out
+}
+
+/// A `ct state` match in a filter chain, as the condition iptables' conntrack match
+/// parses to (`-m conntrack --ctstate NEW,ESTABLISHED`), which the drop replay checks
+/// against the packet's state. (In nat chains only a connection's first packet is seen, and
+/// `match_cond` makes `ct state new` hold.)
+fn ct_state(m: &Value) -> Option<Cond> {
+    let left = m.get("left")?.get("ct")?;
+    if left.get("key").and_then(Value::as_str) != Some("state") {
+        return None;
+    }
+    let states: Vec<String> = match m.get("right")? {
+        Value::String(s) => vec![s.to_ascii_uppercase()],
+        Value::Array(list) => list
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_ascii_uppercase)
+            .collect(),
+        _ => return None,
+    };
+    Some(Cond {
+        negated: m.get("op").and_then(Value::as_str) == Some("!="),
+        test: Test::Unknown(format!("-m conntrack --ctstate {}", states.join(","))),
+    })
 }
 
 /// A statement that decides or changes something; counters and logs are `None`.

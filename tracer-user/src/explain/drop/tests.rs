@@ -306,6 +306,31 @@ fn kube_proxy_nftables_drop_verdict_and_nodeports() {
 }
 
 #[test]
+fn kube_proxy_nftables_checks_only_new_connections() {
+    let rules = nft_rules();
+    let mut drop = facts(
+        PROTO_TCP,
+        "10.13.76.46:41000",
+        "10.0.88.14:80",
+        Some(Traversal::Forward),
+    );
+    let got = explain(&rules, &drop);
+    assert!(
+        got.why
+            .contains("conntrack state taken as NEW for `--ctstate NEW`"),
+        "{}",
+        got.why
+    );
+    drop.ct_state = Some("NEW".into());
+    let got = explain(&rules, &drop);
+    assert_eq!(got.service.as_deref(), Some("default/orders"));
+    assert!(!got.why.contains("taken as NEW"), "{}", got.why);
+    // `ct state new jump …`: an established connection's packet is not checked.
+    drop.ct_state = Some("ESTABLISHED".into());
+    assert_eq!(explain(&rules, &drop).rule, None);
+}
+
+#[test]
 fn kube_proxy_nftables_unallocated_cluster_ip_and_no_match() {
     let rules = nft_rules();
     let stray = facts(
