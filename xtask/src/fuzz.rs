@@ -24,7 +24,7 @@ pub struct Target {
 }
 
 /// Every target in `fuzz/Cargo.toml`.
-pub const TARGETS: [Target; 6] = [
+pub const TARGETS: [Target; 7] = [
     Target {
         name: "parse_packet",
         fixtures: &[],
@@ -51,6 +51,15 @@ pub const TARGETS: [Target; 6] = [
     Target {
         name: "expr_parse",
         fixtures: &[],
+    },
+    Target {
+        name: "drop_why",
+        fixtures: &[
+            "../tracer-user/src/explain/drop/testdata/kube-proxy-filter.txt",
+            "../tracer-user/src/explain/drop/testdata/calico-filter.txt",
+            "../tracer-user/src/explain/drop/testdata/azure-npm-filter.txt",
+            "../tracer-user/src/explain/drop/testdata/admin-drop.txt",
+        ],
     },
 ];
 

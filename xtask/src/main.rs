@@ -88,7 +88,7 @@ enum Task {
     /// Run the cargo-fuzz targets (nightly, libFuzzer) for a while each; fails on a finding.
     Fuzz {
         /// Targets to run [default: all: `parse_packet`, `packet_roundtrip`, `ring_record`,
-        /// `state_file`, `iptables_save`, `expr_parse`].
+        /// `state_file`, `iptables_save`, `expr_parse`, `drop_why`].
         targets: Vec<String>,
         /// Seconds per target.
         #[arg(long, value_name = "S", default_value_t = xtask::fuzz::CI_SECONDS)]
