@@ -22,6 +22,7 @@ pub fn named(table: &DropTable, hit: &DropHit<'_>, drop: &DropFacts) -> DropWhy 
     let rule = Some(rule_text(table, hit));
     let service = service(table, hit);
     let owner = kube_proxy(hit, service.as_deref(), drop)
+        .or_else(|| is_kube_proxy(table, hit).then(|| kube_proxy_other(hit, drop)))
         .or_else(|| calico(table, hit))
         .or_else(|| azure_npm(table, hit))
         .unwrap_or_else(|| admin(table, hit));
@@ -59,15 +60,30 @@ pub fn rule_text(table: &DropTable, hit: &DropHit<'_>) -> String {
 /// (its nftables `no-endpoint-services`), or of a chain on the path (its nftables chain
 /// names). Other owners' comments are not services.
 fn service(table: &DropTable, hit: &DropHit<'_>) -> Option<String> {
-    let kube = hit.path.iter().any(|c| c.starts_with("KUBE-"))
-        || (table.iptables.is_none() && table.rules.label.ends_with("kube-proxy"));
-    if !kube {
+    if !is_kube_proxy(table, hit) {
         return None;
     }
     hit.rule
         .and_then(service_of)
         .or_else(|| hit.map_comments.iter().rev().find_map(|c| service_word(c)))
         .or_else(|| hit.path.iter().rev().find_map(|c| service_of_chain(c)))
+}
+
+/// Whether the rule is kube-proxy's: reached through a `KUBE-` chain, or in its nftables
+/// table.
+fn is_kube_proxy(table: &DropTable, hit: &DropHit<'_>) -> bool {
+    hit.path.iter().any(|c| c.starts_with("KUBE-"))
+        || (table.iptables.is_none() && table.rules.label.ends_with("kube-proxy"))
+}
+
+/// A kube-proxy rule none of the known shapes matches.
+fn kube_proxy_other(hit: &DropHit<'_>, drop: &DropFacts) -> String {
+    format!(
+        "kube-proxy {} {} in {}; look at the services and endpoints it serves",
+        verb(hit),
+        packet(drop),
+        hit.chain
+    )
 }
 
 /// `ns/name` from a word such as `ns2/svc2:p80`.

@@ -220,6 +220,26 @@ fn rules_without_table_headers_are_the_filter_table() {
 }
 
 #[test]
+fn an_unknown_kube_proxy_rule_is_still_kube_proxys() {
+    let text = "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-NEW - [0:0]\n\
+        -A INPUT -j KUBE-NEW\n-A KUBE-NEW -p udp -m udp --dport 9 -j DROP\nCOMMIT\n";
+    let rules = iptables(text, None);
+    let drop = facts(
+        PROTO_UDP,
+        "192.0.2.1:53",
+        "10.224.0.4:9",
+        Some(Traversal::LocalIn),
+    );
+    let got = explain(&rules, &drop);
+    assert!(
+        got.why
+            .starts_with("kube-proxy drops udp 192.0.2.1:53 → 10.224.0.4:9 in KUBE-NEW"),
+        "{}",
+        got.why
+    );
+}
+
+#[test]
 fn ipv6_rules_and_packets() {
     let text = "*filter\n:INPUT ACCEPT [0:0]\n\
         -A INPUT -s 192.0.2.0/24 -p tcp -m tcp --dport 22 -j DROP\n\
