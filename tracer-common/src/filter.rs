@@ -1,8 +1,11 @@
 //! What the kernel programs let through: the filter modes (the `FILTER_MODE` global), the key
-//! of the traced addresses' map ([`AddrKey`]) and its IPv4 copy for the fast path
-//! ([`AddrSetV4`]).
+//! of the traced addresses' map ([`AddrKey`]), its IPv4 copy for the fast path
+//! ([`AddrSetV4`]), and the filter expression's kernel part ([`ExprFilter`]).
 
 use core::mem::size_of;
+
+mod expr;
+pub use expr::{EXPR_V4, EXPR_V6, ExprFilter};
 
 /// Filter mode: only packets of tracked addresses and flows.
 pub const TRACKED: u32 = 0;

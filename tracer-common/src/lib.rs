@@ -16,7 +16,7 @@ pub mod parse;
 mod record;
 mod tuple;
 
-pub use filter::{AddrKey, AddrSetV4, V4_SET_MAX};
+pub use filter::{AddrKey, AddrSetV4, ExprFilter, V4_SET_MAX};
 pub use flow_slot::{
     FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, flow_addr_slot, flow_slot_of, flow_tuple_slot,
 };
@@ -46,4 +46,5 @@ mod pod {
     unsafe impl aya::Pod for super::AddrSetV4 {}
     unsafe impl aya::Pod for super::PendingNat {}
     unsafe impl aya::Pod for super::KernelOffsets {}
+    unsafe impl aya::Pod for super::ExprFilter {}
 }

@@ -13,7 +13,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AddrKey, AddrSetV4, FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, KernelOffsets, Tuple, counter, filter,
+    AddrKey, AddrSetV4, ExprFilter, FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, KernelOffsets, Tuple,
+    counter, filter,
     parse::{Parsed, Window},
 };
 
@@ -63,6 +64,11 @@ pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(2, 0);
 /// [`filter`] mode, set by user space at load time.
 #[unsafe(no_mangle)]
 static FILTER_MODE: u32 = filter::TRACKED;
+
+/// The filter expression's IP versions and protocols ([`ExprFilter`]), set by user space at
+/// load time; the default admits every packet.
+#[unsafe(no_mangle)]
+static EXPR_FILTER: ExprFilter = ExprFilter::ANY;
 
 /// Wake the reader when the ring buffer's fill crosses this many bytes (once per crossing,
 /// see [`crate::emit::emit`]); below it, and while it stays above, the reader drains on a
@@ -114,6 +120,14 @@ pub fn offsets() -> KernelOffsets {
 pub fn trace_all() -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&FILTER_MODE) == filter::ALL }
+}
+
+/// Whether the filter expression may match a packet of this family and protocol
+/// ([`EXPR_FILTER`]; NAT changes neither, so the answer holds at every hook).
+#[inline(always)]
+pub fn expr_admits(family: u8, proto: u8) -> bool {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&EXPR_FILTER) }.admits(family, proto)
 }
 
 /// The ring-buffer fill at which an event wakes the reader ([`WAKE_BYTES`]).

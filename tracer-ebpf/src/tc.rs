@@ -26,7 +26,7 @@ use crate::{
         addr_maybe_followed, flow_followed, flow_followed_hashed, flow_hash_v4, flows_present,
         hash_maybe_followed,
     },
-    maps::{SCRATCH_TC, count, scratch, trace_all},
+    maps::{SCRATCH_TC, count, expr_admits, scratch, trace_all},
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
@@ -222,9 +222,13 @@ fn parse_copy(ctx: &TcContext, len: u32) -> Result<&'static Parsed, ()> {
 }
 
 /// Counts a traced packet and emits its record: [`TcRecordV4`] for IPv4, else the wide
-/// [`TcRecord`].
+/// [`TcRecord`]; nothing for a packet of an IP version or protocol the filter expression rules
+/// out.
 #[inline(always)]
 fn emit_event(ctx: &TcContext, event_kind: u8, parsed: &Parsed) {
+    if !expr_admits(parsed.tuple.family, parsed.tuple.proto) {
+        return;
+    }
     count(counter::MATCHED);
     // SAFETY: reading a field of the program's own context.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };

@@ -13,7 +13,7 @@ use crate::{
     filter::has_tracked_addr,
     first,
     followed::{flow_followed, follow_flow},
-    maps::trace_all,
+    maps::{expr_admits, trace_all},
     nat::step::{Meta, Rewrite, emit_step},
 };
 
@@ -37,11 +37,13 @@ impl Follow {
 }
 
 /// Whether a NAT step is reported, and which of its tuples it follows: `None` when NAT left
-/// the packet unchanged (most packets: decided on the tuples alone) or the packet is traced
-/// neither before nor after it. A tuple without a tracked address is followed.
+/// the packet unchanged (most packets: decided on the tuples alone), the filter expression
+/// rules out its IP version or protocol (neither changes under NAT: none of its packets would
+/// be shown, so its flow is not followed either) or the packet is traced neither before nor
+/// after it. A tuple without a tracked address is followed.
 #[inline(always)]
 pub fn reported(before: &Tuple, after: &Tuple) -> Option<Follow> {
-    if *after == *before {
+    if *after == *before || !expr_admits(before.family, before.proto) {
         return None;
     }
     if trace_all() {

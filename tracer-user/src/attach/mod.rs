@@ -15,7 +15,9 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array as BpfArray, HashMap as BpfHashMap},
 };
-use tracer_common::{AddrKey, AddrSetV4, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter};
+use tracer_common::{
+    AddrKey, AddrSetV4, ExprFilter, FAMILY_IPV4, FAMILY_IPV6, KernelOffsets, filter,
+};
 
 use crate::config::Knobs;
 
@@ -55,6 +57,8 @@ pub struct Globals {
     /// Kernel structure offsets for the NAT programs.
     pub offsets: KernelOffsets,
     pub wake_bytes: u64,
+    /// The filter expression's IP versions and protocols (`ExprFilter::ANY` without one).
+    pub expr_filter: ExprFilter,
 }
 
 impl Globals {
@@ -69,6 +73,16 @@ impl Globals {
             filter_mode,
             offsets,
             wake_bytes: WAKE_BYTES,
+            expr_filter: ExprFilter::ANY,
+        }
+    }
+
+    /// The same globals with the filter expression's kernel part.
+    #[must_use]
+    pub const fn with_expr(self, expr_filter: ExprFilter) -> Self {
+        Self {
+            expr_filter,
+            ..self
         }
     }
 
@@ -78,6 +92,7 @@ impl Globals {
         vec![
             ("FILTER_MODE", self.filter_mode.to_ne_bytes().to_vec()),
             ("WAKE_BYTES", self.wake_bytes.to_ne_bytes().to_vec()),
+            ("EXPR_FILTER", self.expr_filter.to_ne_bytes().to_vec()),
             (
                 "OFFSETS",
                 crate::kernel::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
@@ -108,6 +123,7 @@ pub fn load(globals: &Globals, knobs: &Knobs) -> Result<Ebpf, LoadError> {
     loader
         .override_global("FILTER_MODE", &globals.filter_mode, true)
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
+        .override_global("EXPR_FILTER", &globals.expr_filter, true)
         .override_global("OFFSETS", &globals.offsets, true);
     if let Some(bytes) = knobs.ring_bytes {
         loader.map_max_entries("EVENTS", bytes);
