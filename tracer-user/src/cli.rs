@@ -30,6 +30,8 @@ The summary is printed last in every case.
 Examples:
   pktrace --pod ubuntu                         10 s of the pod's packets in namespace default
   pktrace --pod web-0 -n shop -f -o json       stream JSON lines until Ctrl-C
+  pktrace --pod ubuntu udp port 53             only the pod's DNS packets (tcpdump syntax)
+  pktrace --pod ubuntu -o line                 one line per journey
   pktrace --pod-ip 10.13.76.46 -c 20           the first 20 journeys of that address
   pktrace --trace-all -d 2s                    every IP packet on the hooks, for 2 seconds
   pktrace merge a=a.jsonl b=b.jsonl            journeys across nodes from each node's -o json
@@ -62,6 +64,9 @@ pub enum Format {
     Text,
     /// One JSON object per line (the JSON lines contract).
     Json,
+    /// One line per journey (time, protocol, the packet in and out, interfaces, total time,
+    /// each NAT step's rule), then the text summary.
+    Line,
 }
 
 /// How NAT steps are observed (`--nat-hook`); see DESIGN.md "NAT observation".
@@ -148,8 +153,9 @@ pub struct Args {
     #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
     pub namespace: String,
 
-    /// Trace these addresses instead of a pod (repeat the flag or separate with commas).
-    #[arg(long = "pod-ip", value_name = "IP", num_args = 1.., value_delimiter = ',')]
+    /// Trace these addresses instead of a pod (repeat the flag or separate with commas; one
+    /// value per flag, so that the words after it are the expression).
+    #[arg(long = "pod-ip", value_name = "IP", value_delimiter = ',')]
     #[arg(action = ArgAction::Append)]
     pub pod_ip: Vec<IpAddr>,
 
@@ -167,7 +173,8 @@ pub struct Args {
     #[arg(short = 'd', long = "duration", value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
-    /// Output format: text for people, json for one JSON object per line.
+    /// Output format: text for people, json for one JSON object per line, line for one line
+    /// per journey.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Text)]
     pub output: Format,
 
@@ -208,6 +215,12 @@ pub struct Args {
     /// How to observe NAT: auto picks the best the kernel offers.
     #[arg(long, value_enum, value_name = "HOOK", default_value_t = NatHook::Auto)]
     pub nat_hook: NatHook,
+
+    /// Show only journeys of which a step matches this filter, before or after NAT (tcpdump
+    /// syntax: host, net, port, portrange, src, dst, tcp, udp, icmp, icmp6, ip, ip6, proto,
+    /// and, or, not, parentheses); the words are joined with spaces: `udp port 53`.
+    #[arg(value_name = "EXPRESSION")]
+    pub expression: Vec<String>,
 }
 
 /// When to colour the text output.
@@ -421,16 +434,27 @@ mod tests {
             parse_cli(&["--generate", "man"]).unwrap().generate,
             Some(Generate::Man)
         );
+        // After the options, words are the filter expression (checked by `config`), even a
+        // subcommand's name.
+        let c = parse_cli(&["--pod", "a", "merge", "x"]).unwrap();
+        assert!(c.command.is_none());
+        assert_eq!(c.trace.expression, ["merge", "x"]);
+        let c = parse_cli(&["--pod-ip", "10.0.0.1", "udp", "port", "53"]).unwrap();
+        assert_eq!((c.trace.pod_ip.len(), c.trace.expression.len()), (1, 3));
+        let c = parse_cli(&["--pod", "a", "udp", "port", "53", "-c", "5"]).unwrap();
+        assert_eq!(
+            (c.trace.expression.join(" ").as_str(), c.trace.count),
+            ("udp port 53", Some(5))
+        );
         let cases: &[(&[&str], ErrorKind)] = &[
             (&[], ErrorKind::MissingRequiredArgument),
-            (&["--pod", "a", "merge", "x"], ErrorKind::ArgumentConflict),
             (&["merge"], ErrorKind::MissingRequiredArgument),
             (
                 &["--generate", "man", "--pod", "a"],
                 ErrorKind::ArgumentConflict,
             ),
             (&["--generate", "pdf"], ErrorKind::InvalidValue),
-            (&["help"], ErrorKind::InvalidSubcommand),
+            (&["help"], ErrorKind::MissingRequiredArgument),
         ];
         for (args, kind) in cases {
             let err = parse_cli(args).expect_err(&format!("{args:?} should fail"));

@@ -10,8 +10,11 @@ pub use knobs::{
     RING_BYTES_ENV,
 };
 
-use crate::cli::{Args, ColorWhen, DEFAULT_DURATION};
 pub use crate::cli::{Format, NatHook};
+use crate::{
+    cli::{Args, ColorWhen, DEFAULT_DURATION},
+    expr::{Filter, FilterError},
+};
 
 /// Longest interface name Linux accepts (`IFNAMSIZ` - 1).
 const IFNAME_MAX: usize = 15;
@@ -57,6 +60,8 @@ pub struct Config {
     pub verbose: u8,
     /// Emit every IP packet, not only the target's.
     pub trace_all: bool,
+    /// The filter expression: only journeys it matches are shown.
+    pub filter: Option<Filter>,
     /// The hidden knobs of the environment, read once here.
     pub knobs: Knobs,
 }
@@ -76,6 +81,9 @@ pub enum ConfigError {
         pattern: String,
         reason: &'static str,
     },
+    /// The filter expression does not parse or matches nothing.
+    #[error(transparent)]
+    Expression(#[from] FilterError),
 }
 
 impl Config {
@@ -92,6 +100,7 @@ impl Config {
 
     fn build(args: Args, is_tty: bool, no_color: bool, knobs: Knobs) -> Result<Self, ConfigError> {
         let interfaces = args.interfaces.map(check_interfaces).transpose()?;
+        let filter = Filter::parse(&args.expression)?;
         Ok(Self {
             target: target(args.pod, &args.namespace, args.pod_ip)?,
             limits: limits(args.follow, args.count, args.duration),
@@ -109,6 +118,7 @@ impl Config {
             nat_hook: args.nat_hook,
             verbose: args.verbose,
             trace_all: args.trace_all,
+            filter,
             knobs,
         })
     }

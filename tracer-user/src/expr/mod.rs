@@ -12,11 +12,13 @@
 //! [`parse`] gives an [`Expr`] or an [`ExprError`] with the byte offset of the fault
 //! ([`ExprError::render`] shows it under the expression). [`Expr::matches`] tests one
 //! [`PacketView`]; [`Prefilter::of`] summarises what a packet needs to possibly match, for the
-//! kernel (see [`prefilter`] for where applying it is sound under NAT).
+//! kernel (see [`prefilter`] for where applying it is sound under NAT). [`Filter`] is the
+//! expression as a run applies it: to whole journeys, and its sound part in the kernel.
 
 mod ast;
 mod error;
 mod eval;
+mod filter;
 mod lexer;
 mod parser;
 pub mod prefilter;
@@ -28,6 +30,7 @@ mod values;
 pub use ast::{Dir, Expr, Family, Net, PortRange, Test};
 pub use error::{ErrorKind, ExprError};
 pub use eval::PacketView;
+pub use filter::{Filter, FilterError};
 pub use prefilter::Prefilter;
 
 /// Longest expression accepted, in bytes.

@@ -9,6 +9,7 @@ use crate::{
     collect::{self, Collector, Counters},
     diag,
     explain::Explainer,
+    expr::Filter,
     journey::correlate::Correlator,
     kernel,
     nat::conntrack::{self, Conntrack},
@@ -34,6 +35,9 @@ pub(super) struct Session {
     ct_reported: conntrack::Losses,
     /// Events read from the ring and not joined yet (conntrack's reports are read in between).
     pending: Vec<tracer_common::Observation>,
+    /// The filter expression: a journey none of whose steps matches is neither written nor
+    /// counted in the summary (nor towards `-c`).
+    filter: Option<Filter>,
 }
 
 impl Session {
@@ -52,7 +56,13 @@ impl Session {
             conntrack,
             ct_reported: conntrack::Losses::default(),
             pending: Vec::new(),
+            filter: None,
         }
+    }
+
+    /// The same session showing only the journeys `filter` matches.
+    pub(super) fn with_filter(self, filter: Option<Filter>) -> Self {
+        Self { filter, ..self }
     }
 
     /// The `-c` limit is reached.
@@ -136,8 +146,12 @@ impl Session {
         let mut wrote = false;
         self.explainer.take_updates();
         let (explainer, summary, limit) = (&mut self.explainer, &mut self.summary, self.limit);
+        let filter = self.filter.as_ref();
         self.correlator.drain_done(|j| {
-            if j.steps.is_empty() || limit.is_some_and(|n| summary.journeys() >= n) {
+            if j.steps.is_empty()
+                || limit.is_some_and(|n| summary.journeys() >= n)
+                || filter.is_some_and(|f| !f.shows(j))
+            {
                 return Ok(());
             }
             explainer.explain_with_current_rules(j);

@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 
 use aya::Ebpf;
+use tracer_common::ExprFilter;
 
 use super::{RunError, interfaces::Chosen, session::Session};
 use crate::{
@@ -17,6 +18,7 @@ use crate::{
     config::{Config, Knobs, Target},
     diag,
     explain::Explainer,
+    expr::Filter,
     journey::correlate::{Correlator, Limits},
     kernel::{self, btf::KernelBtf, caps},
     nat::{
@@ -109,7 +111,8 @@ pub(super) struct Kernel {
 pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> {
     let kernel_btf = KernelBtf::new(cfg.knobs.btf_path.clone());
     let offsets = nat::kernel_offsets_or_default(&kernel_btf, cfg.verbose);
-    let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets);
+    let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets)
+        .with_expr(cfg.filter.as_ref().map_or(ExprFilter::ANY, Filter::kernel));
     // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
     // NAT programs, which `nat::attach` explains.
     let mut ebpf = attach::load(&globals, &cfg.knobs)?;
@@ -249,7 +252,7 @@ pub(super) fn session(
         correlator.use_conntrack();
     }
     let explainer = Explainer::start(kernel::host::local_addrs(), subject.addrs.clone());
-    Session::new(correlator, explainer, cfg.limits.count, conntrack)
+    Session::new(correlator, explainer, cfg.limits.count, conntrack).with_filter(cfg.filter.clone())
 }
 
 /// The join table's limits: the defaults, or a smaller table for tests.
