@@ -1,7 +1,8 @@
-//! Where journeys go: one [`Sink`] trait with a text ([`text`]) and a JSON lines ([`json`])
-//! implementation, plus helpers for printing names that come from files or the kernel.
+//! Where journeys go: one [`Sink`] trait with a text ([`text`]), a JSON lines ([`json`]) and
+//! a one-line-per-journey ([`line`]) implementation, plus helpers for printing names that come from files or the kernel.
 
 pub mod json;
+pub mod line;
 pub mod text;
 
 use std::io::{self, Write};
@@ -66,6 +67,7 @@ pub fn sink(
     match format {
         Format::Text => Box::new(text::TextSink::new(out, color, pod_label)),
         Format::Json => Box::new(json::JsonSink::new(out, pod_label)),
+        Format::Line => Box::new(line::LineSink::new(out, color, pod_label)),
     }
 }
 

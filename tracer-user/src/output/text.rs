@@ -64,6 +64,12 @@ impl TextSink {
         }
     }
 
+    /// The output, for a sink that writes its own journey lines and this one's other lines
+    /// (`-o line`).
+    pub(super) fn out(&mut self) -> &mut (dyn Write + Send) {
+        &mut *self.out
+    }
+
     fn emit(&mut self, text: &str) -> io::Result<()> {
         self.out.write_all(text.as_bytes())?;
         self.out.flush()

@@ -1,0 +1,197 @@
+//! `-o line`: one line per journey, like tcpdump's, then the text summary.
+//!
+//! ```text
+//! 20:41:07.123456 tcp 10.13.76.46:41234 > 10.0.159.58:80 → = > 10.13.76.26:80 azv47c3ee9d512→azva4124965a9b 9.41µs DNAT KUBE-SEP-6HBOEI5FVFTJNRJ3 (default/whereami)
+//! ```
+//!
+//! Fields, in order: the wall-clock time of the journey's first step (UTC,
+//! `HH:MM:SS.micro`); the protocol; the packet as it entered; `→` and the packet as it left
+//! when NAT changed it, an endpoint NAT left alone written `=`; the interfaces it entered and
+//! left by (`?` when no tc hook saw that end); the time from the first step to the last
+//! (`≥` when the first step's time is a bound: a first packet's claimed uplink ingress); each
+//! NAT step with its rule (`?` when unknown) and service, a reply's reverse translation as
+//! `un-DNAT`/`un-SNAT`; and how it ended unless it left the node. Nothing is cut to fit a
+//! width: a DNAT journey in the lab takes about 140 columns, its facts first.
+
+use std::{
+    fmt::Write as _,
+    io::{self, Write},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use super::{Sink, human_ns, text::TextSink};
+use crate::{
+    journey::{Ending, Journey, NatPoint, Step, StepKind, endpoint},
+    kernel,
+    summary::Summary,
+    util::safe,
+};
+
+/// Writes one line per journey; losses, evictions and the summary as [`TextSink`] does.
+pub struct LineSink {
+    text: TextSink,
+    /// Wall-clock nanoseconds since the Unix epoch minus the kernel's monotonic clock: added
+    /// to a step's `ktime_ns` it gives the step's wall-clock time.
+    wall_offset_ns: i128,
+    line: String,
+}
+
+impl LineSink {
+    /// A sink writing to `out`; `color` and `pod` as for [`TextSink`] (the summary's).
+    #[must_use]
+    pub fn new(out: Box<dyn Write + Send>, color: bool, pod: String) -> Self {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let wall = i128::try_from(wall).unwrap_or(0);
+        Self::with_wall_offset(
+            out,
+            color,
+            pod,
+            wall - i128::from(kernel::host::monotonic_ns()),
+        )
+    }
+
+    /// [`Self::new`] with a given offset from the monotonic clock to the wall clock.
+    #[must_use]
+    pub fn with_wall_offset(
+        out: Box<dyn Write + Send>,
+        color: bool,
+        pod: String,
+        wall_offset_ns: i128,
+    ) -> Self {
+        Self {
+            text: TextSink::new(out, color, pod),
+            wall_offset_ns,
+            line: String::new(),
+        }
+    }
+}
+
+/// `HH:MM:SS.uuuuuu` (UTC) of a wall-clock time in nanoseconds since the epoch.
+fn clock(wall_ns: i128) -> String {
+    let micros = wall_ns.max(0) / 1_000;
+    let (secs, micro) = (micros / 1_000_000, micros % 1_000_000);
+    let day = secs % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{micro:06}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60
+    )
+}
+
+/// `src > dst` of a packet.
+fn packet(t: &tracer_common::Tuple) -> String {
+    format!("{} > {}", endpoint(t, true), endpoint(t, false))
+}
+
+/// `= > 10.13.76.26:80`: the packet as it left, an endpoint equal to the entering one's as `=`.
+fn changed(entered: &tracer_common::Tuple, left: &tracer_common::Tuple) -> String {
+    let side = |source: bool| {
+        let (a, b) = (endpoint(entered, source), endpoint(left, source));
+        if a == b { "=".to_owned() } else { b }
+    };
+    format!("{} > {}", side(true), side(false))
+}
+
+/// The packet as it entered: the first step's packet before it (a NAT step's before NAT).
+fn entered(first: &Step) -> &tracer_common::Tuple {
+    first.orig().unwrap_or(&first.tuple)
+}
+
+/// What one step adds to the line: a NAT step its rule; a tc step nothing (its interface is
+/// in the in/out field). Matched on every kind, so that a new kind must say what it shows.
+fn step_note(step: &Step, out: &mut String) {
+    match &step.kind {
+        StepKind::Tc { .. } => {}
+        StepKind::Nat(n) => {
+            let what = match (n.point, n.reply) {
+                (NatPoint::Dnat, false) => "DNAT",
+                (NatPoint::Snat, false) => "SNAT",
+                (NatPoint::Dnat, true) => "un-DNAT",
+                (NatPoint::Snat, true) => "un-SNAT",
+            };
+            let _ = write!(out, " {what} ");
+            match &step.attribution {
+                Some(a) => {
+                    out.push_str(&safe(&a.rule));
+                    if let Some(service) = &a.service {
+                        let _ = write!(out, " ({})", safe(service));
+                    }
+                }
+                None => out.push('?'),
+            }
+        }
+    }
+}
+
+/// The journey's line, without the newline.
+fn journey_line(j: &Journey, first: &Step, last: &Step, wall_offset_ns: i128, out: &mut String) {
+    let start = entered(first);
+    let _ = write!(
+        out,
+        "{} {} {}",
+        clock(wall_offset_ns + i128::from(first.ktime_ns)),
+        j.proto(),
+        packet(start)
+    );
+    if last.tuple != *start {
+        let _ = write!(out, " → {}", changed(start, &last.tuple));
+    }
+    let iface = |s: Option<&Step>| s.and_then(Step::iface).map_or_else(|| "?".to_owned(), safe);
+    let tc_in = j.steps.iter().find(|s| s.iface().is_some());
+    let tc_out = j.steps.iter().rev().find(|s| s.iface().is_some());
+    let bound = if first.time_bound() { "≥" } else { "" };
+    let _ = write!(
+        out,
+        " {}→{} {bound}{}",
+        iface(tc_in),
+        iface(tc_out),
+        human_ns(j.transit_ns())
+    );
+    for step in &j.steps {
+        step_note(step, out);
+    }
+    out.push_str(match j.ending {
+        Ending::Left => "",
+        Ending::TimedOut => " (timed out)",
+        Ending::Flushed => " (still open at exit)",
+        Ending::InterfaceGone => " (interface gone)",
+    });
+}
+
+impl Sink for LineSink {
+    fn journey(&mut self, j: &Journey) -> io::Result<()> {
+        let (Some(first), Some(last)) = (j.steps.first(), j.steps.last()) else {
+            return Ok(());
+        };
+        self.line.clear();
+        journey_line(j, first, last, self.wall_offset_ns, &mut self.line);
+        self.line.push('\n');
+        self.text.out().write_all(self.line.as_bytes())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.text.flush()
+    }
+
+    fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()> {
+        self.text.loss(lost_new, lost_total)
+    }
+
+    fn evicted(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.text.evicted(new, total)
+    }
+
+    fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.text.evicted_flows(new, total)
+    }
+
+    fn summary(&mut self, s: &Summary) -> io::Result<()> {
+        self.text.summary(s)
+    }
+}
+
+#[cfg(test)]
+mod tests;

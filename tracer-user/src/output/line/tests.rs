@@ -1,0 +1,156 @@
+use std::sync::Arc;
+
+use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+
+use super::*;
+use crate::{
+    journey::{Attribution, Point},
+    output::test_support::{Shared, nat, t, tc},
+};
+
+/// 20:41:07.000000 UTC on some day, minus the fixtures' first `ktime_ns` (1 ms).
+const WALL_OFFSET: i128 =
+    (1_790_000_000 / 86_400 * 86_400 + 20 * 3600 + 41 * 60 + 7) * 1_000_000_000 - 1_000_000;
+
+fn render(f: impl FnOnce(&mut dyn Sink)) -> String {
+    let buf = Shared::default();
+    let mut sink = LineSink::with_wall_offset(
+        Box::new(buf.clone()),
+        false,
+        "default/ubuntu".into(),
+        WALL_OFFSET,
+    );
+    f(&mut sink);
+    buf.text()
+}
+
+fn rule(name: &str, service: Option<&str>) -> Option<Arc<Attribution>> {
+    Some(Arc::new(Attribution {
+        rule: name.into(),
+        service: service.map(Into::into),
+        why: Some("explained at length elsewhere".into()),
+    }))
+}
+
+/// The text and JSON tests' DNAT journey: pod to a ClusterIP, DNATed to a backend pod.
+fn whereami() -> Journey {
+    let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
+    let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
+    let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
+    dnat.attribution = rule("KUBE-SEP-6HBOEI5FVFTJNRJ3", Some("default/whereami"));
+    Journey {
+        steps: vec![
+            tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
+            dnat,
+            tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
+        ],
+        ending: Ending::Left,
+    }
+}
+
+#[test]
+fn a_dnat_journey_is_one_line_with_every_fact() {
+    let out = render(|s| s.journey(&whereami()).unwrap());
+    assert_eq!(
+        out,
+        "20:41:07.000000 tcp 10.13.76.46:41234 > 10.0.159.58:80 → = > 10.13.76.26:80 \
+         azv47c3ee9d512→azva4124965a9b 9.41µs DNAT KUBE-SEP-6HBOEI5FVFTJNRJ3 \
+         (default/whereami)\n"
+    );
+}
+
+#[test]
+fn masquerade_reply_unknown_rule_and_endings() {
+    // Out through DNAT and MASQUERADE, the SNAT's rule unknown; it timed out.
+    let a = t(PROTO_UDP, "10.13.76.46:5353", "10.0.0.10:53");
+    let b = t(PROTO_UDP, "10.13.76.46:5353", "10.224.0.9:53");
+    let c = t(PROTO_UDP, "10.224.0.4:61000", "10.224.0.9:53");
+    let mut dnat = nat(Point::Dnat, a, b, 1_002_000, None);
+    dnat.attribution = rule("KUBE-SEP-AAAA", None);
+    let j = Journey {
+        steps: vec![
+            tc(Point::Ingress, "azvx", a, 1_001_000),
+            dnat,
+            nat(Point::Snat, b, c, 1_003_000, Some(500)),
+        ],
+        ending: Ending::TimedOut,
+    };
+    // A reply: the un-DNAT, the ICMP packet has no ports; the ingress time is a bound.
+    let r0 = t(PROTO_ICMP, "203.0.113.7", "10.13.76.46");
+    let r1 = t(PROTO_ICMP, "10.0.159.58", "10.13.76.46");
+    let mut undo = nat(Point::Dnat, r0, r1, 2_000_500, None);
+    undo.nat_mut().reply = true;
+    let mut first = tc(Point::Ingress, "eth0", r0, 2_000_000);
+    if let StepKind::Tc { time_bound, .. } = &mut first.kind {
+        *time_bound = true;
+    }
+    let reply = Journey {
+        steps: vec![first, undo],
+        ending: Ending::InterfaceGone,
+    };
+    let out = render(|s| {
+        s.journey(&j).unwrap();
+        s.journey(&reply).unwrap();
+        s.journey(&Journey {
+            steps: vec![],
+            ending: Ending::Left,
+        })
+        .unwrap();
+    });
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "20:41:07.000001 udp 10.13.76.46:5353 > 10.0.0.10:53 → 10.224.0.4:61000 > \
+             10.224.0.9:53 azvx→azvx 2.00µs DNAT KUBE-SEP-AAAA SNAT ? (timed out)",
+            "20:41:07.001000 icmp 203.0.113.7 > 10.13.76.46 → 10.0.159.58 > = eth0→eth0 \
+             ≥500ns un-DNAT ? (interface gone)",
+        ],
+        "a journey without steps writes nothing"
+    );
+}
+
+#[test]
+fn names_from_outside_are_escaped_and_a_journey_without_tc_says_so() {
+    let a = t(PROTO_TCP, "10.13.76.46:1", "10.0.0.1:80");
+    let b = t(PROTO_TCP, "10.13.76.46:1", "10.13.76.26:80");
+    let mut dnat = nat(Point::Dnat, a, b, 1_000_000, None);
+    dnat.attribution = rule("KUBE-SEP-\x1b[31mX", Some("ns/\nsvc"));
+    let out = render(|s| {
+        s.journey(&Journey {
+            steps: vec![dnat],
+            ending: Ending::Flushed,
+        })
+        .unwrap();
+    });
+    assert_eq!(out.lines().count(), 1, "{out:?}");
+    assert!(
+        !out.contains('\x1b') && out.ends_with("(still open at exit)\n"),
+        "{out:?}"
+    );
+    assert!(out.contains(" ?→? 0ns DNAT "), "{out:?}");
+}
+
+#[test]
+fn the_summary_is_the_text_summary() {
+    let mut summary = Summary::new();
+    summary.record(&whereami());
+    summary.add_events(3);
+    let line = render(|s| s.summary(&summary).unwrap());
+    let buf = Shared::default();
+    let mut text = TextSink::new(Box::new(buf.clone()), false, "default/ubuntu".into());
+    text.summary(&summary).unwrap();
+    assert_eq!(line, buf.text());
+    assert!(line.starts_with("summary for default/ubuntu: 1 journeys, 3 events"));
+}
+
+#[test]
+fn clock_is_utc_time_of_day_in_microseconds() {
+    assert_eq!(clock(0), "00:00:00.000000");
+    assert_eq!(clock(86_399_999_999_999), "23:59:59.999999");
+    assert_eq!(
+        clock(86_400_000_000_000 + 3_723_000_456_000),
+        "01:02:03.000456"
+    );
+    assert_eq!(clock(-5), "00:00:00.000000");
+}
