@@ -111,7 +111,7 @@ pub struct Trace {
 }
 
 impl Pktrace {
-    /// Starts `pktrace ARGS -o json --ready-file …` in the node namespace and waits until it
+    /// Starts `pktrace ARGS -o json --ready-file …` (no `-o json` when ARGS has `-o`) in the node namespace and waits until it
     /// has attached every hook. `--state-file` is the lab's unless given.
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
@@ -162,12 +162,11 @@ impl Pktrace {
         {
             full.extend(["--nat-hook".into(), hook]);
         }
-        full.extend([
-            "-o".into(),
-            "json".into(),
-            "--ready-file".into(),
-            ready.display().to_string(),
-        ]);
+        // JSON unless the test asked for another output (read with `stop_raw`).
+        if !args.contains(&"-o") {
+            full.extend(["-o".into(), "json".into()]);
+        }
+        full.extend(["--ready-file".into(), ready.display().to_string()]);
         let mut cmd = entry.command(ns, pktrace_bin(), &full);
         cmd.envs(env.iter().copied());
         cmd.stdout(file(&dir, "stdout"))
@@ -270,6 +269,22 @@ impl Pktrace {
     /// lines contract ([`Trace::from_output`]).
     #[must_use]
     pub fn stop_with(mut self, signal: i32) -> Trace {
+        let status = self.stop_status(signal);
+        self.finish(status)
+    }
+
+    /// SIGINT and wait, for a pktrace started with its own `-o` (not JSON): the exit status
+    /// and stdout as printed.
+    ///
+    /// # Panics
+    /// If pktrace does not exit within `EXIT_TIMEOUT` of the signal.
+    #[must_use]
+    pub fn stop_raw(mut self) -> (ExitStatus, String) {
+        let status = self.stop_status(libc::SIGINT);
+        (status, self.stdout_so_far())
+    }
+
+    fn stop_status(&mut self, signal: i32) -> ExitStatus {
         // Let the collector's timer drain the last events and close idle journeys.
         sleep(Duration::from_millis(300));
         let mut child = self.child.take().expect("running");
@@ -289,7 +304,7 @@ impl Pktrace {
             }
             sleep(Duration::from_millis(20));
         };
-        self.finish(status)
+        status
     }
 
     /// Sends SIGKILL at once (no grace period) and reaps the process.

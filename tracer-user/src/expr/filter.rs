@@ -8,7 +8,7 @@ use tracer_common::{
 };
 
 use super::{ExprError, Family, PacketView, Prefilter, ast::Expr};
-use crate::journey::Journey;
+use crate::journey::{Journey, proto_name};
 
 /// A parsed expression with its text (for messages) and its prefilter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +77,33 @@ impl Filter {
                 .filter_map(PacketView::from_tuple)
                 .any(|v| self.expr.matches(&v))
         })
+    }
+
+    /// One line for the start-up: the expression and what of it the kernel applies.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let protos = self.prefilter.protos.as_ref().map_or_else(
+            || "every protocol".to_owned(),
+            |set| {
+                let names: Vec<String> = set.iter().map(|p| proto_name(*p)).collect();
+                names.join(", ")
+            },
+        );
+        let family = match self
+            .prefilter
+            .families
+            .as_ref()
+            .map(|f| f.iter().collect::<Vec<_>>())
+        {
+            Some(f) if f == [&Family::V4] => " over IPv4",
+            Some(f) if f == [&Family::V6] => " over IPv6",
+            _ => "",
+        };
+        format!(
+            "filter '{}': the kernel emits {protos}{family} only; a journey is shown when one of \
+             its steps matches, before or after NAT",
+            crate::util::safe(&self.text)
+        )
     }
 
     /// The part of the prefilter the kernel may apply at every hook: the IP versions and the

@@ -94,6 +94,9 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     // Everything is loaded and attached: keep only what the rest of the session uses.
     start::drop_privileges(cfg)?;
     start::announce(&subject, &chosen, &tc, &kernel.nat);
+    if let Some(filter) = &cfg.filter {
+        crate::diag::line(filter.describe());
+    }
     // Before the ready file: a SIGINT right after it must still end with the summary.
     let signals = event_loop::signals()?;
     start::ready_file(cfg)?;
