@@ -291,9 +291,9 @@ impl Pktrace {
         // SAFETY: plain kill(2) on our own child.
         unsafe { libc::kill(i32::try_from(child.id()).unwrap_or(0), signal) };
         let start = Instant::now();
-        let status = loop {
+        loop {
             if let Some(s) = child.try_wait().expect("wait") {
-                break s;
+                return s;
             }
             if start.elapsed() > EXIT_TIMEOUT {
                 let _ = child.kill();
@@ -303,8 +303,7 @@ impl Pktrace {
                 );
             }
             sleep(Duration::from_millis(20));
-        };
-        status
+        }
     }
 
     /// Sends SIGKILL at once (no grace period) and reaps the process.

@@ -24,12 +24,12 @@ fn render(f: impl FnOnce(&mut dyn Sink)) -> String {
     buf.text()
 }
 
-fn rule(name: &str, service: Option<&str>) -> Option<Arc<Attribution>> {
-    Some(Arc::new(Attribution {
+fn rule(name: &str, service: Option<&str>) -> Arc<Attribution> {
+    Arc::new(Attribution {
         rule: name.into(),
         service: service.map(Into::into),
         why: Some("explained at length elsewhere".into()),
-    }))
+    })
 }
 
 /// The text and JSON tests' DNAT journey: pod to a ClusterIP, DNATed to a backend pod.
@@ -37,7 +37,7 @@ fn whereami() -> Journey {
     let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
     let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
     let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
-    dnat.attribution = rule("KUBE-SEP-6HBOEI5FVFTJNRJ3", Some("default/whereami"));
+    dnat.attribution = Some(rule("KUBE-SEP-6HBOEI5FVFTJNRJ3", Some("default/whereami")));
     Journey {
         steps: vec![
             tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
@@ -66,7 +66,7 @@ fn masquerade_reply_unknown_rule_and_endings() {
     let b = t(PROTO_UDP, "10.13.76.46:5353", "10.224.0.9:53");
     let c = t(PROTO_UDP, "10.224.0.4:61000", "10.224.0.9:53");
     let mut dnat = nat(Point::Dnat, a, b, 1_002_000, None);
-    dnat.attribution = rule("KUBE-SEP-AAAA", None);
+    dnat.attribution = Some(rule("KUBE-SEP-AAAA", None));
     let j = Journey {
         steps: vec![
             tc(Point::Ingress, "azvx", a, 1_001_000),
@@ -115,7 +115,7 @@ fn names_from_outside_are_escaped_and_a_journey_without_tc_says_so() {
     let a = t(PROTO_TCP, "10.13.76.46:1", "10.0.0.1:80");
     let b = t(PROTO_TCP, "10.13.76.46:1", "10.13.76.26:80");
     let mut dnat = nat(Point::Dnat, a, b, 1_000_000, None);
-    dnat.attribution = rule("KUBE-SEP-\x1b[31mX", Some("ns/\nsvc"));
+    dnat.attribution = Some(rule("KUBE-SEP-\x1b[31mX", Some("ns/\nsvc")));
     let out = render(|s| {
         s.journey(&Journey {
             steps: vec![dnat],
