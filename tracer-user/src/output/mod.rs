@@ -1,5 +1,6 @@
 //! Where journeys go: one [`Sink`] trait with a text ([`text`]), a JSON lines ([`json`]) and
-//! a one-line-per-journey ([`line`]) implementation, plus helpers for printing names that come from files or the kernel.
+//! a one-line-per-journey ([`mod@line`]) implementation, plus helpers for printing names that
+//! come from files or the kernel.
 
 pub mod json;
 pub mod line;
