@@ -1,14 +1,14 @@
 //! The expression as a run applies it ([`Filter`]): parsed once at start from the words after
-//! the options, shown a journey when any of its steps matches, and handed to the kernel as
-//! the part of its prefilter that holds at every hook ([`Filter::kernel`]).
+//! the options, asked whether any of a journey's packets matches ([`Filter::matches_any`]),
+//! and handed to the kernel as the part of its prefilter that holds at every hook
+//! ([`Filter::kernel`]).
 
 use tracer_common::{
-    ExprFilter,
+    ExprFilter, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple,
     filter::{EXPR_V4, EXPR_V6},
 };
 
 use super::{ExprError, Family, PacketView, Prefilter, ast::Expr};
-use crate::journey::{Journey, proto_name};
 
 /// A parsed expression with its text (for messages) and its prefilter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,17 +66,15 @@ impl Filter {
         &self.text
     }
 
-    /// True when the journey is shown: one of its steps matches, as the packet was after it
-    /// or, for a NAT step, before it (so `port 8080` shows a packet to a service's port 80
-    /// that DNAT sent to 8080, from its first step on).
-    #[must_use]
-    pub fn shows(&self, j: &Journey) -> bool {
-        j.steps.iter().any(|s| {
-            std::iter::once(&s.tuple)
-                .chain(s.orig())
-                .filter_map(PacketView::from_tuple)
-                .any(|v| self.expr.matches(&v))
-        })
+    /// True when one of `packets` matches: the packet of each step of a journey, as it was
+    /// after the step and, for a NAT step, before it (so `port 8080` shows a packet to a
+    /// service's port 80 that DNAT sent to 8080, from its first step on). The caller's
+    /// journey is shown when this is true.
+    pub fn matches_any<'a>(&self, packets: impl IntoIterator<Item = &'a Tuple>) -> bool {
+        packets
+            .into_iter()
+            .filter_map(PacketView::from_tuple)
+            .any(|v| self.expr.matches(&v))
     }
 
     /// One line for the start-up: the expression and what of it the kernel applies.
@@ -85,7 +83,7 @@ impl Filter {
         let protos = self.prefilter.protos.as_ref().map_or_else(
             || "every protocol".to_owned(),
             |set| {
-                let names: Vec<String> = set.iter().map(|p| proto_name(*p)).collect();
+                let names: Vec<String> = set.iter().map(|p| name(*p)).collect();
                 names.join(", ")
             },
         );
@@ -127,6 +125,17 @@ impl Filter {
             None => ExprFilter::of(families, 0..=u8::MAX),
             Some(set) => ExprFilter::of(families, set.iter().copied()),
         }
+    }
+}
+
+/// A protocol's name as the expression spells it, else its number.
+fn name(proto: u8) -> String {
+    match proto {
+        PROTO_TCP => "tcp".into(),
+        PROTO_UDP => "udp".into(),
+        PROTO_ICMP => "icmp".into(),
+        PROTO_ICMPV6 => "icmp6".into(),
+        other => format!("proto {other}"),
     }
 }
 

@@ -227,6 +227,14 @@ impl Journey {
             .map_or_else(String::new, |s| proto_name(s.tuple.proto))
     }
 
+    /// Every packet the journey shows: each step's as it was after the step and, for a NAT
+    /// step, before it (what a filter expression is matched against).
+    pub fn packets(&self) -> impl Iterator<Item = &Tuple> {
+        self.steps
+            .iter()
+            .flat_map(|s| std::iter::once(&s.tuple).chain(s.orig()))
+    }
+
     /// Nanoseconds between the first and the last step.
     #[must_use]
     pub fn transit_ns(&self) -> u64 {

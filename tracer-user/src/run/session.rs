@@ -150,7 +150,7 @@ impl Session {
         self.correlator.drain_done(|j| {
             if j.steps.is_empty()
                 || limit.is_some_and(|n| summary.journeys() >= n)
-                || filter.is_some_and(|f| !f.shows(j))
+                || filter.is_some_and(|f| !f.matches_any(j.packets()))
             {
                 return Ok(());
             }

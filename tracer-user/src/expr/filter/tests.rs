@@ -2,12 +2,17 @@ use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TC
 
 use super::*;
 use crate::{
-    journey::{Ending, Point, Step},
+    journey::{Ending, Journey, Point, Step},
     test_support::t,
 };
 
 fn filter(text: &str) -> Filter {
     Filter::parse(&[text.to_owned()]).unwrap().unwrap()
+}
+
+/// Whether a run shows the journey.
+fn shows(f: &Filter, j: &Journey) -> bool {
+    f.matches_any(j.packets())
 }
 
 fn journey(steps: Vec<Step>) -> Journey {
@@ -49,7 +54,7 @@ fn a_journey_is_shown_when_any_step_matches() {
         "tcp and dst port 8080",
         "net 10.13.76.0/24",
     ] {
-        assert!(filter(shown).shows(&j), "{shown}");
+        assert!(shows(&filter(shown), &j), "{shown}");
     }
     for hidden in [
         "udp",
@@ -58,14 +63,14 @@ fn a_journey_is_shown_when_any_step_matches() {
         "icmp or ip6",
         "src port 80",
     ] {
-        assert!(!filter(hidden).shows(&j), "{hidden}");
+        assert!(!shows(&filter(hidden), &j), "{hidden}");
     }
     // Only the NAT step carries the packet before it, when no tc hook saw it.
     let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
     let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:8080");
     let nat_only = journey(vec![Step::nat_at(Point::Dnat, pre, post, 2)]);
-    assert!(filter("dst port 80").shows(&nat_only));
-    assert!(!filter("dst port 80").shows(&journey(vec![])));
+    assert!(shows(&filter("dst port 80"), &nat_only));
+    assert!(!shows(&filter("dst port 80"), &journey(vec![])));
 }
 
 #[test]
