@@ -1,7 +1,8 @@
-//! The filter expression and `-o line` on the lab. Four pktraces trace pod `ubuntu` at once
-//! over the same bounded traffic (TCP to the whereami ClusterIP and LoadBalancer VIP, UDP to
-//! the DNS ClusterIP): one without an expression (the oracle), one with `udp port 53`, one
-//! with `dst host <the DNS pod>` (an address the pod's packets carry only after DNAT), and one
+//! The filter expression and `-o line` on the lab. Five pktraces trace pod `ubuntu` at once
+//! over the same bounded traffic (TCP to the whereami ClusterIP, LoadBalancer VIP and NodePort,
+//! UDP to the DNS ClusterIP): one without an expression (the oracle), one with `udp port 53`,
+//! one with `dst host <the DNS pod>` (an address the pod's packets carry only after DNAT), one
+//! with `port <the NodePort>` (a port the replies carry only after the reverse DNAT), and one
 //! with `-o line`.
 
 use std::collections::BTreeMap;
@@ -15,6 +16,8 @@ const LB_VIP: &str = "203.0.113.251:80";
 const DNS_SVC: &str = "10.0.0.10:53";
 /// The kube-dns-like pod behind `DNS_SVC`, its only endpoint.
 const DNS_POD: &str = "10.13.76.17";
+/// whereami's NodePort on the node's address: DNAT to a backend's port 80, and MASQUERADE.
+const NODE_PORT: &str = "10.13.76.4:30064";
 const TCP_CONNECTIONS: usize = 8;
 const DNS_QUERIES: usize = 3;
 
@@ -25,6 +28,7 @@ fn traffic() {
         let to = if i % 4 == 3 { LB_VIP } else { CLUSTER_IP };
         lab::client_tcp(&ns, to).unwrap_or_else(|e| panic!("tcp {to}: {e:#}"));
     }
+    lab::client_tcp(&ns, NODE_PORT).unwrap_or_else(|e| panic!("tcp {NODE_PORT}: {e:#}"));
     for _ in 0..DNS_QUERIES {
         lab::client_udp(&ns, DNS_SVC).unwrap_or_else(|e| panic!("udp {DNS_SVC}: {e:#}"));
     }
@@ -98,11 +102,13 @@ fn an_expression_shows_the_journeys_it_matches_and_line_prints_one_line_each() {
     let all = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
     let dns = Pktrace::start(&["--pod", "ubuntu", "--follow", "udp", "port", "53"]);
     let after_dnat = Pktrace::start(&["--pod", "ubuntu", "--follow", "dst", "host", DNS_POD]);
+    let node_port = Pktrace::start(&["--pod", "ubuntu", "--follow", "port", "30064"]);
     let line = Pktrace::start(&["--pod", "ubuntu", "--follow", "-o", "line"]);
     traffic();
     let (all, dns, after_dnat) = (all.stop(), dns.stop(), after_dnat.stop());
+    let node_port = node_port.stop();
     let (status, line) = line.stop_raw();
-    for t in [&all, &dns, &after_dnat] {
+    for t in [&all, &dns, &after_dnat, &node_port] {
         assert!(t.status.success(), "{}", t.dump());
         assert_eq!(t.summary().lost_events, 0, "{}", t.dump());
     }
@@ -140,6 +146,22 @@ fn an_expression_shows_the_journeys_it_matches_and_line_prints_one_line_each() {
     }
     let want = keys(all.journeys().into_iter().filter(|j| to_dns_pod(j)));
     assert_eq!(keys(shown.iter().copied()), want, "{}", after_dnat.dump());
+
+    // `port 30064`: the NodePort connection both ways; the replies leave the backend from
+    // port 80 and carry 30064 only after the reverse DNAT.
+    let with_port = |j: &&JourneyLine| endpoints(j).any(|e| e.ends_with(":30064"));
+    let shown = node_port.journeys();
+    let want = keys(all.journeys().into_iter().filter(with_port));
+    assert_eq!(keys(shown.iter().copied()), want, "{}", node_port.dump());
+    let replies = shown
+        .iter()
+        .filter(|j| j.steps[0].src.ends_with(":80"))
+        .count();
+    assert!(
+        replies >= 1 && replies < shown.len(),
+        "requests and replies expected:\n{}",
+        node_port.dump()
+    );
 
     // `-o line`: one line per journey, then the text summary, as many journeys as the JSON
     // run's on the same traffic.
