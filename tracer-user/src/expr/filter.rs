@@ -105,7 +105,7 @@ impl Filter {
     }
 
     /// The part of the prefilter the kernel may apply at every hook: the IP versions and the
-    /// protocols (NAT changes neither). Ports and addresses are left to [`Self::shows`]: NAT
+    /// protocols (NAT changes neither). Ports and addresses are left to [`Self::matches_any`]: NAT
     /// changes them between hooks (see [`super::prefilter`]).
     #[must_use]
     pub fn kernel(&self) -> ExprFilter {
