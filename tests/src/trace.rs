@@ -111,8 +111,9 @@ pub struct Trace {
 }
 
 impl Pktrace {
-    /// Starts `pktrace ARGS -o json --ready-file …` (no `-o json` when ARGS has `-o`) in the node namespace and waits until it
-    /// has attached every hook. `--state-file` is the lab's unless given.
+    /// Starts `pktrace ARGS -o json --ready-file …` (no `-o json` when ARGS has `-o`) in the
+    /// node namespace and waits until it has attached every hook. `--state-file` is the lab's
+    /// unless given.
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
         Self::start_with_env(args, &[])
