@@ -2,7 +2,7 @@
 //! not yet checked (`config::Config` turns them into settings), plus what is not
 //! tracing: `pktrace merge` ([`Command`]) and the hidden `--generate` used for packaging.
 
-use std::{net::IpAddr, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
@@ -153,11 +153,12 @@ pub struct Args {
     #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
     pub namespace: String,
 
-    /// Trace these addresses instead of a pod (repeat the flag or separate with commas; one
-    /// value per flag, so that the words after it are the expression).
-    #[arg(long = "pod-ip", value_name = "IP", value_delimiter = ',')]
+    /// Trace these addresses instead of a pod (several after the flag, the flag repeated, or
+    /// separated with commas); the first word after them that is not an address starts the
+    /// EXPRESSION.
+    #[arg(long = "pod-ip", value_name = "IP", num_args = 1.., value_delimiter = ',')]
     #[arg(action = ArgAction::Append)]
-    pub pod_ip: Vec<IpAddr>,
+    pub pod_ip: Vec<String>,
 
     /// Stream journeys until Ctrl-C or SIGTERM (or -c/-d); without it, and without -c/-d,
     /// pktrace traces for 10 s and exits.
@@ -378,7 +379,6 @@ mod tests {
                 &["--pod", "a", "--pod-ip", "10.0.0.1"],
                 ErrorKind::ArgumentConflict,
             ),
-            (&["--pod-ip", "10.0.0.300"], ErrorKind::ValueValidation),
             (&["--pod", "a", "-c", "0"], ErrorKind::ValueValidation),
             (&["--pod", "a", "-d", "soon"], ErrorKind::ValueValidation),
             (&["--pod", "a", "-o", "yaml"], ErrorKind::InvalidValue),
@@ -440,7 +440,9 @@ mod tests {
         assert!(c.command.is_none());
         assert_eq!(c.trace.expression, ["merge", "x"]);
         let c = parse_cli(&["--pod-ip", "10.0.0.1", "udp", "port", "53"]).unwrap();
-        assert_eq!((c.trace.pod_ip.len(), c.trace.expression.len()), (1, 3));
+        // `--pod-ip` takes the words up to the next option; `config` tells the addresses from
+        // the expression.
+        assert_eq!((c.trace.pod_ip.len(), c.trace.expression.len()), (4, 0));
         let c = parse_cli(&["--pod", "a", "udp", "port", "53", "-c", "5"]).unwrap();
         assert_eq!(
             (c.trace.expression.join(" ").as_str(), c.trace.count),

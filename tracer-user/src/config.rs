@@ -81,6 +81,9 @@ pub enum ConfigError {
         pattern: String,
         reason: &'static str,
     },
+    /// `--pod-ip` followed by a word that is not an address.
+    #[error("--pod-ip: '{0}' is not an IP address")]
+    BadPodIp(String),
     /// The filter expression does not parse or matches nothing.
     #[error(transparent)]
     Expression(#[from] FilterError),
@@ -100,9 +103,10 @@ impl Config {
 
     fn build(args: Args, is_tty: bool, no_color: bool, knobs: Knobs) -> Result<Self, ConfigError> {
         let interfaces = args.interfaces.map(check_interfaces).transpose()?;
-        let filter = Filter::parse(&args.expression)?;
+        let (ips, expression) = split_pod_ip(args.pod_ip, args.expression)?;
+        let filter = Filter::parse(&expression)?;
         Ok(Self {
-            target: target(args.pod, &args.namespace, args.pod_ip)?,
+            target: target(args.pod, &args.namespace, ips)?,
             limits: limits(args.follow, args.count, args.duration),
             follow: args.follow,
             format: args.output,
@@ -147,6 +151,32 @@ fn target(pod: Option<String>, namespace: &str, ips: Vec<IpAddr>) -> Result<Targ
     } else {
         Target::Ips(unique)
     })
+}
+
+/// The addresses `--pod-ip` took, and the expression: `--pod-ip` takes every word up to the
+/// next option, so the first of its words that is not an address (`udp` in `--pod-ip 10.0.0.1
+/// udp port 53`) and those after it are the start of the expression.
+fn split_pod_ip(
+    words: Vec<String>,
+    expression: Vec<String>,
+) -> Result<(Vec<IpAddr>, Vec<String>), ConfigError> {
+    let mut ips = Vec::new();
+    let mut rest = words.into_iter();
+    let mut leading = Vec::new();
+    for word in rest.by_ref() {
+        if let Ok(ip) = word.trim().parse::<IpAddr>() {
+            ips.push(ip);
+            continue;
+        }
+        if ips.is_empty() {
+            return Err(ConfigError::BadPodIp(word));
+        }
+        leading.push(word);
+        break;
+    }
+    leading.extend(rest);
+    leading.extend(expression);
+    Ok((ips, leading))
 }
 
 fn limits(follow: bool, count: Option<u64>, duration: Option<Duration>) -> Limits {
@@ -229,6 +259,41 @@ mod tests {
                 "{args:?}"
             );
         }
+    }
+
+    #[test]
+    fn pod_ip_takes_the_addresses_and_the_first_other_word_starts_the_expression() {
+        let ips = |c: &Config| match &c.target {
+            Target::Ips(ips) => ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let c = config(&["--pod-ip", "10.0.0.1", "fd00::1", "-f"], false, false).unwrap();
+        assert_eq!(ips(&c), ["10.0.0.1", "fd00::1"]);
+        assert!(c.filter.is_none());
+        let c = config(
+            &["--pod-ip", "10.0.0.1", "10.0.0.2", "udp", "port", "53"],
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(ips(&c), ["10.0.0.1", "10.0.0.2"]);
+        assert!(c.filter.is_some());
+        // An option after the addresses ends them; the expression may follow it.
+        let c = config(&["--pod-ip", "10.0.0.1", "-c", "2", "udp"], false, false).unwrap();
+        assert_eq!((ips(&c).len(), c.filter.is_some()), (1, true));
+        assert_eq!(
+            config(&["--pod-ip", "udp", "port", "53"], false, false).unwrap_err(),
+            ConfigError::BadPodIp("udp".into())
+        );
+        assert_eq!(
+            config(&["--pod-ip", "10.0.0.300"], false, false).unwrap_err(),
+            ConfigError::BadPodIp("10.0.0.300".into())
+        );
+        // A word that is neither an address nor an expression is the expression's error.
+        assert!(matches!(
+            config(&["--pod-ip", "10.0.0.1", "10.0.0.300"], false, false).unwrap_err(),
+            ConfigError::Expression(_)
+        ));
     }
 
     #[test]
