@@ -21,9 +21,10 @@ pub use flow_slot::{
     FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, flow_addr_slot, flow_slot_of, flow_tuple_slot,
 };
 pub use kernel::{KernelOffsets, PendingNat};
-pub use observation::{BadRecord, NatSeen, Observation, TcHook, TcSeen, decode};
+pub use observation::{BadRecord, Frame, NatSeen, Observation, TcHook, TcSeen, decode, frame};
 pub use record::{
-    NatRecord, NatRecordV4, RecordHeader, TcRecord, TcRecordV4, TupleV4, ct, flag, hook, kind,
+    FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, TcFrameRecord, TcRecord, TcRecordV4, TupleV4,
+    ct, flag, hook, kind,
 };
 pub use tuple::{
     FAMILY_IPV4, FAMILY_IPV6, Fingerprint, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple,
@@ -38,6 +39,7 @@ mod pod {
     // have no implicit padding (sizes are asserted above).
     unsafe impl aya::Pod for super::RecordHeader {}
     unsafe impl aya::Pod for super::TcRecordV4 {}
+    unsafe impl aya::Pod for super::TcFrameRecord {}
     unsafe impl aya::Pod for super::TcRecord {}
     unsafe impl aya::Pod for super::NatRecordV4 {}
     unsafe impl aya::Pod for super::NatRecord {}

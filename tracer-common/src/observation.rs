@@ -9,7 +9,10 @@ use core::mem::size_of;
 
 use crate::{
     FAMILY_IPV4, Fingerprint, Tuple,
-    record::{NatRecord, NatRecordV4, RecordHeader, TcRecord, TcRecordV4, ct, flag, hook, kind},
+    record::{
+        FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, TcFrameRecord, TcRecord, TcRecordV4, ct,
+        flag, hook, kind,
+    },
 };
 
 /// The tc hook a packet was seen at.
@@ -137,6 +140,7 @@ trait Plain: Copy {}
 impl Plain for RecordHeader {}
 impl Plain for TcRecordV4 {}
 impl Plain for TcRecord {}
+impl Plain for TcFrameRecord {}
 impl Plain for NatRecordV4 {}
 impl Plain for NatRecord {}
 
@@ -171,7 +175,10 @@ pub fn decode(bytes: &[u8]) -> Result<Observation, BadRecord> {
     let wide = head.flags & flag::WIDE != 0;
     match head.kind {
         kind::TC_INGRESS | kind::TC_EGRESS => {
-            let (fp, tuple) = if wide {
+            let (fp, tuple) = if head.flags & flag::FRAME != 0 {
+                let r: TcFrameRecord = whole(bytes)?;
+                (r.fp, r.tuple)
+            } else if wide {
                 let r: TcRecord = whole(bytes)?;
                 (r.fp, r.tuple)
             } else {
@@ -184,7 +191,7 @@ pub fn decode(bytes: &[u8]) -> Result<Observation, BadRecord> {
                 } else {
                     TcHook::Egress
                 },
-                flags: head.flags & !flag::WIDE,
+                flags: head.flags & !(flag::WIDE | flag::FRAME),
                 ifindex: head.ifindex,
                 ktime_ns: head.ktime_ns,
                 fp,
@@ -212,6 +219,35 @@ pub fn decode(bytes: &[u8]) -> Result<Observation, BadRecord> {
         }
         k => Err(BadRecord::Kind(k)),
     }
+}
+
+/// The frame a tc record carries with `-w` ([`TcFrameRecord`]): its first bytes as the hook
+/// saw them, and its whole length there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The captured bytes (at most [`FRAME_MAX`]; empty when the kernel's copy failed).
+    pub bytes: &'a [u8],
+    /// The frame's length at the hook.
+    pub orig_len: u32,
+}
+
+/// The frame of a ring record that [`decode`] reads as a tc observation and that carries one
+/// ([`flag::FRAME`]); `None` for any other record.
+#[must_use]
+pub fn frame(bytes: &[u8]) -> Option<Frame<'_>> {
+    let head: RecordHeader = read(bytes)?;
+    let tc = matches!(head.kind, kind::TC_INGRESS | kind::TC_EGRESS);
+    if !tc || head.flags & flag::FRAME == 0 || bytes.len() != size_of::<TcFrameRecord>() {
+        return None;
+    }
+    let at = size_of::<TcFrameRecord>() - FRAME_MAX;
+    let word = |i: usize| u32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    let (orig_len, cap_len) = (word(at - 8), word(at - 4));
+    let cap = (cap_len as usize).min(FRAME_MAX);
+    Some(Frame {
+        bytes: &bytes[at..at + cap],
+        orig_len,
+    })
 }
 
 #[cfg(test)]

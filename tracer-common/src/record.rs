@@ -1,6 +1,6 @@
 //! The records the kernel programs write into the ring buffer: one [`RecordHeader`] at the
 //! start of every record, then the payload of its kind ([`TcRecordV4`], [`TcRecord`],
-//! [`NatRecordV4`], [`NatRecord`]), and the values of the header's fields ([`kind`], [`hook`],
+//! [`NatRecordV4`], [`NatRecord`], and with `-w` [`TcFrameRecord`]), and the values of the header's fields ([`kind`], [`hook`],
 //! [`flag`], [`ct`]). User space decodes them with [`crate::decode`].
 //!
 //! Every layout is `repr(C)`, 8-aligned, a multiple of 8 bytes and free of implicit padding.
@@ -49,6 +49,9 @@ pub mod flag {
     /// side of a NAT step only) rather than the IPv4 one. A layout bit, not a packet property:
     /// the decoder takes it out of the flags it hands on.
     pub const WIDE: u8 = 32;
+    /// The tc record carries the frame's first bytes ([`crate::TcFrameRecord`], only with
+    /// `-w`). A layout bit, like [`WIDE`], which it comes with.
+    pub const FRAME: u8 = 64;
 }
 
 /// Conntrack `ctinfo` values (`enum ip_conntrack_info`, include/uapi/linux/netfilter/
@@ -194,8 +197,28 @@ pub struct NatRecord {
 }
 const _: () = assert!(size_of::<NatRecord>() == 120);
 
+/// Most bytes of a frame a [`TcFrameRecord`] holds (`--snaplen`'s upper bound).
+pub const FRAME_MAX: usize = 256;
+
+/// A tc record with the frame's first bytes as the hook saw them, written instead of the
+/// others only when the capture is on (`-w`): [`flag::FRAME`] and [`flag::WIDE`] set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcFrameRecord {
+    pub head: RecordHeader,
+    pub fp: Fingerprint,
+    pub tuple: Tuple,
+    /// The frame's length at the hook (`skb->len`).
+    pub orig_len: u32,
+    /// How many of `bytes` hold the frame (0 when the copy failed).
+    pub cap_len: u32,
+    pub bytes: [u8; FRAME_MAX],
+}
+const _: () = assert!(size_of::<TcFrameRecord>() == 336);
+
 const _: () = assert!(
-    align_of::<TcRecordV4>() == 8
+    align_of::<TcFrameRecord>() == 8
+        && align_of::<TcRecordV4>() == 8
         && align_of::<TcRecord>() == 8
         && align_of::<NatRecordV4>() == 8
         && align_of::<NatRecord>() == 8

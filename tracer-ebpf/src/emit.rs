@@ -7,11 +7,12 @@
 //! never silent.
 
 use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
-use tracer_common::{NatRecord, NatRecordV4, TcRecord, TcRecordV4, counter};
+use tracer_common::{NatRecord, NatRecordV4, TcFrameRecord, TcRecord, TcRecordV4, counter};
 
 use crate::maps::{EVENTS, count, wake_bytes};
 
-/// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`NatRecordV4`] or [`NatRecord`]) in the
+/// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`TcFrameRecord`],
+/// [`NatRecordV4`] or [`NatRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
 /// submits it; a full buffer is counted as a loss.
 #[inline(always)]
@@ -61,6 +62,8 @@ const _: () = assert!(
         && core::mem::align_of::<TcRecordV4>() == 8
         && core::mem::size_of::<TcRecord>() % 8 == 0
         && core::mem::align_of::<TcRecord>() == 8
+        && core::mem::size_of::<TcFrameRecord>() % 8 == 0
+        && core::mem::align_of::<TcFrameRecord>() == 8
         && core::mem::size_of::<NatRecordV4>() % 8 == 0
         && core::mem::align_of::<NatRecordV4>() == 8
         && core::mem::size_of::<NatRecord>() % 8 == 0

@@ -76,6 +76,12 @@ static EXPR_FILTER: ExprFilter = ExprFilter::ANY;
 #[unsafe(no_mangle)]
 static WAKE_BYTES: u64 = 1 << 20;
 
+/// `-w`: bytes of each traced frame the tc programs copy into its record (1 to
+/// [`tracer_common::FRAME_MAX`]); 0, the default, copies none and writes the records of
+/// tracing without `-w`.
+#[unsafe(no_mangle)]
+static SNAPLEN: u32 = 0;
+
 /// Kernel structure offsets from the running kernel's BTF, set by user space at load time.
 #[unsafe(no_mangle)]
 static OFFSETS: KernelOffsets = KernelOffsets {
@@ -128,6 +134,13 @@ pub fn trace_all() -> bool {
 pub fn expr_admits(family: u8, proto: u8) -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&EXPR_FILTER) }.admits(family, proto)
+}
+
+/// Bytes of each traced frame to copy ([`SNAPLEN`]); 0 without `-w`.
+#[inline(always)]
+pub fn snaplen() -> u32 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&SNAPLEN) }
 }
 
 /// The ring-buffer fill at which an event wakes the reader ([`WAKE_BYTES`]).

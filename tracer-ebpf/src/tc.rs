@@ -4,7 +4,8 @@
 //! its bytes allow: first on the addresses and ports read in place ([`fast_verdict`]), then on
 //! a parse in place, and only for other frames on a copy and the full parser. A traced packet
 //! is counted (`MATCHED`) and emitted: a [`TcRecordV4`] for IPv4, else the wide
-//! [`TcRecord`]. tc ingress notes an untraced packet that may open a connection
+//! [`TcRecord`]; with `-w` (a non-zero `SNAPLEN`, checked first) a [`TcFrameRecord`] with
+//! the frame's first bytes instead. tc ingress notes an untraced packet that may open a connection
 //! ([`crate::first::note`]). The programs always return `TC_ACT_UNSPEC` (tcx: next), so the
 //! CNI's own programs still run.
 
@@ -14,7 +15,7 @@ use aya_ebpf::{
     bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
 };
 use tracer_common::{
-    FAMILY_IPV4, PKT_WINDOW, TcRecord, TcRecordV4, counter, flag, kind,
+    FAMILY_IPV4, FRAME_MAX, PKT_WINDOW, TcFrameRecord, TcRecord, TcRecordV4, counter, flag, kind,
     parse::{self, FAST_ETH_BYTES, Parsed},
 };
 
@@ -26,7 +27,7 @@ use crate::{
         addr_maybe_followed, flow_followed, flow_followed_hashed, flow_hash_v4, flows_present,
         hash_maybe_followed,
     },
-    maps::{SCRATCH_TC, count, expr_admits, scratch, trace_all},
+    maps::{SCRATCH_TC, count, expr_admits, scratch, snaplen, trace_all},
 };
 
 /// Smallest frame worth parsing (an Ethernet header).
@@ -234,6 +235,11 @@ fn emit_event(ctx: &TcContext, event_kind: u8, parsed: &Parsed) {
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    let snap = snaplen();
+    if snap != 0 {
+        emit_frame(ctx, event_kind, parsed, (ifindex, now), snap);
+        return;
+    }
     let t = &parsed.tuple;
     if t.family == FAMILY_IPV4 {
         // The IPv4 record: one cache line of the ring with its header.
@@ -254,5 +260,48 @@ fn emit_event(ctx: &TcContext, event_kind: u8, parsed: &Parsed) {
         r.head.ktime_ns = now;
         r.fp = parsed.fp;
         r.tuple = parsed.tuple;
+    });
+}
+
+/// `-w`: emits the traced packet's [`TcFrameRecord`]: its record's fields and its first
+/// `snap` bytes (fewer when the frame is shorter; none when the copy fails, which the record's
+/// `cap_len` of 0 tells).
+#[inline(always)]
+fn emit_frame(
+    ctx: &TcContext,
+    event_kind: u8,
+    parsed: &Parsed,
+    (ifindex, now): (u32, u64),
+    snap: u32,
+) {
+    let len = ctx.len();
+    let mut cap = if len < snap { len } else { snap };
+    if cap > FRAME_MAX as u32 {
+        cap = FRAME_MAX as u32;
+    }
+    emit(|r: &mut TcFrameRecord| {
+        r.head.kind = event_kind;
+        r.head.flags = parsed.flags | flag::WIDE | flag::FRAME;
+        r.head.ifindex = ifindex;
+        r.head.ktime_ns = now;
+        r.fp = parsed.fp;
+        r.tuple = parsed.tuple;
+        r.orig_len = len;
+        if cap == 0 {
+            return;
+        }
+        // SAFETY: `cap` is within 1..=FRAME_MAX, the size of `bytes`, which the ring
+        // reservation holds.
+        let ret = unsafe {
+            aya_ebpf::helpers::generated::bpf_skb_load_bytes(
+                ctx.skb.skb.cast(),
+                0,
+                r.bytes.as_mut_ptr().cast(),
+                cap,
+            )
+        };
+        if ret == 0 {
+            r.cap_len = cap;
+        }
     });
 }

@@ -179,6 +179,18 @@ pub struct Args {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Text)]
     pub output: Format,
 
+    /// Write the frames of the shown journeys to a pcapng FILE (`-` for stdout, then text or
+    /// JSON go nowhere and the summary to stderr): a packet per tc step, on an interface named
+    /// after the hook (`azv47c3ee9d512 ingress`), its comment the journey (id, the step's
+    /// place, the pod, each NAT change and its rule).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: Option<PathBuf>,
+
+    /// Bytes of each frame -w keeps, 1 to 256.
+    #[arg(long, value_name = "N", requires = "write", default_value_t = 128)]
+    #[arg(value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub snaplen: u32,
+
     /// Interfaces to attach tc programs to: comma-separated names and globs (`*`, `?`)
     /// [default: eth0,azure0,azv*, plus cbr0,veth* when cbr0 exists (kubenet) and cali* when
     /// cali interfaces exist (Calico)].
@@ -306,6 +318,24 @@ mod tests {
         for (text, want) in cases {
             let got = parse_duration(text).ok().map(|d| d.as_millis() as u64);
             assert_eq!(got, *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn write_and_snaplen() {
+        let a = parse(&["--pod", "u", "-w", "out.pcapng"]).unwrap();
+        assert_eq!(
+            (a.write, a.snaplen),
+            (Some(PathBuf::from("out.pcapng")), 128)
+        );
+        let a = parse(&["--pod", "u", "-w", "-", "--snaplen", "256"]).unwrap();
+        assert_eq!((a.write, a.snaplen), (Some(PathBuf::from("-")), 256));
+        for bad in [
+            &["--pod", "u", "--snaplen", "64"][..],
+            &["--pod", "u", "-w", "f", "--snaplen", "257"],
+            &["--pod", "u", "-w", "f", "--snaplen", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -17,7 +17,9 @@ use aya::{
     Ebpf,
     maps::{HashMap, IterableMap as _, MapData, MapError, PerCpuArray},
 };
-use tracer_common::{Observation, Tuple, counter, decode};
+use tracer_common::{Observation, Tuple, counter, decode, frame};
+
+pub mod frames;
 
 /// Takes map `name` out of the object as a `T` (the collector owns its maps from here on).
 fn take_map<T: TryFrom<aya::maps::Map, Error = MapError>>(
@@ -83,6 +85,8 @@ pub struct Collector {
     flow_capacity: u64,
     /// Entries user space added to the followed-flows table ([`Self::follow`]).
     user_entries: u64,
+    /// `-w`: where the frames the records carry go ([`Self::keep_frames`]).
+    frames: Option<frames::Shared>,
 }
 
 impl AsRawFd for Collector {
@@ -143,6 +147,7 @@ impl Collector {
             flows,
             flow_capacity: u64::from(flow_capacity),
             user_entries: 0,
+            frames: None,
         })
     }
 
@@ -150,16 +155,31 @@ impl Collector {
     /// Records that are none ([`decode`]: never written by these programs) are skipped and
     /// counted in the return value's second element; fewer than `max` records in all means the
     /// ring is empty.
+    /// With [`Self::keep_frames`], the frame a tc record carries goes to the frames first.
     pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Observation)) -> (u64, u64) {
         let (mut n, mut bad) = (0, 0);
+        let mut frames = self
+            .frames
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         self.reader.read(max, |record| match decode(record) {
             Ok(obs) => {
+                if let (Some(frames), Observation::Tc(seen), Some(fr)) =
+                    (frames.as_mut(), &obs, frame(record))
+                {
+                    frames.add(seen, fr);
+                }
                 f(&obs);
                 n += 1;
             }
             Err(_) => bad += 1,
         });
         (n, bad)
+    }
+
+    /// `-w`: from now on, the frames the tc records carry go to `frames`.
+    pub fn keep_frames(&mut self, frames: frames::Shared) {
+        self.frames = Some(frames);
     }
 
     /// Reads and sums the per-CPU counters.

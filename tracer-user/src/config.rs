@@ -62,8 +62,19 @@ pub struct Config {
     pub trace_all: bool,
     /// The filter expression: only journeys it matches are shown.
     pub filter: Option<Filter>,
+    /// `-w`: where the pcapng goes and how much of each frame.
+    pub capture: Option<Capture>,
     /// The hidden knobs of the environment, read once here.
     pub knobs: Knobs,
+}
+
+/// `-w FILE [--snaplen N]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capture {
+    /// `None` for `-w -` (stdout).
+    pub path: Option<PathBuf>,
+    /// Bytes of each frame kept, 1 to `tracer_common::FRAME_MAX`.
+    pub snaplen: u32,
 }
 
 /// A setting that clap accepted but pktrace cannot use (a usage error: exit 2).
@@ -123,6 +134,10 @@ impl Config {
             verbose: args.verbose,
             trace_all: args.trace_all,
             filter,
+            capture: args.write.map(|w| Capture {
+                path: (w.as_os_str() != "-").then_some(w),
+                snaplen: args.snaplen,
+            }),
             knobs,
         })
     }

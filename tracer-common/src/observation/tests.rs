@@ -212,8 +212,57 @@ fn no_ct_entry_is_not_a_reply() {
     assert!(!n.is_reply() && n.manips_dst());
 }
 
-/// The four layouts, each with a valid header.
-fn every_layout() -> [Vec<u8>; 4] {
+/// A frame record of `cap` bytes (each byte its index) of a 1500-byte frame.
+fn frame_record(cap: u32) -> TcFrameRecord {
+    let mut bytes = [0u8; FRAME_MAX];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::try_from(i).expect("FRAME_MAX is 256");
+    }
+    TcFrameRecord {
+        head: head(kind::TC_EGRESS, flag::WIDE | flag::FRAME | flag::TRUNCATED),
+        fp: FP,
+        tuple: v6_tuple(),
+        orig_len: 1500,
+        cap_len: cap,
+        bytes,
+    }
+}
+
+#[test]
+fn frame_record_decodes_as_its_tc_observation_and_hands_out_its_captured_bytes() {
+    let r = frame_record(128);
+    let want = Observation::Tc(TcSeen {
+        hook: TcHook::Egress,
+        flags: flag::TRUNCATED,
+        ifindex: 0x0102_0304,
+        ktime_ns: 0x1122_3344_5566_7788,
+        fp: FP,
+        tuple: v6_tuple(),
+    });
+    decodes_anywhere(&bytes_of(&r), Ok(want));
+    let bytes = bytes_of(&r);
+    let f = frame(&bytes).expect("a frame");
+    assert_eq!(f.orig_len, 1500);
+    assert_eq!(f.bytes.len(), 128);
+    assert_eq!((f.bytes[0], f.bytes[127]), (0, 127));
+    // A capture length past the array is held to it; a failed copy is an empty frame.
+    assert_eq!(
+        frame(&bytes_of(&frame_record(9999))).map(|f| f.bytes.len()),
+        Some(FRAME_MAX)
+    );
+    assert_eq!(
+        frame(&bytes_of(&frame_record(0))).map(|f| f.bytes.len()),
+        Some(0)
+    );
+    // Records without the bit carry none, whatever their length.
+    for other in every_layout().iter().take(4) {
+        assert_eq!(frame(other), None);
+    }
+    assert_eq!(frame(&bytes[..100]), None);
+}
+
+/// The five layouts, each with a valid header.
+fn every_layout() -> [Vec<u8>; 5] {
     [
         bytes_of(&tc_v4(kind::TC_INGRESS)),
         bytes_of(&TcRecord {
@@ -232,6 +281,7 @@ fn every_layout() -> [Vec<u8>; 4] {
             },
             ..NatRecord::default()
         }),
+        bytes_of(&frame_record(64)),
     ]
 }
 

@@ -59,6 +59,8 @@ pub struct Globals {
     pub wake_bytes: u64,
     /// The filter expression's IP versions and protocols (`ExprFilter::ANY` without one).
     pub expr_filter: ExprFilter,
+    /// `-w`: bytes of each traced frame the tc programs copy (`--snaplen`); 0 without `-w`.
+    pub snaplen: u32,
 }
 
 impl Globals {
@@ -74,6 +76,7 @@ impl Globals {
             offsets,
             wake_bytes: WAKE_BYTES,
             expr_filter: ExprFilter::ANY,
+            snaplen: 0,
         }
     }
 
@@ -93,6 +96,7 @@ impl Globals {
             ("FILTER_MODE", self.filter_mode.to_ne_bytes().to_vec()),
             ("WAKE_BYTES", self.wake_bytes.to_ne_bytes().to_vec()),
             ("EXPR_FILTER", self.expr_filter.to_ne_bytes().to_vec()),
+            ("SNAPLEN", self.snaplen.to_ne_bytes().to_vec()),
             (
                 "OFFSETS",
                 crate::kernel::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
@@ -124,6 +128,7 @@ pub fn load(globals: &Globals, knobs: &Knobs) -> Result<Ebpf, LoadError> {
         .override_global("FILTER_MODE", &globals.filter_mode, true)
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
         .override_global("EXPR_FILTER", &globals.expr_filter, true)
+        .override_global("SNAPLEN", &globals.snaplen, true)
         .override_global("OFFSETS", &globals.offsets, true);
     if let Some(bytes) = knobs.ring_bytes {
         loader.map_max_entries("EVENTS", bytes);

@@ -1,9 +1,10 @@
 //! Where journeys go: one [`Sink`] trait with a text ([`text`]), a JSON lines ([`json`]) and
-//! a one-line-per-journey ([`mod@line`]) implementation, plus helpers for printing names that
-//! come from files or the kernel.
+//! a one-line-per-journey ([`mod@line`]) implementation, the pcapng of `-w` in front of any of
+//! them ([`pcapng`]), plus helpers for printing names that come from files or the kernel.
 
 pub mod json;
 pub mod line;
+pub mod pcapng;
 pub mod text;
 
 use std::io::{self, Write};

@@ -43,6 +43,14 @@ pub enum RunError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "cannot write -w {path}: {source}; give a file in a directory that exists and is writable, or - for stdout"
+    )]
+    Capture {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("--nat-hook conntrack: {0}")]
     Conntrack(String),
     #[error("setting up the event loop")]
@@ -82,6 +90,8 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
 /// the summary written.
 async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     caps::preflight()?;
+    // Before anything is loaded: a file that cannot be written stops here.
+    let capture = start::capture_out(cfg)?;
     // Declared before `kernel` so that it drops after it, once our filters are gone.
     let mut created_qdiscs = CreatedQdiscs::default();
     // Subscribed before listing: a link created in between is reported, not missed.
@@ -91,6 +101,11 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     let tc = start::attach_tc(cfg, &mut kernel, &chosen, &mut created_qdiscs)?;
     let conntrack = start::conntrack(&mut kernel, &subject)?;
     let mut collector = Collector::new(&mut kernel.ebpf)?;
+    let capture = capture.map(|out| {
+        let frames = collect::frames::Shared::default();
+        collector.keep_frames(std::sync::Arc::clone(&frames));
+        (out, frames)
+    });
     // Everything is loaded and attached: keep only what the rest of the session uses.
     start::drop_privileges(cfg)?;
     start::announce(&subject, &chosen, &tc, &kernel.nat);
@@ -101,7 +116,7 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     let signals = event_loop::signals()?;
     start::ready_file(cfg)?;
 
-    let mut sink = start::sink(cfg, &subject);
+    let mut sink = start::sink(cfg, &subject, capture).map_err(RunError::Output)?;
     let mut session = start::session(cfg, &subject, &chosen.ifaces, conntrack);
     let started = hot::Started {
         tc: tc.attachments,

@@ -15,6 +15,7 @@ use crate::{
         policy::{self, Policy},
         tc::{self, TcAttachments, TcMode},
     },
+    collect::frames,
     config::{Config, Knobs, Target},
     diag,
     explain::Explainer,
@@ -25,7 +26,7 @@ use crate::{
         self, NatAttachment,
         conntrack::{self, Conntrack},
     },
-    output::{self, Sink},
+    output::{self, Sink, pcapng},
     resolve,
     traced::TracedAddrs,
     util,
@@ -111,8 +112,9 @@ pub(super) struct Kernel {
 pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> {
     let kernel_btf = KernelBtf::new(cfg.knobs.btf_path.clone());
     let offsets = nat::kernel_offsets_or_default(&kernel_btf, cfg.verbose);
-    let globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets)
+    let mut globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets)
         .with_expr(cfg.filter.as_ref().map_or(ExprFilter::ANY, Filter::kernel));
+    globals.snaplen = cfg.capture.as_ref().map_or(0, |c| c.snaplen);
     // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
     // NAT programs, which `nat::attach` explains.
     let mut ebpf = attach::load(&globals, &cfg.knobs)?;
@@ -226,11 +228,55 @@ pub(super) fn ready_file(cfg: &Config) -> Result<(), RunError> {
     })
 }
 
-/// The output: text or JSON lines on a buffered stdout.
-pub(super) fn sink(cfg: &Config, subject: &Subject) -> Box<dyn Sink + Send> {
-    let stdout: Box<dyn Write + Send> =
-        Box::new(io::BufWriter::with_capacity(OUT_BUFFER, io::stdout()));
-    output::sink(cfg.format, cfg.color, subject.label.clone(), stdout)
+/// `-w`: the pcapng's destination (a new file, or stdout for `-w -`), buffered.
+pub(super) fn capture_out(cfg: &Config) -> Result<Option<Box<dyn Write + Send>>, RunError> {
+    let Some(capture) = &cfg.capture else {
+        return Ok(None);
+    };
+    let out: Box<dyn Write + Send> = match &capture.path {
+        None => Box::new(io::stdout()),
+        Some(path) => {
+            Box::new(
+                std::fs::File::create(path).map_err(|source| RunError::Capture {
+                    path: path.display().to_string(),
+                    source,
+                })?,
+            )
+        }
+    };
+    Ok(Some(Box::new(io::BufWriter::with_capacity(
+        OUT_BUFFER, out,
+    ))))
+}
+
+/// The output: text or JSON lines on a buffered stdout; with `-w`, the pcapng in front of it
+/// (with `-w -` the pcapng has stdout, and the text or JSON sink, which then gets no
+/// journeys, stderr).
+pub(super) fn sink(
+    cfg: &Config,
+    subject: &Subject,
+    capture: Option<(Box<dyn Write + Send>, frames::Shared)>,
+) -> io::Result<Box<dyn Sink + Send>> {
+    let to_stdout = cfg.capture.as_ref().is_some_and(|c| c.path.is_none());
+    let text_out: Box<dyn Write + Send> = if to_stdout {
+        Box::new(io::stderr())
+    } else {
+        Box::new(io::BufWriter::with_capacity(OUT_BUFFER, io::stdout()))
+    };
+    let color = cfg.color && !to_stdout;
+    let inner = output::sink(cfg.format, color, subject.label.clone(), text_out);
+    let (Some((out, frames)), Some(c)) = (capture, &cfg.capture) else {
+        return Ok(inner);
+    };
+    let options = pcapng::Options {
+        print_journeys: !to_stdout,
+        snaplen: c.snaplen,
+        wall_offset_ns: pcapng::wall_offset_ns(kernel::host::monotonic_ns()),
+        pod: subject.label.clone(),
+    };
+    Ok(Box::new(pcapng::PcapSink::new(
+        inner, out, frames, options,
+    )?))
 }
 
 /// The join table (with the interfaces' kinds), the explainer and the output's state.

@@ -10,12 +10,14 @@ use crate::cmd::{find_program, is_root, run};
 /// `musl-tools`, `gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross`: the C code of ring in the
 /// static builds of `cargo xtask dist`, and the aarch64 linker; `python3-venv`: the
 /// kubernetes-validate virtualenv; `qemu-system-x86`, `kmod`, `lz4`: `cargo xtask vm-test`
-/// boots a Debian kernel, indexes its modules with depmod and packs the initramfs).
-pub const PACKAGES: [&str; 18] = [
+/// boots a Debian kernel, indexes its modules with depmod and packs the initramfs; `tshark`:
+/// the integration test of `-w` reads the pcapng file back).
+pub const PACKAGES: [&str; 19] = [
     "iptables",
     "conntrack",
     "ipset",
     "tcpdump",
+    "tshark",
     "bpftool",
     "iperf3",
     "iproute2",
