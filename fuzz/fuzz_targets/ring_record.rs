@@ -1,14 +1,15 @@
 //! Ring-buffer records as the collector reads them (`tracer_common::decode`): any bytes either
 //! decode or are refused, never panic; a record decodes exactly when its header names a known
-//! kind and it has the length of the layout that kind and the header's `WIDE` bit name; and the
-//! observation holds the record's fields, read here from their byte offsets independently of
-//! the decoder.
+//! kind and it has the length of the layout that kind and the header's `WIDE` and `FRAME` bits
+//! name; the observation holds the record's fields, read here from their byte offsets
+//! independently of the decoder; and `frame` hands out a tc record's frame exactly when it has
+//! the frame layout.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tracer_common::{
-    BadRecord, FAMILY_IPV4, NatRecord, NatRecordV4, Observation, RecordHeader, TcHook, TcRecord,
-    TcRecordV4, Tuple, decode, flag, kind,
+    BadRecord, FAMILY_IPV4, FRAME_MAX, NatRecord, NatRecordV4, Observation, RecordHeader,
+    TcFrameRecord, TcHook, TcRecord, TcRecordV4, Tuple, decode, flag, frame, kind,
 };
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -55,11 +56,22 @@ fuzz_target!(|data: &[u8]| {
     let got = decode(data);
     if data.len() < size_of::<RecordHeader>() {
         assert_eq!(got, Err(BadRecord::Length(data.len())));
+        assert_eq!(frame(data), None);
         return;
     }
     let (k, flags) = (data[0], data[1]);
     let wide = flags & flag::WIDE != 0;
+    let framed = flags & flag::FRAME != 0 && matches!(k, kind::TC_INGRESS | kind::TC_EGRESS);
+    if framed && data.len() == size_of::<TcFrameRecord>() {
+        let f = frame(data).expect("a frame record's frame");
+        let at = size_of::<TcFrameRecord>() - FRAME_MAX;
+        let cap = (u32_at(data, at - 4) as usize).min(FRAME_MAX);
+        assert_eq!((f.bytes, f.orig_len), (&data[at..at + cap], u32_at(data, at - 8)));
+    } else {
+        assert_eq!(frame(data), None);
+    }
     let want_len = match k {
+        kind::TC_INGRESS | kind::TC_EGRESS if framed => size_of::<TcFrameRecord>(),
         kind::TC_INGRESS | kind::TC_EGRESS if wide => size_of::<TcRecord>(),
         kind::TC_INGRESS | kind::TC_EGRESS => size_of::<TcRecordV4>(),
         kind::NAT if wide => size_of::<NatRecord>(),
@@ -82,11 +94,11 @@ fuzz_target!(|data: &[u8]| {
             } else {
                 TcHook::Egress
             };
-            assert_eq!((t.hook, t.flags), (hook, flags & !flag::WIDE));
+            assert_eq!((t.hook, t.flags), (hook, flags & !(flag::WIDE | flag::FRAME)));
             assert_eq!(t.ifindex, u32_at(data, 4));
             assert_eq!(t.ktime_ns, u64_at(data, 8));
             assert_eq!([t.fp.ip_id, t.fp.a, t.fp.b, t.fp.c], fp_at(data, 16));
-            if wide {
+            if wide || framed {
                 check_wide(&t.tuple, data, 32);
             } else {
                 check_v4(&t.tuple, data, 32);

@@ -44,7 +44,8 @@ pub enum RunError {
         source: io::Error,
     },
     #[error(
-        "cannot write -w {path}: {source}; give a file in a directory that exists and is writable, or - for stdout"
+        "cannot create -w {path} (give a file in a directory that exists and is writable, or - \
+         for stdout)"
     )]
     Capture {
         path: String,
