@@ -163,3 +163,23 @@ fn pcapng_packets_are_the_tc_steps_of_the_shown_journeys_with_each_hops_frame_an
         && p.iface.ends_with(" egress")
         && p.iface.starts_with("azv")));
 }
+
+#[test]
+fn pcapng_file_that_cannot_be_created_stops_pktrace_before_it_attaches() {
+    let _lab = LabGuard::new();
+    let pk = Pktrace::spawn_with_env(
+        &["--pod", "ubuntu", "-w", "/nonexistent-pktrace-dir/x.pcapng"],
+        &[],
+    );
+    let trace = pk.wait(std::time::Duration::from_secs(20));
+    assert_eq!(trace.status.code(), Some(1), "{}", trace.dump());
+    let lines: Vec<&str> = trace.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", trace.stderr);
+    assert!(
+        lines[0].starts_with(
+            "pktrace: cannot create -w /nonexistent-pktrace-dir/x.pcapng (give a file"
+        ),
+        "{}",
+        trace.stderr
+    );
+}
