@@ -8,8 +8,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use tracer_common::{
-    BadRecord, FAMILY_IPV4, FRAME_MAX, NatRecord, NatRecordV4, Observation, RecordHeader,
-    TcFrameRecord, TcHook, TcRecord, TcRecordV4, Tuple, decode, flag, frame, kind,
+    BadRecord, DropRecord, DropRecordV4, FAMILY_IPV4, FRAME_MAX, NatRecord, NatRecordV4,
+    Observation, RecordHeader, TcFrameRecord, TcHook, TcRecord, TcRecordV4, Tuple, decode, flag,
+    frame, kind,
 };
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -76,6 +77,8 @@ fuzz_target!(|data: &[u8]| {
         kind::TC_INGRESS | kind::TC_EGRESS => size_of::<TcRecordV4>(),
         kind::NAT if wide => size_of::<NatRecord>(),
         kind::NAT => size_of::<NatRecordV4>(),
+        kind::DROP if wide => size_of::<DropRecord>(),
+        kind::DROP => size_of::<DropRecordV4>(),
         _ => {
             assert_eq!(got, Err(BadRecord::Kind(k)));
             return;
@@ -120,6 +123,22 @@ fuzz_target!(|data: &[u8]| {
                 check_v4(&n.after, data, 40);
                 check_v4(&n.before, data, 56);
             }
+        }
+        Observation::Drop(d) => {
+            assert_eq!(k, kind::DROP);
+            assert_eq!(d.ifindex, u32_at(data, 4));
+            assert_eq!(d.ktime_ns, u64_at(data, 8));
+            assert_eq!([d.fp.ip_id, d.fp.a, d.fp.b, d.fp.c], fp_at(data, 16));
+            // After the tuple: the location (u64), then the reason (u32).
+            let after = if wide {
+                check_wide(&d.tuple, data, 32);
+                32 + size_of::<Tuple>()
+            } else {
+                check_v4(&d.tuple, data, 32);
+                48
+            };
+            assert_eq!(d.location, u64_at(data, after));
+            assert_eq!(d.reason, u32_at(data, after + 8));
         }
     }
 });

@@ -10,7 +10,14 @@ use std::{
 use xtask::lab::{NODE_NS, in_ns};
 
 /// Names of pktrace's kernel programs (prefixes), as bpftool lists them.
-const OUR_PROGRAMS: [&str; 5] = ["tc_ingress", "tc_egress", "nf_enter", "nf_exit", "nat_"];
+const OUR_PROGRAMS: [&str; 6] = [
+    "tc_ingress",
+    "tc_egress",
+    "nf_enter",
+    "nf_exit",
+    "nat_",
+    "drop_",
+];
 
 /// tcx links exist from Linux 6.6 (pktrace uses them there unless told otherwise).
 #[must_use]

@@ -123,7 +123,7 @@ fn step_key(s: &StepLine) -> Option<HopKey> {
     let egress = match s.point {
         Point::Ingress => false,
         Point::Egress => true,
-        Point::Dnat | Point::Snat => return None,
+        Point::Dnat | Point::Snat | Point::Drop => return None,
     };
     Some((
         s.iface.clone().flatten()?,

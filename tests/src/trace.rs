@@ -481,6 +481,7 @@ pub const fn point_name(point: Point) -> &'static str {
         Point::Egress => "egress",
         Point::Dnat => "dnat",
         Point::Snat => "snat",
+        Point::Drop => "drop",
     }
 }
 

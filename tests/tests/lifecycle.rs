@@ -131,6 +131,11 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
         loaded.iter().any(|l| l.contains("tc_ingress")),
         "pktrace attached nothing? {loaded:?}"
     );
+    // The drop program (tp_btf on this host's 6.18) is attached and must go too.
+    assert!(
+        loaded.iter().any(|l| l.contains("name drop_")),
+        "no drop program attached: {loaded:?}"
+    );
     lab::client_tcp(&UBUNTU.netns(), "10.0.159.58:80").expect("traffic while attached");
     let trace = pk.stop_with(libc::SIGKILL);
     assert!(!trace.status.success());

@@ -36,5 +36,10 @@ pub struct KernelOffsets {
     pub dev_ifindex: u32,
     /// `struct sk_buff`, `data_len` (bytes in paged fragments: `len - data_len` is linear).
     pub skb_data_len: u32,
+    /// `struct sk_buff`, `head` (the buffer's start) and `network_header` (the IP header's
+    /// offset from `head`, a `u16`): where the drop program finds the IP header wherever
+    /// `data` points when the packet is freed.
+    pub skb_head: u32,
+    pub skb_network_header: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 28);
+const _: () = assert!(size_of::<KernelOffsets>() == 36);

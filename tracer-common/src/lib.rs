@@ -21,10 +21,12 @@ pub use flow_slot::{
     FLOW_ADDR_SLOTS, FLOW_TUPLE_BITS, flow_addr_slot, flow_slot_of, flow_tuple_slot,
 };
 pub use kernel::{KernelOffsets, PendingNat};
-pub use observation::{BadRecord, Frame, NatSeen, Observation, TcHook, TcSeen, decode, frame};
+pub use observation::{
+    BadRecord, DropSeen, Frame, NatSeen, Observation, TcHook, TcSeen, decode, frame,
+};
 pub use record::{
-    FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, TcFrameRecord, TcRecord, TcRecordV4, TupleV4,
-    ct, flag, hook, kind,
+    DROP_REASON_UNKNOWN, DropRecord, DropRecordV4, FRAME_MAX, NatRecord, NatRecordV4, RecordHeader,
+    TcFrameRecord, TcRecord, TcRecordV4, TupleV4, ct, flag, hook, kind,
 };
 pub use tuple::{
     FAMILY_IPV4, FAMILY_IPV6, Fingerprint, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple,
@@ -43,6 +45,8 @@ mod pod {
     unsafe impl aya::Pod for super::TcRecord {}
     unsafe impl aya::Pod for super::NatRecordV4 {}
     unsafe impl aya::Pod for super::NatRecord {}
+    unsafe impl aya::Pod for super::DropRecordV4 {}
+    unsafe impl aya::Pod for super::DropRecord {}
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::AddrSetV4 {}

@@ -10,8 +10,8 @@ use core::mem::size_of;
 use crate::{
     FAMILY_IPV4, Fingerprint, Tuple,
     record::{
-        FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, TcFrameRecord, TcRecord, TcRecordV4, ct,
-        flag, hook, kind,
+        DropRecord, DropRecordV4, FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, TcFrameRecord,
+        TcRecord, TcRecordV4, ct, flag, hook, kind,
     },
 };
 
@@ -79,11 +79,26 @@ impl NatSeen {
     }
 }
 
+/// A packet the kernel freed as a drop (`skb:kfree_skb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropSeen {
+    /// The packet's device at the drop, 0 when it had none.
+    pub ifindex: u32,
+    pub ktime_ns: u64,
+    pub fp: Fingerprint,
+    pub tuple: Tuple,
+    /// The kernel's `enum skb_drop_reason` value, or [`crate::DROP_REASON_UNKNOWN`].
+    pub reason: u32,
+    /// The kernel address the free was called from.
+    pub location: u64,
+}
+
 /// One packet at one hook, as user space reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observation {
     Tc(TcSeen),
     Nat(NatSeen),
+    Drop(DropSeen),
 }
 
 impl Observation {
@@ -93,6 +108,7 @@ impl Observation {
         match self {
             Self::Tc(t) => t.ktime_ns,
             Self::Nat(n) => n.ktime_ns,
+            Self::Drop(d) => d.ktime_ns,
         }
     }
 
@@ -102,6 +118,7 @@ impl Observation {
         match self {
             Self::Tc(t) => t.fp,
             Self::Nat(n) => n.fp,
+            Self::Drop(d) => d.fp,
         }
     }
 
@@ -111,6 +128,7 @@ impl Observation {
         match self {
             Self::Tc(t) => &t.tuple,
             Self::Nat(n) => &n.after,
+            Self::Drop(d) => &d.tuple,
         }
     }
 
@@ -143,6 +161,8 @@ impl Plain for TcRecord {}
 impl Plain for TcFrameRecord {}
 impl Plain for NatRecordV4 {}
 impl Plain for NatRecord {}
+impl Plain for DropRecordV4 {}
+impl Plain for DropRecord {}
 
 /// Reads a `T` from the start of `bytes`, `None` when they are shorter.
 #[inline]
@@ -174,49 +194,9 @@ pub fn decode(bytes: &[u8]) -> Result<Observation, BadRecord> {
     let head: RecordHeader = read(bytes).ok_or(BadRecord::Length(bytes.len()))?;
     let wide = head.flags & flag::WIDE != 0;
     match head.kind {
-        kind::TC_INGRESS | kind::TC_EGRESS => {
-            let (fp, tuple) = if head.flags & flag::FRAME != 0 {
-                let r: TcFrameRecord = whole(bytes)?;
-                (r.fp, r.tuple)
-            } else if wide {
-                let r: TcRecord = whole(bytes)?;
-                (r.fp, r.tuple)
-            } else {
-                let r: TcRecordV4 = whole(bytes)?;
-                (r.fp, r.tuple.tuple())
-            };
-            Ok(Observation::Tc(TcSeen {
-                hook: if head.kind == kind::TC_INGRESS {
-                    TcHook::Ingress
-                } else {
-                    TcHook::Egress
-                },
-                flags: head.flags & !(flag::WIDE | flag::FRAME),
-                ifindex: head.ifindex,
-                ktime_ns: head.ktime_ns,
-                fp,
-                tuple,
-            }))
-        }
-        kind::NAT => {
-            let (nat_ns, fp, before, after) = if wide {
-                let r: NatRecord = whole(bytes)?;
-                (r.nat_ns, r.fp, r.before, r.after)
-            } else {
-                let r: NatRecordV4 = whole(bytes)?;
-                (r.nat_ns, r.fp, r.before.tuple(), r.after.tuple())
-            };
-            Ok(Observation::Nat(NatSeen {
-                hook: head.hook,
-                ct_info: head.ct_info,
-                flags: head.flags & !flag::WIDE,
-                ktime_ns: head.ktime_ns,
-                nat_ns,
-                fp,
-                before,
-                after,
-            }))
-        }
+        kind::TC_INGRESS | kind::TC_EGRESS => decode_tc(bytes, &head, wide).map(Observation::Tc),
+        kind::NAT => decode_nat(bytes, &head, wide).map(Observation::Nat),
+        kind::DROP => decode_drop(bytes, &head, wide).map(Observation::Drop),
         k => Err(BadRecord::Kind(k)),
     }
 }
@@ -247,6 +227,69 @@ pub fn frame(bytes: &[u8]) -> Option<Frame<'_>> {
     Some(Frame {
         bytes: &bytes[at..at + cap],
         orig_len,
+    })
+}
+
+fn decode_tc(bytes: &[u8], head: &RecordHeader, wide: bool) -> Result<TcSeen, BadRecord> {
+    let (fp, tuple) = if head.flags & flag::FRAME != 0 {
+        let r: TcFrameRecord = whole(bytes)?;
+        (r.fp, r.tuple)
+    } else if wide {
+        let r: TcRecord = whole(bytes)?;
+        (r.fp, r.tuple)
+    } else {
+        let r: TcRecordV4 = whole(bytes)?;
+        (r.fp, r.tuple.tuple())
+    };
+    Ok(TcSeen {
+        hook: if head.kind == kind::TC_INGRESS {
+            TcHook::Ingress
+        } else {
+            TcHook::Egress
+        },
+        flags: head.flags & !(flag::WIDE | flag::FRAME),
+        ifindex: head.ifindex,
+        ktime_ns: head.ktime_ns,
+        fp,
+        tuple,
+    })
+}
+
+fn decode_nat(bytes: &[u8], head: &RecordHeader, wide: bool) -> Result<NatSeen, BadRecord> {
+    let (nat_ns, fp, before, after) = if wide {
+        let r: NatRecord = whole(bytes)?;
+        (r.nat_ns, r.fp, r.before, r.after)
+    } else {
+        let r: NatRecordV4 = whole(bytes)?;
+        (r.nat_ns, r.fp, r.before.tuple(), r.after.tuple())
+    };
+    Ok(NatSeen {
+        hook: head.hook,
+        ct_info: head.ct_info,
+        flags: head.flags & !flag::WIDE,
+        ktime_ns: head.ktime_ns,
+        nat_ns,
+        fp,
+        before,
+        after,
+    })
+}
+
+fn decode_drop(bytes: &[u8], head: &RecordHeader, wide: bool) -> Result<DropSeen, BadRecord> {
+    let (fp, tuple, reason, location) = if wide {
+        let r: DropRecord = whole(bytes)?;
+        (r.fp, r.tuple, r.reason, r.location)
+    } else {
+        let r: DropRecordV4 = whole(bytes)?;
+        (r.fp, r.tuple.tuple(), r.reason, r.location)
+    };
+    Ok(DropSeen {
+        ifindex: head.ifindex,
+        ktime_ns: head.ktime_ns,
+        fp,
+        tuple,
+        reason,
+        location,
     })
 }
 

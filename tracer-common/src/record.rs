@@ -1,6 +1,6 @@
 //! The records the kernel programs write into the ring buffer: one [`RecordHeader`] at the
 //! start of every record, then the payload of its kind ([`TcRecordV4`], [`TcRecord`],
-//! [`NatRecordV4`], [`NatRecord`], and with `-w` [`TcFrameRecord`]), and the values of the header's fields ([`kind`], [`hook`],
+//! [`NatRecordV4`], [`NatRecord`], [`DropRecordV4`], [`DropRecord`], and with `-w` [`TcFrameRecord`]), and the values of the header's fields ([`kind`], [`hook`],
 //! [`flag`], [`ct`]). User space decodes them with [`crate::decode`].
 //!
 //! Every layout is `repr(C)`, 8-aligned, a multiple of 8 bytes and free of implicit padding.
@@ -19,6 +19,8 @@ pub mod kind {
     pub const TC_EGRESS: u8 = 2;
     /// A NAT step: the packet before and after it.
     pub const NAT: u8 = 3;
+    /// The kernel freed the packet as a drop (`skb:kfree_skb`).
+    pub const DROP: u8 = 4;
 }
 
 /// Netfilter hook numbers (`enum nf_inet_hooks`, include/uapi/linux/netfilter.h, v6.1).
@@ -223,3 +225,47 @@ const _: () = assert!(
         && align_of::<NatRecordV4>() == 8
         && align_of::<NatRecord>() == 8
 );
+
+/// A drop record of an IPv4 packet ([`kind::DROP`], no [`flag::WIDE`]): the packet the kernel
+/// freed as dropped (`skb:kfree_skb`), why and where. The header's `ifindex` is the packet's
+/// device at the drop (0 when it had none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropRecordV4 {
+    pub head: RecordHeader,
+    pub fp: Fingerprint,
+    pub tuple: TupleV4,
+    /// The tracepoint's `location`: the kernel address the free was called from.
+    pub location: u64,
+    /// The kernel's `enum skb_drop_reason` value (its names come from the kernel's BTF);
+    /// [`DROP_REASON_UNKNOWN`] on kernels whose tracepoint has no reason (before 5.17).
+    pub reason: u32,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a ring record; the layout is the kernel programs'"
+    )]
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<DropRecordV4>() == 64);
+
+/// A drop record of any other packet (IPv6): [`flag::WIDE`] set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropRecord {
+    pub head: RecordHeader,
+    pub fp: Fingerprint,
+    pub tuple: Tuple,
+    pub location: u64,
+    pub reason: u32,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a ring record; the layout is the kernel programs'"
+    )]
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<DropRecord>() == 88);
+const _: () = assert!(align_of::<DropRecordV4>() == 8 && align_of::<DropRecord>() == 8);
+
+/// [`DropRecordV4::reason`] when the kernel's tracepoint gives none (before Linux 5.17): user
+/// space says `NOT_SPECIFIED`.
+pub const DROP_REASON_UNKNOWN: u32 = u32::MAX;

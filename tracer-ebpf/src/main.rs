@@ -12,7 +12,9 @@
 //!   of the four hooks it runs in, and the `nat_*` fentry/fexit and kprobe/kretprobe pairs on
 //!   `nf_nat_manip_pkt`. Both see a packet before and after NAT, time the step, follow the
 //!   translated flows and emit one event per step, through one report path.
-//! - Shared by both: [`maps`] (every map and global user space knows by name), [`filter`]
+//! - [`drop`]: `drop_btf` / `drop_raw` / `drop_raw_old` on `skb:kfree_skb`: one event per
+//!   traced packet the kernel drops, with its reason and where.
+//! - Shared by all: [`maps`] (every map and global user space knows by name), [`filter`]
 //!   (tracked addresses, and whether a packet is traced), [`followed`] (followed flows: their
 //!   hashes, per-CPU cache and table) and [`emit`] (ring records).
 //!
@@ -20,6 +22,7 @@
 #![no_std]
 #![no_main]
 
+mod drop;
 mod emit;
 mod filter;
 mod first;

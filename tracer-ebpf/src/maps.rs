@@ -57,9 +57,13 @@ pub const SCRATCH_TC: u32 = 0;
 /// The NAT programs' [`Scratch`] slot: netfilter brackets or `nat_*` probes, never both at once.
 pub const SCRATCH_NAT: u32 = 1;
 
-/// One [`Scratch`] per program family ([`SCRATCH_TC`], [`SCRATCH_NAT`]), per CPU.
+/// The drop program's [`Scratch`] slot: a drop may interrupt a NAT program on the same CPU.
+pub const SCRATCH_DROP: u32 = 2;
+
+/// One [`Scratch`] per program family ([`SCRATCH_TC`], [`SCRATCH_NAT`], [`SCRATCH_DROP`]),
+/// per CPU.
 #[map]
-pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(2, 0);
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(3, 0);
 
 /// [`filter`] mode, set by user space at load time.
 #[unsafe(no_mangle)]
@@ -92,6 +96,8 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     skb_dev: 0,
     dev_ifindex: 0,
     skb_data_len: 0,
+    skb_head: 0,
+    skb_network_header: 0,
 };
 
 /// Set (to 1, never back) once a flow went into `FOLLOWED_FLOWS`: until then no packet can

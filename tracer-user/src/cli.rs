@@ -225,6 +225,11 @@ pub struct Args {
     #[arg(long)]
     pub trace_all: bool,
 
+    /// Show only journeys that ended in a drop (the kernel freed the packet: a closed port, a
+    /// DROP or REJECT rule, no route), with the kernel's reason and where it happened.
+    #[arg(long)]
+    pub failures: bool,
+
     /// How to observe NAT: auto picks the best the kernel offers.
     #[arg(long, value_enum, value_name = "HOOK", default_value_t = NatHook::Auto)]
     pub nat_hook: NatHook,

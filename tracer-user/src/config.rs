@@ -64,6 +64,8 @@ pub struct Config {
     pub filter: Option<Filter>,
     /// `-w`: where the pcapng goes and how much of each frame.
     pub capture: Option<Capture>,
+    /// Which journeys are shown (`--failures`).
+    pub show: Show,
     /// The hidden knobs of the environment, read once here.
     pub knobs: Knobs,
 }
@@ -75,6 +77,16 @@ pub struct Capture {
     pub path: Option<PathBuf>,
     /// Bytes of each frame kept, 1 to `tracer_common::FRAME_MAX`.
     pub snaplen: u32,
+}
+
+/// Which journeys are shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Show {
+    /// Every journey.
+    #[default]
+    All,
+    /// `--failures`: only journeys that ended in a drop.
+    Failures,
 }
 
 /// A setting that clap accepted but pktrace cannot use (a usage error: exit 2).
@@ -131,6 +143,11 @@ impl Config {
             kubeconfig: args.kubeconfig,
             ready_file: args.ready_file,
             nat_hook: args.nat_hook,
+            show: if args.failures {
+                Show::Failures
+            } else {
+                Show::All
+            },
             verbose: args.verbose,
             trace_all: args.trace_all,
             filter,

@@ -17,6 +17,7 @@
 mod addr;
 mod decide;
 pub mod drop;
+mod drop_step;
 mod eval;
 mod genid;
 mod host;
@@ -31,6 +32,7 @@ mod source;
 
 use std::{collections::HashSet, fmt::Write as _, io, sync::Arc};
 
+pub use drop_step::DropExplainer;
 use eval::Hit;
 pub use eval::PacketCtx;
 // The fuzz targets (`fuzz/`) evaluate parsed rules directly.
@@ -206,7 +208,7 @@ pub trait Attribute {
             return match step.point() {
                 Point::Dnat => self.dnat_decision(&orig, &step.tuple, ctx),
                 Point::Snat => self.observed_snat(&orig, ctx),
-                Point::Ingress | Point::Egress => None,
+                Point::Ingress | Point::Egress | Point::Drop => None,
             };
         }
         // The reply's translation undoes the original's: rebuild the original direction.
@@ -217,7 +219,7 @@ pub trait Attribute {
         match step.point() {
             Point::Dnat => self.dnat_decision(&step.tuple.reversed(), &orig.reversed(), &ctx),
             Point::Snat => self.observed_snat(&step.tuple.reversed(), &ctx),
-            Point::Ingress | Point::Egress => None,
+            Point::Ingress | Point::Egress | Point::Drop => None,
         }
     }
 

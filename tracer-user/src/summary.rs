@@ -2,6 +2,8 @@
 //! steps and of whole journeys, kept in fixed-size histograms so memory does not grow with
 //! the run.
 
+use std::collections::BTreeMap;
+
 use crate::journey::{Journey, Point};
 
 /// Sub-buckets per power of two: bucket width is at most 1/64 of its values (≤ 0.8 % error
@@ -127,6 +129,8 @@ pub struct Summary {
     dnat: Histogram,
     snat: Histogram,
     transit: Histogram,
+    /// Journeys that ended in a drop, by reason.
+    drops: BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -143,6 +147,12 @@ impl Summary {
             let hist = match step.point() {
                 Point::Dnat => &mut self.dnat,
                 Point::Snat => &mut self.snat,
+                Point::Drop => {
+                    if let Some(d) = step.dropped() {
+                        *self.drops.entry(d.reason.to_string()).or_default() += 1;
+                    }
+                    continue;
+                }
                 Point::Ingress | Point::Egress => continue,
             };
             if let Some(ns) = step.latency_ns() {
@@ -152,6 +162,12 @@ impl Summary {
         if !j.steps.is_empty() {
             self.transit.record(j.transit_ns());
         }
+    }
+
+    /// Journeys that ended in a drop, by reason.
+    #[must_use]
+    pub const fn drops(&self) -> &BTreeMap<String, u64> {
+        &self.drops
     }
 
     /// Adds events read from the ring buffer.

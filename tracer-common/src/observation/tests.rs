@@ -261,8 +261,8 @@ fn frame_record_decodes_as_its_tc_observation_and_hands_out_its_captured_bytes()
     assert_eq!(frame(&bytes[..100]), None);
 }
 
-/// The five layouts, each with a valid header.
-fn every_layout() -> [Vec<u8>; 5] {
+/// The seven layouts, each with a valid header.
+fn every_layout() -> [Vec<u8>; 7] {
     [
         bytes_of(&tc_v4(kind::TC_INGRESS)),
         bytes_of(&TcRecord {
@@ -282,7 +282,56 @@ fn every_layout() -> [Vec<u8>; 5] {
             ..NatRecord::default()
         }),
         bytes_of(&frame_record(64)),
+        bytes_of(&drop_v4()),
+        bytes_of(&DropRecord {
+            head: head(kind::DROP, flag::WIDE),
+            ..DropRecord::default()
+        }),
     ]
+}
+
+fn drop_v4() -> DropRecordV4 {
+    DropRecordV4 {
+        head: head(kind::DROP, 0),
+        fp: FP,
+        tuple: v4([10, 0, 0, 1], [192, 0, 2, 7], 41234, 9, PROTO_TCP),
+        location: 0xffff_ffff_8123_4567,
+        reason: 3,
+        _pad: 0,
+    }
+}
+
+#[test]
+fn drop_records_decode_into_drop_observations() {
+    let mut want_tuple = Tuple {
+        sport: 41234,
+        dport: 9,
+        proto: PROTO_TCP,
+        family: FAMILY_IPV4,
+        ..Tuple::default()
+    };
+    want_tuple.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+    want_tuple.daddr[..4].copy_from_slice(&[192, 0, 2, 7]);
+    let want = |tuple| {
+        Ok(Observation::Drop(DropSeen {
+            ifindex: 0x0102_0304,
+            ktime_ns: 0x1122_3344_5566_7788,
+            fp: FP,
+            tuple,
+            reason: 3,
+            location: 0xffff_ffff_8123_4567,
+        }))
+    };
+    decodes_anywhere(&bytes_of(&drop_v4()), want(want_tuple));
+    let wide = DropRecord {
+        head: head(kind::DROP, flag::WIDE),
+        fp: FP,
+        tuple: v6_tuple(),
+        location: 0xffff_ffff_8123_4567,
+        reason: 3,
+        _pad: 0,
+    };
+    decodes_anywhere(&bytes_of(&wide), want(v6_tuple()));
 }
 
 #[test]
@@ -314,7 +363,7 @@ fn records_of_another_length_than_their_layout_are_bad() {
 #[test]
 fn unknown_kinds_are_bad_at_any_length() {
     for bytes in every_layout() {
-        for k in [0, 4, 5, 0x7f, 0xff] {
+        for k in [0, 5, 6, 0x7f, 0xff] {
             let mut b = bytes.clone();
             b[0] = k;
             assert_eq!(decode(&b), Err(BadRecord::Kind(k)));

@@ -20,7 +20,7 @@ use tracer_common::{FAMILY_IPV4, Fingerprint, NatSeen, Observation, TcHook, TcSe
 use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, NatChange, NatPoint, Step, StepKind};
 pub use crate::attach::roles::HostIf;
-use crate::nat::conntrack::NatTable;
+use crate::{drop::DropNames, nat::conntrack::NatTable};
 
 /// Limits of the join table.
 #[derive(Clone, Copy, Debug)]
@@ -102,6 +102,8 @@ pub struct Correlator {
     /// With `--nat-hook conntrack`: the NAT mappings conntrack reported, which put the NAT
     /// steps into journeys (no NAT events come from the kernel then; see [`conntrack`]).
     nat_table: Option<NatTable>,
+    /// Names for drops; without them drop observations are ignored ([`mod@drop`]).
+    drop_names: Option<DropNames>,
 }
 
 impl Correlator {
@@ -119,7 +121,13 @@ impl Correlator {
             limits,
             evicted: 0,
             nat_table: None,
+            drop_names: None,
         }
+    }
+
+    /// Joins drops from now on, naming them with `names`.
+    pub fn set_drop_names(&mut self, names: DropNames) {
+        self.drop_names = Some(names);
     }
 
     /// Journeys closed early because the table was full.
@@ -188,6 +196,7 @@ impl Correlator {
         match obs {
             Observation::Tc(tc) => self.push_tc(tc),
             Observation::Nat(nat) => self.push_nat(nat),
+            Observation::Drop(d) => self.push_drop(d),
         }
     }
 
@@ -449,5 +458,8 @@ fn ip_id(tuple: &Tuple, fp: Fingerprint) -> Option<u32> {
 }
 
 mod conntrack;
+mod drop;
+#[cfg(test)]
+mod drop_tests;
 #[cfg(test)]
 mod tests;

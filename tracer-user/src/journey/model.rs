@@ -20,6 +20,8 @@ pub enum Point {
     Dnat,
     /// Source NAT (or, with `reply`, the reverse translation of a reply to a SNATed flow).
     Snat,
+    /// The kernel dropped the packet (`skb:kfree_skb`).
+    Drop,
 }
 
 impl Point {
@@ -31,6 +33,7 @@ impl Point {
             Self::Egress => "egress",
             Self::Dnat => "dnat",
             Self::Snat => "snat",
+            Self::Drop => "drop",
         }
     }
 
@@ -106,6 +109,20 @@ pub enum StepKind {
     },
     /// A NAT step.
     Nat(NatChange),
+    /// The kernel dropped the packet: the journey's last step. Its rule, why and service,
+    /// when the drop stage names them, are the step's `attribution`.
+    Drop(DropStep),
+}
+
+/// Why and where the kernel dropped a packet, as names of the running kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DropStep {
+    /// `enum skb_drop_reason`'s name without `SKB_DROP_REASON_` (`NO_SOCKET`), from the kernel's
+    /// BTF; `NOT_SPECIFIED` where the kernel gives none, the number where BTF has no name.
+    pub reason: Rc<str>,
+    /// The kernel function the free was called from (`tcp_v4_rcv`), `unknown` when the
+    /// addresses are hidden (`kptr_restrict`) or not in `/proc/kallsyms`.
+    pub location: Rc<str>,
 }
 
 /// One observation of the packet.
@@ -138,6 +155,7 @@ impl Step {
                 NatPoint::Dnat => Point::Dnat,
                 NatPoint::Snat => Point::Snat,
             },
+            StepKind::Drop(_) => Point::Drop,
         }
     }
 
@@ -152,7 +170,7 @@ impl Step {
     pub const fn shared_iface(&self) -> Option<&Rc<str>> {
         match &self.kind {
             StepKind::Tc { iface, .. } => iface.as_ref(),
-            StepKind::Nat(_) => None,
+            StepKind::Nat(_) | StepKind::Drop(_) => None,
         }
     }
 
@@ -161,7 +179,16 @@ impl Step {
     pub const fn nat(&self) -> Option<&NatChange> {
         match &self.kind {
             StepKind::Nat(n) => Some(n),
-            StepKind::Tc { .. } => None,
+            StepKind::Tc { .. } | StepKind::Drop(_) => None,
+        }
+    }
+
+    /// Drop steps: why and where.
+    #[must_use]
+    pub const fn dropped(&self) -> Option<&DropStep> {
+        match &self.kind {
+            StepKind::Drop(d) => Some(d),
+            _ => None,
         }
     }
 
@@ -209,6 +236,8 @@ pub enum Ending {
     Flushed,
     /// The interface of its last step vanished (pod deleted) while it was open.
     InterfaceGone,
+    /// The kernel dropped the packet (its last step is the drop).
+    Dropped,
 }
 
 /// One packet's pass through the node, steps in time order.
@@ -325,7 +354,7 @@ impl Step {
         let hook = match point {
             Point::Ingress => TcHook::Ingress,
             Point::Egress => TcHook::Egress,
-            Point::Dnat | Point::Snat => panic!("{point:?} is no tc point"),
+            Point::Dnat | Point::Snat | Point::Drop => panic!("{point:?} is no tc point"),
         };
         Self {
             kind: StepKind::Tc {
@@ -346,7 +375,7 @@ impl Step {
         let point = match point {
             Point::Dnat => NatPoint::Dnat,
             Point::Snat => NatPoint::Snat,
-            Point::Ingress | Point::Egress => panic!("{point:?} is no NAT point"),
+            Point::Ingress | Point::Egress | Point::Drop => panic!("{point:?} is no NAT point"),
         };
         Self {
             kind: StepKind::Nat(NatChange {
@@ -362,11 +391,26 @@ impl Step {
         }
     }
 
+    /// A drop step of the packet `tuple`.
+    #[must_use]
+    pub fn drop_at(reason: &str, location: &str, tuple: Tuple, ktime_ns: u64) -> Self {
+        Self {
+            kind: StepKind::Drop(DropStep {
+                reason: reason.into(),
+                location: location.into(),
+            }),
+            tuple,
+            ktime_ns,
+            ip_id: None,
+            attribution: None,
+        }
+    }
+
     /// A NAT step's change, to alter it.
     pub fn nat_mut(&mut self) -> &mut NatChange {
         match &mut self.kind {
             StepKind::Nat(n) => n,
-            StepKind::Tc { .. } => panic!("a tc step has no NAT change"),
+            StepKind::Tc { .. } | StepKind::Drop(_) => panic!("only a NAT step has a NAT change"),
         }
     }
 
@@ -374,7 +418,7 @@ impl Step {
     pub fn iface_mut(&mut self) -> &mut Option<Rc<str>> {
         match &mut self.kind {
             StepKind::Tc { iface, .. } => iface,
-            StepKind::Nat(_) => panic!("a NAT step has no interface"),
+            StepKind::Nat(_) | StepKind::Drop(_) => panic!("only a tc step has an interface"),
         }
     }
 

@@ -13,6 +13,7 @@
 //! anonymous struct and union members the way C does (`sk_buff` keeps `len`, `mark`, `dev` and
 //! others inside anonymous unions and `struct_group`s).
 
+mod enums;
 mod error;
 mod format;
 mod lookup;

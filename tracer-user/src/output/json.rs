@@ -150,6 +150,7 @@ impl Sink for JsonSink {
                     snat: s.snat().into(),
                 },
                 transit: s.transit().into(),
+                drops: s.drops().clone(),
             }),
         )
     }

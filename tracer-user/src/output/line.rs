@@ -123,6 +123,15 @@ fn step_note(step: &Step, out: &mut String) {
                 None => out.push('?'),
             }
         }
+        StepKind::Drop(d) => {
+            let _ = write!(out, " ✗ drop {} at {}", safe(&d.reason), safe(&d.location));
+            if let Some(a) = step.attribution.as_deref().filter(|a| !a.rule.is_empty()) {
+                let _ = write!(out, " by {}", safe(&a.rule));
+                if let Some(service) = &a.service {
+                    let _ = write!(out, " ({})", safe(service));
+                }
+            }
+        }
     }
 }
 
@@ -158,6 +167,7 @@ fn journey_line(j: &Journey, first: &Step, last: &Step, wall_offset_ns: i128, ou
         Ending::TimedOut => " (timed out)",
         Ending::Flushed => " (still open at exit)",
         Ending::InterfaceGone => " (interface gone)",
+        Ending::Dropped => " (dropped)",
     });
 }
 

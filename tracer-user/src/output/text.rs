@@ -17,7 +17,7 @@ use std::{
 
 use super::{Sink, human_ns};
 use crate::{
-    journey::{Ending, Journey, Step, endpoint},
+    journey::{Ending, Journey, Point, Step, endpoint},
     summary::{Stats, Summary},
     util::safe,
 };
@@ -83,13 +83,23 @@ impl TextSink {
             human_ns(step.ktime_ns.saturating_sub(start_ns))
         );
         let point = step.point().as_str();
-        let line = if step.point().is_nat() {
+        let line = if let Some(d) = step.dropped() {
+            format!(
+                "  {dt:<8} ✗ drop {} at {}",
+                safe(&d.reason),
+                safe(&d.location)
+            )
+        } else if step.point().is_nat() {
             format!("  {dt:<8} {point:<7} {}", nat_detail(step))
         } else {
             let iface = step.iface().map_or_else(|| "?".to_owned(), safe);
             format!("  {dt:<8} {point:<7} {iface}")
         };
-        let style = if step.point().is_nat() { NAT } else { "" };
+        let style = match step.point() {
+            Point::Drop => RED,
+            p if p.is_nat() => NAT,
+            _ => "",
+        };
         out.push_str(&self.paint(style, &line));
         out.push('\n');
         for extra in attribution_lines(step) {
@@ -180,6 +190,7 @@ fn header(j: &Journey, first: &Step) -> String {
         Ending::TimedOut => "  (timed out)",
         Ending::Flushed => "  (still open at exit)",
         Ending::InterfaceGone => "  (interface gone)",
+        Ending::Dropped => "  (dropped)",
     };
     format!(
         "{} {} → {}  {}{ending}",
@@ -263,6 +274,10 @@ impl Sink for TextSink {
         block.push_str(&stats_line("dnat", s.dnat()));
         block.push_str(&stats_line("snat", s.snat()));
         block.push_str(&stats_line("transit", s.transit()));
+        if !s.drops().is_empty() {
+            let drops: Vec<String> = s.drops().iter().map(|(r, n)| format!("{r} {n}")).collect();
+            let _ = writeln!(block, "  drops: {}", safe(&drops.join(", ")));
+        }
         if s.lost_events() > 0 {
             let warn = format!(
                 "!! {} events were lost (ring buffer full): some journeys are incomplete",
@@ -441,6 +456,25 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
             got.lines()
                 .next()
                 .is_some_and(|l| l.ends_with("(interface gone)")),
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn a_dropped_journey_ends_with_its_drop_line() {
+        let udp = t(PROTO_UDP, "10.13.76.46:41234", "10.13.76.4:9");
+        let j = Journey {
+            steps: vec![
+                tc(Point::Ingress, "azv47c3ee9d512", udp, 10),
+                Step::drop_at("NO_SOCKET", "__udp4_lib_rcv", udp, 67_610),
+            ],
+            ending: Ending::Dropped,
+        };
+        let got = render(false, |s| s.journey(&j).unwrap());
+        let lines: Vec<&str> = got.lines().collect();
+        assert!(lines[0].ends_with("(dropped)"), "{got}");
+        assert_eq!(
+            lines[2], "  +67.6µs  ✗ drop NO_SOCKET at __udp4_lib_rcv",
             "{got}"
         );
     }

@@ -109,7 +109,7 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     });
     // Everything is loaded and attached: keep only what the rest of the session uses.
     start::drop_privileges(cfg)?;
-    start::announce(&subject, &chosen, &tc, &kernel.nat);
+    start::announce(&subject, &chosen, &tc, &kernel.nat, kernel.drops.as_ref());
     if let Some(filter) = &cfg.filter {
         crate::diag::line(filter.describe());
     }
@@ -118,7 +118,8 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     start::ready_file(cfg)?;
 
     let mut sink = start::sink(cfg, &subject, capture).map_err(RunError::Output)?;
-    let mut session = start::session(cfg, &subject, &chosen.ifaces, conntrack);
+    let drop_names = kernel.drop_names.take();
+    let mut session = start::session(cfg, &subject, &chosen.ifaces, conntrack, drop_names);
     let started = hot::Started {
         tc: tc.attachments,
         monitor,
@@ -132,6 +133,7 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     drop(hot);
     let end = session.finish(&mut collector, sink.as_mut());
     drop(kernel.nat);
+    drop(kernel.drops);
     result
         .and(end.or_else(ignore_broken_pipe))
         .or_else(ignore_broken_pipe)

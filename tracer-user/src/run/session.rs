@@ -8,9 +8,9 @@ use std::io;
 use crate::{
     collect::{self, Collector, Counters},
     diag,
-    explain::Explainer,
+    explain::{DropExplainer, Explainer},
     expr::Filter,
-    journey::correlate::Correlator,
+    journey::{Ending, correlate::Correlator},
     kernel,
     nat::conntrack::{self, Conntrack},
     output::Sink,
@@ -29,6 +29,10 @@ pub(super) struct Session {
     pub(super) explainer: Explainer,
     /// `-c`: stop after this many journeys.
     limit: Option<u64>,
+    /// `--failures`: only journeys that ended in a drop are written and counted.
+    pub(super) failures_only: bool,
+    /// Names the rule that dropped a packet (drop steps).
+    pub(super) drops: DropExplainer,
     counters: Counters,
     /// With `--nat-hook conntrack`: its events, and the losses reported so far.
     pub(super) conntrack: Option<Conntrack>,
@@ -52,6 +56,8 @@ impl Session {
             summary: Summary::new(),
             explainer,
             limit,
+            failures_only: false,
+            drops: DropExplainer::default(),
             counters: Counters::default(),
             conntrack,
             ct_reported: conntrack::Losses::default(),
@@ -147,6 +153,8 @@ impl Session {
         self.explainer.take_updates();
         let (explainer, summary, limit) = (&mut self.explainer, &mut self.summary, self.limit);
         let filter = self.filter.as_ref();
+        let failures_only = self.failures_only;
+        let drops = &mut self.drops;
         self.correlator.drain_done(|j| {
             if j.steps.is_empty()
                 || limit.is_some_and(|n| summary.journeys() >= n)
@@ -154,7 +162,11 @@ impl Session {
             {
                 return Ok(());
             }
+            if failures_only && j.ending != Ending::Dropped {
+                return Ok(());
+            }
             explainer.explain_with_current_rules(j);
+            drops.explain(j);
             summary.record(j);
             wrote = true;
             sink.journey(j)

@@ -18,7 +18,8 @@ use crate::{
     collect::frames,
     config::{Config, Knobs, Target},
     diag,
-    explain::Explainer,
+    drop::{DropAttachment, DropNames, Reasons},
+    explain::{DropExplainer, Explainer},
     expr::Filter,
     journey::correlate::{Correlator, Limits},
     kernel::{self, btf::KernelBtf, caps},
@@ -104,6 +105,9 @@ pub(super) struct Kernel {
     pub(super) ebpf: Ebpf,
     pub(super) globals: Globals,
     pub(super) nat: NatAttachment,
+    /// The drop program, when it attached; the names the join gives its drops.
+    pub(super) drops: Option<DropAttachment>,
+    pub(super) drop_names: Option<DropNames>,
 }
 
 /// Reads the kernel's BTF (once: the programs' offsets and the NAT hooks both use this parse),
@@ -120,8 +124,47 @@ pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> 
     let mut ebpf = attach::load(&globals, &cfg.knobs)?;
     attach::track_addrs(&mut ebpf, subject.addrs.as_slice())?;
     let nat = nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
+    let (drops, drop_names) = attach_drops(&mut ebpf, &globals, &kernel_btf);
     drop(kernel_btf);
-    Ok(Kernel { ebpf, globals, nat })
+    Ok(Kernel {
+        ebpf,
+        globals,
+        nat,
+        drops,
+        drop_names,
+    })
+}
+
+/// Attaches the drop program and reads the kernel's drop reasons; without them the trace goes
+/// on without drops (said once, with each way tried).
+fn attach_drops(
+    ebpf: &mut Ebpf,
+    globals: &Globals,
+    kernel_btf: &KernelBtf,
+) -> (Option<DropAttachment>, Option<DropNames>) {
+    let values = kernel_btf
+        .get()
+        .ok()
+        .and_then(|b| b.enum_values("skb_drop_reason").ok().flatten());
+    let bytes = globals.as_bytes();
+    let named: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+    match crate::drop::attach::attach(ebpf, &named, kernel_btf, values.is_some()) {
+        Ok(a) => {
+            let reasons = Reasons::new(&values.unwrap_or_default());
+            (Some(a), Some(DropNames::new(reasons)))
+        }
+        Err(why) => {
+            let why: Vec<String> = why
+                .iter()
+                .map(|(way, e)| format!("{way}: {}", e.line()))
+                .collect();
+            diag::line(format_args!(
+                "warning: drops are not traced: {}",
+                why.join("; ")
+            ));
+            (None, None)
+        }
+    }
 }
 
 /// The tc attachments and the mechanism of each chosen interface.
@@ -186,7 +229,13 @@ pub(super) fn drop_privileges(cfg: &Config) -> Result<(), RunError> {
 }
 
 /// The start-up report: what is traced where, how, and with which NAT hook.
-pub(super) fn announce(subject: &Subject, chosen: &Chosen, tc: &TcStart, nat: &NatAttachment) {
+pub(super) fn announce(
+    subject: &Subject,
+    chosen: &Chosen,
+    tc: &TcStart,
+    nat: &NatAttachment,
+    drops: Option<&DropAttachment>,
+) {
     let ifaces = &chosen.ifaces;
     let names: Vec<String> = ifaces.iter().map(|i| util::safe(&i.name)).collect();
     diag::line(format_args!(
@@ -203,6 +252,9 @@ pub(super) fn announce(subject: &Subject, chosen: &Chosen, tc: &TcStart, nat: &N
     ));
     for line in nat.report() {
         diag::line(line);
+    }
+    if let Some(d) = drops {
+        diag::line(d.describe());
     }
     diag::line(format_args!(
         "interfaces {}",
@@ -285,6 +337,7 @@ pub(super) fn session(
     subject: &Subject,
     ifaces: &[tc::Iface],
     conntrack: Option<Conntrack>,
+    drop_names: Option<DropNames>,
 ) -> Session {
     let (host_ifs, roles_err) = tc::host_ifs(ifaces);
     if let Some(e) = roles_err {
@@ -297,8 +350,15 @@ pub(super) fn session(
     if conntrack.is_some() {
         correlator.use_conntrack();
     }
+    if let Some(names) = drop_names {
+        correlator.set_drop_names(names);
+    }
     let explainer = Explainer::start(kernel::host::local_addrs(), subject.addrs.clone());
-    Session::new(correlator, explainer, cfg.limits.count, conntrack).with_filter(cfg.filter.clone())
+    let mut session = Session::new(correlator, explainer, cfg.limits.count, conntrack)
+        .with_filter(cfg.filter.clone());
+    session.failures_only = cfg.show == crate::config::Show::Failures;
+    session.drops = DropExplainer::new(kernel::host::local_addrs());
+    session
 }
 
 /// The join table's limits: the defaults, or a smaller table for tests.

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod client;
+pub mod drops;
 pub mod netns;
 pub mod node2;
 pub mod pods;

@@ -10,12 +10,12 @@ use tracer_common::{
 use super::*;
 use crate::journey::model::{Point, tuple};
 
-const AZV_CLIENT: u32 = 10;
-const AZV_BACKEND: u32 = 11;
-const AZURE0: u32 = 2;
+pub(super) const AZV_CLIENT: u32 = 10;
+pub(super) const AZV_BACKEND: u32 = 11;
+pub(super) const AZURE0: u32 = 2;
 const ETH0: u32 = 3;
 
-fn ifaces() -> HashMap<u32, HostIf> {
+pub(super) fn ifaces() -> HashMap<u32, HostIf> {
     [
         (AZV_CLIENT, "azv47c3ee9d512", true),
         (AZV_BACKEND, "azva4124965a9b", true),
@@ -35,7 +35,7 @@ fn ifaces() -> HashMap<u32, HostIf> {
     .collect()
 }
 
-fn t(proto: u8, src: &str, dst: &str) -> Tuple {
+pub(super) fn t(proto: u8, src: &str, dst: &str) -> Tuple {
     tuple(
         proto,
         src.parse::<SocketAddr>().unwrap(),
@@ -43,7 +43,7 @@ fn t(proto: u8, src: &str, dst: &str) -> Tuple {
     )
 }
 
-fn fp(n: u32) -> Fingerprint {
+pub(super) fn fp(n: u32) -> Fingerprint {
     Fingerprint {
         ip_id: n,
         a: n * 7,
@@ -68,7 +68,7 @@ pub(super) fn tc_seen(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u6
     }
 }
 
-fn tc(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> Observation {
+pub(super) fn tc(k: u8, ifindex: u32, tuple: Tuple, fp: Fingerprint, at: u64) -> Observation {
     Observation::Tc(tc_seen(k, ifindex, tuple, fp, at))
 }
 
@@ -86,7 +86,7 @@ fn nat(h: u8, ct_info: u8, orig: Tuple, after: Tuple, fp: Fingerprint, at: u64) 
 }
 
 /// The events of one pod → ClusterIP → backend packet, at time `base`.
-fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Observation> {
+pub(super) fn clusterip_packet(sport: u16, f: Fingerprint, base: u64) -> Vec<Observation> {
     let pre = t(PROTO_TCP, &format!("10.13.76.46:{sport}"), "10.0.159.58:80");
     let post = t(PROTO_TCP, &format!("10.13.76.46:{sport}"), "10.13.76.26:80");
     vec![

@@ -43,6 +43,12 @@ impl Btf {
         self.named_id(kind::FUNC, name)
     }
 
+    /// The type id of the typedef named `name`, if there is one: a `tp_btf` program's
+    /// `attach_btf_id` is its tracepoint's `btf_trace_<name>` typedef.
+    pub fn typedef_id(&self, name: &str) -> Result<Option<u32>, BtfError> {
+        self.named_id(kind::TYPEDEF, name)
+    }
+
     /// The type id of the struct (`BTF_KIND_STRUCT`, not a forward declaration or union) named
     /// `name`, if there is one: what `bpf_rdonly_cast` wants as its type argument.
     pub fn struct_id(&self, name: &str) -> Result<Option<u32>, BtfError> {

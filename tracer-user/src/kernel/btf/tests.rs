@@ -292,6 +292,8 @@ fn offsets_the_kernel_may_lack_are_zero_the_others_errors() {
         skb_dev: 16,
         dev_ifindex: 224,
         skb_data_len: 116,
+        skb_head: 0,
+        skb_network_header: 0,
     };
     assert_eq!(o, want);
 }
@@ -436,10 +438,12 @@ fn offsets_bytes_match_the_struct_layout() {
         skb_dev: 5,
         dev_ifindex: 6,
         skb_data_len: 7,
+        skb_head: 8,
+        skb_network_header: 9,
     };
-    // SAFETY: `KernelOffsets` is 28 bytes of `u32`s without padding (asserted in
+    // SAFETY: `KernelOffsets` is 36 bytes of `u32`s without padding (asserted in
     // tracer-common), so it has the same size as the array and every bit pattern is valid.
-    let raw: [u8; 28] = unsafe { core::mem::transmute(o) };
+    let raw: [u8; 36] = unsafe { core::mem::transmute(o) };
     assert_eq!(kernel_offsets_bytes(&o), raw);
 }
 
@@ -470,5 +474,38 @@ fn running_kernel_offsets() {
         // `struct bpf_nf_ctx { const struct nf_hook_state *state; struct sk_buff *skb; }`
         // (include/linux/netfilter.h, v6.4).
         assert_eq!(o.nf_ctx_skb, 8);
+    }
+}
+
+#[test]
+fn enum_values_are_read_in_order_for_both_enum_kinds() {
+    for big in [false, true] {
+        let mut b = Builder::new(big);
+        let int = b.int("int", 4, 32);
+        b.filler(int);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(
+            btf.enum_values("color").unwrap(),
+            Some(vec![(0, "RED".to_owned()), (1, "BLUE".to_owned())])
+        );
+        assert_eq!(
+            btf.enum_values("big").unwrap(),
+            Some(vec![(1, "A".to_owned()), (2, "B".to_owned())])
+        );
+        assert_eq!(btf.enum_values("skb_drop_reason").unwrap(), None);
+    }
+}
+
+/// This machine's kernel (6.18) names the drop reasons pktrace reports.
+#[test]
+fn the_running_kernel_names_its_drop_reasons() {
+    let btf = Btf::from_sys_fs().unwrap();
+    let values = btf.enum_values("skb_drop_reason").unwrap().unwrap();
+    for want in [
+        "SKB_CONSUMED",
+        "SKB_DROP_REASON_NO_SOCKET",
+        "SKB_DROP_REASON_NETFILTER_DROP",
+    ] {
+        assert!(values.iter().any(|(_, n)| n == want), "{want} missing");
     }
 }

@@ -7,6 +7,8 @@
 //! [`Line::Unknown`], and step fields they do not know are kept in [`StepLine::extra`] (so that
 //! `merge` passes them on).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -105,6 +107,12 @@ pub struct StepLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "present")]
     pub latency_ns: Option<Option<u64>>,
+    /// Drop steps: the kernel's drop reason without `SKB_DROP_REASON_` (`NO_SOCKET`), and the
+    /// kernel function that dropped the packet (`tcp_v4_rcv`, `unknown` when hidden).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
     /// Since the journey's first step (`merge`: on the aligned clock).
     pub t_ns: u64,
     /// The hook saw the packet at or before `t_ns` (a connection's first packet on the uplink,
@@ -146,6 +154,8 @@ impl StepLine {
             orig_dst: None,
             reply: None,
             latency_ns: None,
+            reason: None,
+            location: None,
             t_ns,
             t_at_or_before: false,
             ip_id: None,
@@ -191,7 +201,7 @@ pub struct EvictedFlowsLine {
     pub flows_total: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SummaryLine {
     pub journeys: u64,
     pub events: u64,
@@ -203,6 +213,9 @@ pub struct SummaryLine {
     pub nat: NatStats,
     /// Journeys' `transit_ns`.
     pub transit: Stats,
+    /// Journeys that ended in a drop, by reason (left out when none did).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drops: BTreeMap<String, u64>,
 }
 
 /// NAT steps' `latency_ns`.

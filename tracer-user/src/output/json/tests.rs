@@ -232,6 +232,26 @@ fn journey_bytes_match_serde() {
             steps: vec![other_proto],
             ending: Ending::Flushed,
         },
+        Journey {
+            steps: vec![
+                tc(Point::Ingress, "azv47c3ee9d512", edges, 1),
+                tc(Point::Ingress, "azure0", edges, 2),
+                {
+                    let mut d = Step::drop_at("NETFILTER_DROP", "nft_do_chain", edges, 3);
+                    d.attribution = Some(Arc::new(Attribution {
+                        rule: "KUBE-SERVICES rule 1".into(),
+                        service: Some("default/web-gone".into()),
+                        why: Some("REJECT: \"default/web-gone:http has no endpoints\"".into()),
+                    }));
+                    d
+                },
+            ],
+            ending: Ending::Dropped,
+        },
+        Journey {
+            steps: vec![Step::drop_at("NO_SOCKET", "unknown", v6, 9)],
+            ending: Ending::Dropped,
+        },
         // More tuples than the line remembers, and back to the first.
         Journey {
             steps: vec![
@@ -293,7 +313,10 @@ fn check_parsed(line: &contract::JourneyLine, j: &Journey, pod: &str) {
             orig,
             want_orig.map_or((None, None), |(s, d)| (Some(s), Some(d)))
         );
-        assert_eq!(got.iface, (!nat).then(|| v.iface.map(str::to_owned)));
+        let tc = !nat && v.drop.is_none();
+        assert_eq!(got.iface, tc.then(|| v.iface.map(str::to_owned)));
+        assert_eq!(got.reason.as_deref(), v.drop.map(|d| &*d.reason));
+        assert_eq!(got.location.as_deref(), v.drop.map(|d| &*d.location));
         assert_eq!(got.reply, nat.then_some(v.reply));
         assert_eq!(got.latency_ns, nat.then_some(v.latency_ns));
         assert_eq!((got.t_at_or_before, got.ip_id), (v.time_bound, v.ip_id));
@@ -411,6 +434,7 @@ fn rare_lines_round_trip() {
                 snat: contract::Stats::default(),
             },
             transit: stats(9410),
+            drops: std::collections::BTreeMap::new(),
         }),
     ];
     assert_eq!(got, want);
@@ -512,6 +536,7 @@ fn written_endings_and_points_are_the_contracts() {
         Ending::TimedOut,
         Ending::Flushed,
         Ending::InterfaceGone,
+        Ending::Dropped,
     ];
     let parsed: Vec<Ending> = endings
         .iter()
@@ -523,7 +548,13 @@ fn written_endings_and_points_are_the_contracts() {
             "{endings:?} are written as {parsed:?}"
         );
     }
-    for p in [Point::Ingress, Point::Egress, Point::Dnat, Point::Snat] {
+    for p in [
+        Point::Ingress,
+        Point::Egress,
+        Point::Dnat,
+        Point::Snat,
+        Point::Drop,
+    ] {
         let open = point_open(p);
         let value = &open[b"{\"point\":".len()..];
         let parsed: Point = serde_json::from_slice(value).unwrap();

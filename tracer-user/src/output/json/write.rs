@@ -8,7 +8,7 @@ use std::{io::Write as _, net::SocketAddr, ops::Range};
 use tracer_common::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP, Tuple};
 
 use super::lines::serialize;
-use crate::journey::{Ending, Journey, Point, Step, dst_ip, proto_name, src_ip};
+use crate::journey::{DropStep, Ending, Journey, Point, Step, dst_ip, proto_name, src_ip};
 
 /// What a step line is written from: every read of [`Step`]'s fields is here.
 pub(super) struct StepView<'a> {
@@ -19,6 +19,8 @@ pub(super) struct StepView<'a> {
     pub(super) orig: &'a Tuple,
     pub(super) reply: bool,
     pub(super) latency_ns: Option<u64>,
+    /// Drop steps: why and where.
+    pub(super) drop: Option<&'a DropStep>,
     pub(super) ktime_ns: u64,
     pub(super) time_bound: bool,
     pub(super) ip_id: Option<u32>,
@@ -39,6 +41,7 @@ impl<'a> StepView<'a> {
             orig: step.orig().unwrap_or(&step.tuple),
             reply: step.reply(),
             latency_ns: step.latency_ns(),
+            drop: step.dropped(),
             ktime_ns: step.ktime_ns,
             time_bound: step.time_bound(),
             ip_id: step.ip_id,
@@ -192,6 +195,7 @@ pub(super) const fn point_open(p: Point) -> &'static [u8] {
         Point::Egress => b"{\"point\":\"egress\"",
         Point::Dnat => b"{\"point\":\"dnat\"",
         Point::Snat => b"{\"point\":\"snat\"",
+        Point::Drop => b"{\"point\":\"drop\"",
     }
 }
 
@@ -236,7 +240,7 @@ impl Written {
 pub(super) fn write_step(buf: &mut Vec<u8>, step: &StepView, start_ns: u64, written: &mut Written) {
     let nat = step.point.is_nat();
     buf.extend_from_slice(point_open(step.point));
-    if !nat {
+    if !nat && step.drop.is_none() {
         key!(buf, "iface");
         match step.iface {
             Some(i) => json_str(buf, i),
@@ -256,6 +260,12 @@ pub(super) fn write_step(buf: &mut Vec<u8>, step: &StepView, start_ns: u64, writ
             Some(n) => num(buf, n),
             None => buf.extend_from_slice(b"null"),
         }
+    }
+    if let Some(d) = step.drop {
+        key!(buf, "reason");
+        json_str(buf, &d.reason);
+        key!(buf, "location");
+        json_str(buf, &d.location);
     }
     key!(buf, "t_ns");
     num(buf, step.ktime_ns.saturating_sub(start_ns));
@@ -316,5 +326,6 @@ pub(super) const fn ending_json(e: Ending) -> &'static [u8] {
         Ending::TimedOut => b"\"timed_out\"",
         Ending::Flushed => b"\"flushed\"",
         Ending::InterfaceGone => b"\"interface_gone\"",
+        Ending::Dropped => b"\"dropped\"",
     }
 }

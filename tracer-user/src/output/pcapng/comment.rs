@@ -9,20 +9,22 @@
 //! text or JSON output of the same run counts them) and the packet's place among the journey's
 //! tc steps, which are its packets in the file. Then the pod, then every NAT change of the
 //! journey with its rule and service, the rule that left it untranslated where one was named,
-//! and how it ended when that was not leaving the node.
+//! the drop's reason, location and rule when the kernel dropped it, and how it ended when that
+//! was not leaving the node.
 
 use std::fmt::Write as _;
 
 use tracer_common::TcHook;
 
-use crate::journey::{Ending, Journey, NatChange, NatPoint, Step, StepKind, endpoint};
+use crate::journey::{DropStep, Ending, Journey, NatChange, NatPoint, Step, StepKind, endpoint};
 
 /// The lines every packet of `j` shares: its NAT changes and rules, and its ending.
 #[must_use]
 pub fn journey_lines(j: &Journey) -> Vec<String> {
     let mut lines: Vec<String> = j.steps.iter().filter_map(step_line).collect();
     let ending = match j.ending {
-        Ending::Left => None,
+        // A packet that left needs no word; a drop step's own line says where and why.
+        Ending::Left | Ending::Dropped => None,
         Ending::TimedOut => Some("ended: timed out (no later hook saw the packet within 1 s)"),
         Ending::Flushed => Some("ended: still open when pktrace stopped"),
         Ending::InterfaceGone => Some("ended: its interface went away"),
@@ -35,11 +37,28 @@ pub fn journey_lines(j: &Journey) -> Vec<String> {
 fn step_line(step: &Step) -> Option<String> {
     match &step.kind {
         StepKind::Nat(n) => Some(nat_line(step, n)),
+        StepKind::Drop(d) => Some(drop_line(step, d)),
         StepKind::Tc { .. } => step
             .attribution
             .as_ref()
             .map(|a| a.why.clone().unwrap_or_else(|| a.rule.clone())),
     }
+}
+
+/// `dropped: NETFILTER_DROP at nft_do_chain by KUBE-SERVICES … (default/web-gone): …`: the
+/// kernel's reason and location, then the rule, service and why where the replay named them.
+fn drop_line(step: &Step, d: &DropStep) -> String {
+    let mut line = format!("dropped: {} at {}", d.reason, d.location);
+    if let Some(a) = &step.attribution {
+        let _ = write!(line, " by {}", a.rule);
+        if let Some(service) = &a.service {
+            let _ = write!(line, " ({service})");
+        }
+        if let Some(why) = &a.why {
+            let _ = write!(line, ": {why}");
+        }
+    }
+    line
 }
 
 /// `DNAT 10.0.159.58:80 -> 10.13.76.26:80 by KUBE-SEP-… (default/whereami)`: the side the step

@@ -190,7 +190,7 @@ impl PcapSink {
 fn tc_hook(step: &Step) -> Option<TcHook> {
     match &step.kind {
         StepKind::Tc { hook, .. } => Some(*hook),
-        StepKind::Nat(_) => None,
+        StepKind::Nat(_) | StepKind::Drop(_) => None,
     }
 }
 

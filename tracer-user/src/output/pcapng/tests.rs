@@ -214,3 +214,24 @@ fn to_stdout_the_journeys_go_to_the_pcapng_only_and_the_summary_still_comes() {
     assert!(!text.contains("\"journey\""), "{text}");
     assert!(text.contains("\"summary\""), "{text}");
 }
+
+#[test]
+fn a_dropped_journeys_comment_says_the_reason_location_and_rule() {
+    let tuple = t(PROTO_TCP, "10.13.76.46:42940", "10.0.77.77:80");
+    let mut drop = Step::drop_at("NETFILTER_DROP", "nft_do_chain", tuple, 1_000);
+    drop.attribution = Some(Arc::new(crate::journey::Attribution {
+        rule: "KUBE-SERVICES rule 3".into(),
+        service: Some("default/web-gone".into()),
+        why: Some("has no endpoints".into()),
+    }));
+    let j = Journey {
+        steps: vec![drop],
+        ending: Ending::Dropped,
+    };
+    assert_eq!(
+        comment::journey_lines(&j),
+        [
+            "dropped: NETFILTER_DROP at nft_do_chain by KUBE-SERVICES rule 3 (default/web-gone): has no endpoints"
+        ]
+    );
+}

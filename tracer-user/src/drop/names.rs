@@ -1,0 +1,263 @@
+//! Names for what the drop programs report: the kernel's drop reason numbers
+//! ([`Reasons`], from its BTF `enum skb_drop_reason`) and the addresses the frees were called
+//! from ([`Symbols`], from `/proc/kallsyms`). [`DropNames`] holds both for the join.
+
+use std::{collections::HashMap, fs, io::Read as _, rc::Rc};
+
+use tracer_common::DROP_REASON_UNKNOWN;
+
+use crate::diag;
+
+/// The prefix the kernel's drop reason names carry (`SKB_DROP_REASON_NO_SOCKET`).
+const PREFIX: &str = "SKB_DROP_REASON_";
+
+/// The kernel's drop reasons by number, named without [`PREFIX`] (`SKB_CONSUMED` is
+/// `CONSUMED`).
+#[derive(Clone, Debug, Default)]
+pub struct Reasons {
+    names: HashMap<u32, Rc<str>>,
+}
+
+impl Reasons {
+    /// From `enum skb_drop_reason`'s values (as [`crate::kernel::btf::Btf::enum_values`] reads
+    /// them); an empty list (a kernel before 5.17 has no such enum) names nothing.
+    #[must_use]
+    pub fn new(values: &[(u32, String)]) -> Self {
+        let names = values
+            .iter()
+            .map(|(v, n)| {
+                let short = n
+                    .strip_prefix(PREFIX)
+                    .or_else(|| n.strip_prefix("SKB_"))
+                    .unwrap_or(n);
+                (*v, Rc::from(short))
+            })
+            .collect();
+        Self { names }
+    }
+
+    /// The name of `reason`: `NOT_SPECIFIED` for a kernel that gives none, the number when
+    /// the kernel's BTF has no name for it.
+    #[must_use]
+    pub fn name(&self, reason: u32) -> Rc<str> {
+        if reason == DROP_REASON_UNKNOWN {
+            return Rc::from("NOT_SPECIFIED");
+        }
+        self.names
+            .get(&reason)
+            .map_or_else(|| Rc::from(reason.to_string()), Rc::clone)
+    }
+
+    /// False for the values that are no drop: `SKB_CONSUMED` (a packet freed after use; from
+    /// 6.3 it never reaches `kfree_skb`, but an older kernel's path may) and
+    /// `SKB_NOT_DROPPED_YET`.
+    #[must_use]
+    pub fn is_drop(&self, reason: u32) -> bool {
+        self.names
+            .get(&reason)
+            .is_none_or(|n| !matches!(&**n, "CONSUMED" | "NOT_DROPPED_YET"))
+    }
+}
+
+/// The kernel's text symbols, sorted by address: an address's function is the last symbol at
+/// or below it.
+#[derive(Clone, Debug, Default)]
+pub struct Symbols {
+    addrs: Vec<u64>,
+    names: Vec<Rc<str>>,
+}
+
+impl Symbols {
+    /// The text symbols (`t`/`T`) of a `/proc/kallsyms` listing; `None` when every address is
+    /// zero (`kernel.kptr_restrict` hides them from this process) or there are none.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut syms: Vec<(u64, &str)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+                let ty = f.next()?;
+                let name = f.next()?;
+                matches!(ty, "t" | "T").then_some((addr, name))
+            })
+            .filter(|&(a, _)| a != 0)
+            .collect();
+        if syms.is_empty() {
+            return None;
+        }
+        syms.sort_unstable_by_key(|&(a, _)| a);
+        let (addrs, names) = syms.into_iter().map(|(a, n)| (a, Rc::from(n))).unzip();
+        Some(Self { addrs, names })
+    }
+
+    /// The function `addr` is in, `None` below the first symbol.
+    #[must_use]
+    pub fn function(&self, addr: u64) -> Option<Rc<str>> {
+        let at = self.addrs.partition_point(|&a| a <= addr);
+        at.checked_sub(1).map(|i| Rc::clone(&self.names[i]))
+    }
+}
+
+/// Where kallsyms' state is kept: opened but not read yet, read, or unusable (said once).
+/// Opened at start-up: the kernel decides at open whether the reader sees addresses (it needs
+/// `CAP_SYSLOG`, which pktrace drops after attaching), so the file opened then reads with them.
+#[derive(Debug, Default)]
+enum Kallsyms {
+    Unread(fs::File),
+    Read(Symbols),
+    #[default]
+    Hidden,
+}
+
+/// What the join names a drop with: the reasons (read at start-up) and the kernel's symbols
+/// (read at the first drop: most runs see none).
+#[derive(Debug, Default)]
+pub struct DropNames {
+    reasons: Reasons,
+    symbols: Kallsyms,
+    /// Names already given, by address: one lookup per location.
+    locations: HashMap<u64, Rc<str>>,
+}
+
+impl DropNames {
+    /// With `/proc/kallsyms` opened now (read at the first drop); a failure to open is said
+    /// once and drops are located as `unknown`.
+    #[must_use]
+    pub fn new(reasons: Reasons) -> Self {
+        let symbols = match fs::File::open("/proc/kallsyms") {
+            Ok(f) => Kallsyms::Unread(f),
+            Err(e) => {
+                diag::once(
+                    "kallsyms",
+                    format_args!(
+                        "cannot open /proc/kallsyms ({e}): drop locations say \"unknown\""
+                    ),
+                );
+                Kallsyms::Hidden
+            }
+        };
+        Self {
+            reasons,
+            symbols,
+            locations: HashMap::new(),
+        }
+    }
+
+    /// With `symbols` already read (tests).
+    #[cfg(test)]
+    #[must_use]
+    pub fn with_symbols(reasons: Reasons, symbols: Symbols) -> Self {
+        Self {
+            reasons,
+            symbols: Kallsyms::Read(symbols),
+            ..Self::default()
+        }
+    }
+
+    #[must_use]
+    pub const fn reasons(&self) -> &Reasons {
+        &self.reasons
+    }
+
+    /// The function at `addr` (no offset), `unknown` when the addresses are hidden or
+    /// `/proc/kallsyms` cannot be read (warned once).
+    pub fn location(&mut self, addr: u64) -> Rc<str> {
+        if let Some(name) = self.locations.get(&addr) {
+            return Rc::clone(name);
+        }
+        if matches!(self.symbols, Kallsyms::Unread(_))
+            && let Kallsyms::Unread(file) = std::mem::take(&mut self.symbols)
+        {
+            self.symbols = read_kallsyms(file);
+        }
+        let name = match &self.symbols {
+            Kallsyms::Read(s) => s.function(addr).unwrap_or_else(|| Rc::from("unknown")),
+            _ => Rc::from("unknown"),
+        };
+        self.locations.insert(addr, Rc::clone(&name));
+        name
+    }
+}
+
+fn read_kallsyms(mut file: fs::File) -> Kallsyms {
+    let mut text = String::new();
+    match file.read_to_string(&mut text) {
+        Ok(_) => {}
+        Err(e) => {
+            diag::once(
+                "kallsyms",
+                format_args!("cannot read /proc/kallsyms ({e}): drop locations say \"unknown\""),
+            );
+            return Kallsyms::Hidden;
+        }
+    }
+    Symbols::parse(&text).map_or_else(
+        || {
+            diag::once(
+                "kallsyms",
+                "/proc/kallsyms shows no addresses (kernel.kptr_restrict, or no CAP_SYSLOG): \
+                 drop locations say \"unknown\"; run as root with kptr_restrict 0 or 1 to \
+                 name them",
+            );
+            Kallsyms::Hidden
+        },
+        Kallsyms::Read,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_lose_their_prefix_and_unknown_ones_are_numbers() {
+        let r = Reasons::new(&[
+            (0, "SKB_NOT_DROPPED_YET".into()),
+            (1, "SKB_CONSUMED".into()),
+            (2, "SKB_DROP_REASON_NOT_SPECIFIED".into()),
+            (3, "SKB_DROP_REASON_NO_SOCKET".into()),
+        ]);
+        assert_eq!(&*r.name(3), "NO_SOCKET");
+        assert_eq!(&*r.name(1), "CONSUMED");
+        assert_eq!(&*r.name(77), "77");
+        assert_eq!(&*r.name(DROP_REASON_UNKNOWN), "NOT_SPECIFIED");
+        assert!(!r.is_drop(0) && !r.is_drop(1));
+        assert!(r.is_drop(2) && r.is_drop(3) && r.is_drop(77));
+        assert!(Reasons::default().is_drop(DROP_REASON_UNKNOWN));
+    }
+
+    #[test]
+    fn an_address_is_named_by_the_text_symbol_at_or_below_it() {
+        let s = Symbols::parse(
+            "ffffffff81a00000 T tcp_v4_rcv\n\
+             ffffffff81900000 t ip_error\n\
+             ffffffff81950000 D some_data\n\
+             ffffffffc0400000 t nft_do_chain\t[nf_tables]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.function(0xffff_ffff_81a0_0123).as_deref(),
+            Some("tcp_v4_rcv")
+        );
+        assert_eq!(
+            s.function(0xffff_ffff_8195_0001).as_deref(),
+            Some("ip_error")
+        );
+        assert_eq!(
+            s.function(0xffff_ffff_c040_0010).as_deref(),
+            Some("nft_do_chain")
+        );
+        assert_eq!(s.function(0x1000), None);
+    }
+
+    #[test]
+    fn hidden_addresses_give_no_symbols() {
+        assert!(
+            Symbols::parse("0000000000000000 T tcp_v4_rcv\n0000000000000000 t ip_error\n")
+                .is_none()
+        );
+        let mut names = DropNames::with_symbols(Reasons::default(), Symbols::default());
+        assert_eq!(&*names.location(0xffff_ffff_8100_0000), "unknown");
+    }
+}

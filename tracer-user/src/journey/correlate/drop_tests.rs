@@ -1,0 +1,106 @@
+//! The join of drops: a drop ends the open journey of its packet, joins the journey that just
+//! left into a pod, or stands alone; consumed packets are no drops.
+
+use tracer_common::{DropSeen, Observation, PROTO_TCP, kind};
+
+use super::{
+    Correlator, Limits,
+    tests::{AZURE0, AZV_CLIENT, clusterip_packet, fp, ifaces, t, take, tc},
+};
+use crate::{
+    drop::{DropNames, Reasons, names::Symbols},
+    journey::{Ending, Point},
+};
+
+fn correlator() -> Correlator {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let reasons = Reasons::new(&[
+        (1, "SKB_CONSUMED".into()),
+        (3, "SKB_DROP_REASON_NO_SOCKET".into()),
+        (6, "SKB_DROP_REASON_NETFILTER_DROP".into()),
+    ]);
+    let symbols =
+        Symbols::parse("ffffffff81a00000 T tcp_v4_rcv\nffffffff81b00000 t nft_do_chain\n").unwrap();
+    c.set_drop_names(DropNames::with_symbols(reasons, symbols));
+    c
+}
+
+fn dropped(
+    tuple: tracer_common::Tuple,
+    f: tracer_common::Fingerprint,
+    reason: u32,
+    at: u64,
+) -> Observation {
+    Observation::Drop(DropSeen {
+        ifindex: AZURE0,
+        ktime_ns: at,
+        fp: f,
+        tuple,
+        reason,
+        location: 0xffff_ffff_81b0_0040,
+    })
+}
+
+#[test]
+fn a_drop_ends_the_open_journey_of_its_packet() {
+    let mut c = correlator();
+    let pkt = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.4:9");
+    let other = t(PROTO_TCP, "10.13.76.46:41235", "10.13.76.4:9");
+    c.push(&tc(kind::TC_INGRESS, AZV_CLIENT, pkt, fp(1), 100));
+    c.push(&tc(kind::TC_INGRESS, AZV_CLIENT, other, fp(2), 110));
+    c.push(&tc(kind::TC_INGRESS, AZURE0, pkt, fp(1), 200));
+    c.push(&dropped(pkt, fp(1), 6, 300));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 1, "{done:?}");
+    let j = &done[0];
+    assert_eq!(j.ending, Ending::Dropped);
+    assert_eq!(j.steps.len(), 3);
+    let last = j.steps.last().unwrap();
+    assert_eq!(last.point(), Point::Drop);
+    let d = last.dropped().unwrap();
+    assert_eq!(
+        (&*d.reason, &*d.location),
+        ("NETFILTER_DROP", "nft_do_chain")
+    );
+    // The other connection's journey is still open: a drop of another packet is not its.
+    assert_eq!(c.open_count(), 1);
+}
+
+#[test]
+fn a_drop_right_after_the_packet_left_into_a_pod_joins_that_journey() {
+    let mut c = correlator();
+    let events = clusterip_packet(41234, fp(3), 1_000);
+    for e in &events {
+        c.push(e);
+    }
+    let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
+    c.push(&dropped(post, fp(3), 3, 7_000));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].ending, Ending::Dropped);
+    assert_eq!(done[0].steps.len(), 6);
+    assert_eq!(&*done[0].steps[5].dropped().unwrap().reason, "NO_SOCKET");
+}
+
+#[test]
+fn a_drop_without_a_journey_is_one_and_consumed_packets_are_no_drops() {
+    let mut c = correlator();
+    let pkt = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.4:9");
+    c.push(&dropped(pkt, fp(4), 1, 100));
+    assert!(take(&mut c).is_empty());
+    c.push(&dropped(pkt, fp(4), 3, 200));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].ending, Ending::Dropped);
+    assert_eq!(done[0].steps.len(), 1);
+}
+
+#[test]
+fn without_names_drops_are_ignored() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let pkt = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.4:9");
+    c.push(&tc(kind::TC_INGRESS, AZV_CLIENT, pkt, fp(5), 100));
+    c.push(&dropped(pkt, fp(5), 3, 200));
+    assert!(take(&mut c).is_empty());
+    assert_eq!(c.open_count(), 1);
+}
