@@ -33,6 +33,7 @@ Examples:
   pktrace --pod ubuntu udp port 53             only the pod's DNS packets (tcpdump syntax)
   pktrace --pod ubuntu -o line                 one line per journey
   pktrace --pod-ip 10.13.76.46 -c 20           the first 20 journeys of that address
+  pktrace --svc whereami -f                    every packet to service default/whereami
   pktrace --trace-all -d 2s                    every IP packet on the hooks, for 2 seconds
   pktrace merge a=a.jsonl b=b.jsonl            journeys across nodes from each node's -o json
 
@@ -146,10 +147,16 @@ pub enum Generate {
 pub struct Args {
     /// Pod to trace, resolved through the Azure CNI state file.
     #[arg(long, value_name = "NAME", conflicts_with = "pod_ip")]
-    #[arg(required_unless_present_any = ["pod_ip", "trace_all"])]
+    #[arg(required_unless_present_any = ["pod_ip", "trace_all", "svc"])]
     pub pod: Option<String>,
 
-    /// Namespace of --pod.
+    /// Kubernetes service to trace: its ClusterIP, external and LoadBalancer IPs and its
+    /// endpoints (read from kube-proxy's rules on the node, else the Kubernetes API), followed
+    /// while its endpoints change.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["pod", "pod_ip"])]
+    pub svc: Option<String>,
+
+    /// Namespace of --pod or --svc.
     #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
     pub namespace: String,
 
@@ -412,6 +419,11 @@ mod tests {
             (&["-n", "kube-system"], ErrorKind::MissingRequiredArgument),
             (
                 &["--pod", "a", "--pod-ip", "10.0.0.1"],
+                ErrorKind::ArgumentConflict,
+            ),
+            (&["--svc", "a", "--pod", "b"], ErrorKind::ArgumentConflict),
+            (
+                &["--svc", "a", "--pod-ip", "10.0.0.1"],
                 ErrorKind::ArgumentConflict,
             ),
             (&["--pod", "a", "-c", "0"], ErrorKind::ValueValidation),

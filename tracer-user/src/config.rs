@@ -24,6 +24,8 @@ const IFNAME_MAX: usize = 15;
 pub enum Target {
     /// A pod, resolved later ([`crate::resolve`]).
     Pod { namespace: String, name: String },
+    /// A Kubernetes service (`--svc`), resolved later ([`crate::resolve::service`]).
+    Service { namespace: String, name: String },
     /// These addresses (`--pod-ip`), without duplicates.
     Ips(Vec<IpAddr>),
     /// Every IP packet on the hooks (`--trace-all` without a pod).
@@ -92,8 +94,8 @@ pub enum Show {
 /// A setting that clap accepted but pktrace cannot use (a usage error: exit 2).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    /// `--pod ""` or `-n ""`.
-    #[error("the {what} is empty: give --pod NAME [-n NAMESPACE]")]
+    /// `--pod ""`, `--svc ""` or `-n ""`.
+    #[error("the {what} is empty: give --pod NAME or --svc NAME [-n NAMESPACE]")]
     EmptyName { what: &'static str },
     /// `--interfaces ""`.
     #[error("--interfaces lists no interface: give names or globs, e.g. eth0,azure0,azv*")]
@@ -129,7 +131,10 @@ impl Config {
         let (ips, expression) = split_pod_ip(args.pod_ip, args.expression)?;
         let filter = Filter::parse(&expression)?;
         Ok(Self {
-            target: target(args.pod, &args.namespace, ips)?,
+            target: match args.svc {
+                Some(name) => service_target(&name, &args.namespace)?,
+                None => target(args.pod, &args.namespace, ips)?,
+            },
             limits: limits(args.follow, args.count, args.duration),
             follow: args.follow,
             format: args.output,
@@ -211,6 +216,19 @@ fn split_pod_ip(
     Ok((ips, leading))
 }
 
+fn service_target(name: &str, namespace: &str) -> Result<Target, ConfigError> {
+    let (name, namespace) = (name.trim().to_owned(), namespace.trim().to_owned());
+    if name.is_empty() {
+        return Err(ConfigError::EmptyName {
+            what: "service name",
+        });
+    }
+    if namespace.is_empty() {
+        return Err(ConfigError::EmptyName { what: "namespace" });
+    }
+    Ok(Target::Service { namespace, name })
+}
+
 fn limits(follow: bool, count: Option<u64>, duration: Option<Duration>) -> Limits {
     let duration = match (follow, count, duration) {
         (false, None, None) => Some(DEFAULT_DURATION),
@@ -283,6 +301,20 @@ mod tests {
                 ]),
             ),
             (&["--trace-all"], Target::All),
+            (
+                &["--svc", "whereami"],
+                Target::Service {
+                    namespace: "default".into(),
+                    name: "whereami".into(),
+                },
+            ),
+            (
+                &["--svc", "kube-dns", "-n", "kube-system"],
+                Target::Service {
+                    namespace: "kube-system".into(),
+                    name: "kube-dns".into(),
+                },
+            ),
         ];
         for (args, want) in cases {
             assert_eq!(

@@ -27,6 +27,7 @@ mod nft;
 mod read;
 mod rules;
 mod ruleset;
+mod services;
 mod session;
 mod source;
 
@@ -40,7 +41,17 @@ pub use eval::PacketCtx;
 pub use rules::NatRules;
 use rules::{Rule, Test};
 pub use ruleset::Ruleset;
+pub use services::{Endpoint, Front, FrontKind, Service, services};
 pub use session::Explainer;
+
+/// The rules of one `iptables-save` dump (tests of the modules that read services).
+#[cfg(test)]
+pub(crate) fn ruleset_from_iptables(dump: &str) -> Ruleset {
+    Ruleset::from_raw(&ruleset::Raw {
+        dumps: vec![("iptables".into(), dump.into())],
+        ..ruleset::Raw::default()
+    })
+}
 use tracer_common::Tuple;
 
 use crate::journey::{Attribution, Journey, Point, Step, src_ip};
@@ -293,7 +304,7 @@ fn proto_allows(rule: &Rule, proto: u8) -> bool {
 
 /// `default/whereami` from kube-proxy comments such as `default/whereami:`,
 /// `kube-system/kube-dns:dns cluster IP` or `default/whereami: loadbalancer IP`.
-fn service_of(rule: &Rule) -> Option<String> {
+pub(crate) fn service_of(rule: &Rule) -> Option<String> {
     let word = rule.comment.as_deref()?.split_whitespace().next()?;
     let name = word.split(':').next()?;
     let (ns, svc) = name.split_once('/')?;

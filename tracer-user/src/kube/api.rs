@@ -141,6 +141,18 @@ impl Api {
         })
     }
 
+    /// `GET path` (path and query, URL-safe): any object or list as JSON.
+    ///
+    /// # Errors
+    /// As [`Api::get_pod`].
+    #[allow(
+        dead_code,
+        reason = "pktrace's service resolution reads services; kubectl-pktrace, which shares this file, does not"
+    )]
+    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
+        self.json("GET", path, None)
+    }
+
     /// `POST /api/v1/namespaces/NS/pods`: creates `pod`, returns it as created.
     ///
     /// # Errors

@@ -42,6 +42,11 @@ pub struct Scenario {
     pub token: Option<String>,
     /// What `GET …/pods` lists (pod objects; a namespaced list keeps its namespace's).
     pub pods: Vec<Value>,
+    /// Service objects (`GET …/services[/NAME]`).
+    pub services: Vec<Value>,
+    /// `EndpointSlice` objects (`GET /apis/discovery.k8s.io/v1/…/endpointslices`, by the
+    /// `kubernetes.io/service-name` label of the selector).
+    pub endpoint_slices: Vec<Value>,
 }
 
 /// One request as the server read it.
@@ -282,6 +287,9 @@ fn respond(request: &Request, shared: &Shared, out: &mut Box<dyn Stream>) -> boo
     {
         return send(out, 401, &status(401, "Unauthorized"));
     }
+    if let Some(answer) = services(request, scenario, out) {
+        return answer;
+    }
     let route = request.route();
     let created_name = shared
         .lock()
@@ -409,6 +417,52 @@ fn stream_log(shared: &Shared, out: &mut Box<dyn Stream>) {
     shared.lock().log_ended = true;
     let _ = out.write_all(b"0\r\n\r\n");
     let _ = out.flush();
+}
+
+/// Services and `EndpointSlice`s; `None` for any other request.
+fn services(request: &Request, scenario: &Scenario, out: &mut Box<dyn Stream>) -> Option<bool> {
+    let route = request.route();
+    let segments: Vec<&str> = route.split('/').collect();
+    let in_ns = |list: &[Value], ns: &str| -> Vec<Value> {
+        list.iter()
+            .filter(|o| o["metadata"]["namespace"] == *ns)
+            .cloned()
+            .collect()
+    };
+    Some(match (request.method.as_str(), segments.as_slice()) {
+        ("GET", [_, "api", "v1", "namespaces", ns, "services"]) => {
+            send(out, 200, &json!({ "items": in_ns(&scenario.services, ns) }))
+        }
+        ("GET", [_, "api", "v1", "namespaces", ns, "services", name]) => {
+            match in_ns(&scenario.services, ns)
+                .into_iter()
+                .find(|s| s["metadata"]["name"] == *name)
+            {
+                Some(svc) => send(out, 200, &svc),
+                None => send(out, 404, &status(404, "services not found")),
+            }
+        }
+        (
+            "GET",
+            [
+                _,
+                "apis",
+                "discovery.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "endpointslices",
+            ],
+        ) => {
+            let service = request.path.split("service-name%3D").nth(1).unwrap_or("");
+            let items: Vec<Value> = in_ns(&scenario.endpoint_slices, ns)
+                .into_iter()
+                .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == *service)
+                .collect();
+            send(out, 200, &json!({ "items": items }))
+        }
+        _ => return None,
+    })
 }
 
 fn status(code: u16, message: &str) -> Value {

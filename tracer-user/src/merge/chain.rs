@@ -94,6 +94,7 @@ pub fn line(
     JourneyLine {
         proto: first.line.proto.clone(),
         pod: first.line.pod.clone(),
+        svc: first.line.svc.clone(),
         nodes: Some(nodes),
         steps,
         ending: last.line.ending,

@@ -40,6 +40,7 @@ fn journey(start: i64, ip_id: u32, steps: &[(Point, &str, &str, &str, i64)]) -> 
     let line = Line::Journey(JourneyLine {
         proto: "tcp".into(),
         pod: "default/ubuntu".into(),
+        svc: None,
         nodes: None,
         steps,
         ending: Some(Ending::Left),

@@ -40,6 +40,8 @@ pub struct JsonSink {
     out: Box<dyn Write + Send>,
     /// The `pod` field, already a JSON string.
     pod: Vec<u8>,
+    /// With `--svc`: the `svc` field, already a JSON string.
+    svc: Option<Vec<u8>>,
     /// Journey lines not written yet (written when [`PENDING`] bytes are there, at
     /// [`Sink::flush`], before any other line, and on drop).
     buf: Vec<u8>,
@@ -58,8 +60,18 @@ impl JsonSink {
         Self {
             out,
             pod: quoted,
+            svc: None,
             buf: Vec::new(),
         }
+    }
+
+    /// Journey lines also say the traced service (`"svc":"namespace/name"`).
+    #[must_use]
+    pub fn with_svc(mut self, svc: &str) -> Self {
+        let mut quoted = Vec::new();
+        json_str(&mut quoted, svc);
+        self.svc = Some(quoted);
+        self
     }
 
     /// Writes the journey lines gathered so far.
@@ -89,7 +101,7 @@ impl Sink for JsonSink {
         if self.buf.capacity() == 0 {
             self.buf.reserve(PENDING + 4096);
         }
-        write_journey(&mut self.buf, &self.pod, j, first);
+        write_journey(&mut self.buf, (&self.pod, self.svc.as_deref()), j, first);
         if self.buf.len() >= PENDING {
             self.write_pending()?;
         }

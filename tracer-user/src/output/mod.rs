@@ -73,6 +73,23 @@ pub fn sink(
     }
 }
 
+/// The sink for tracing service `svc_label` (`namespace/name`): as [`sink`], and JSON
+/// journey lines also carry `"svc"`.
+#[must_use]
+pub fn service_sink(
+    format: Format,
+    color: bool,
+    svc_label: &str,
+    out: Box<dyn Write + Send>,
+) -> Box<dyn Sink + Send> {
+    match format {
+        Format::Json => {
+            Box::new(json::JsonSink::new(out, svc_label.to_owned()).with_svc(svc_label))
+        }
+        Format::Text | Format::Line => sink(format, color, svc_label.to_owned(), out),
+    }
+}
+
 /// Nanoseconds for people, three significant digits: `850ns`, `3.12µs`, `31.2ms`, `2.50s`.
 #[must_use]
 pub fn human_ns(ns: u64) -> String {

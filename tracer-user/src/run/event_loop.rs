@@ -74,6 +74,7 @@ impl Session {
                 _ = chores.tick() => {
                     self.housekeeping(ring.get_ref().0, sink)?;
                     self.follow_pod(cfg, hot).await;
+                    self.follow_service(hot);
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
@@ -113,6 +114,20 @@ impl Session {
             ct.set_traced(addrs.clone());
         }
         // Attribution replays the pod's packets from its new addresses.
+        self.explainer.set_sources(addrs);
+    }
+
+    /// Moves the traced addresses when the followed service's changed in re-read rules.
+    fn follow_service(&mut self, hot: &mut Hot<'_>) {
+        let Some(rules) = self.rules_changed.take() else {
+            return;
+        };
+        let Some(addrs) = hot.follow_service(&rules) else {
+            return;
+        };
+        if let Some(ct) = self.conntrack.as_mut() {
+            ct.set_traced(addrs.clone());
+        }
         self.explainer.set_sources(addrs);
     }
 }

@@ -20,7 +20,8 @@ use crate::{
     },
     config::{Config, Target},
     diag,
-    follow::{self, Action, PodWatch},
+    explain::Ruleset,
+    follow::{self, Action, PodWatch, service::ServiceWatch},
     journey::correlate::Correlator,
     resolve,
     traced::TracedAddrs,
@@ -41,6 +42,8 @@ pub(super) struct Hot<'a> {
     pod: Option<PodWatch>,
     /// The session's traced addresses (see [`TracedAddrs`]).
     traced: TracedAddrs,
+    /// With `--svc`: the service, read again when the rules change.
+    service: Option<ServiceWatch>,
     /// A lookup of the followed pod under way.
     lookup: Option<tokio::task::JoinHandle<Option<Vec<IpAddr>>>>,
     /// The interface patterns chosen at start (`--interfaces`, or the default for the CNI
@@ -84,6 +87,7 @@ impl<'a> Hot<'a> {
             failed: HashSet::new(),
             pod,
             traced: subject.addrs.clone(),
+            service: subject.service.clone().map(ServiceWatch::new),
             lookup: None,
             patterns: chosen.choice.patterns.clone(),
         })
@@ -192,6 +196,24 @@ impl<'a> Hot<'a> {
             Err(e) if self.failed.insert(iface.index) => diag::line(e),
             Err(_) => {}
         }
+    }
+
+    /// Reads the followed service again from re-read `rules` and moves the in-kernel filter
+    /// to its new addresses; returns them when they changed.
+    pub(super) fn follow_service(&mut self, rules: &Ruleset) -> Option<TracedAddrs> {
+        let watch = self.service.as_mut()?;
+        let change = watch.update(rules, &self.traced)?;
+        self.traced = change.now.clone();
+        match attach::track_addrs(self.ebpf, &change.changes.added)
+            .and_then(|()| attach::untrack_addrs(self.ebpf, &change.changes.removed))
+        {
+            Ok(()) => diag::line(&change.line),
+            Err(e) => diag::line(format_args!(
+                "{}, but the kernel filter could not be updated: {e}",
+                change.line
+            )),
+        }
+        Some(change.now)
     }
 
     /// Resolves the followed pod again when its state file changed or a link appeared, and

@@ -28,6 +28,8 @@ pub enum RunError {
     #[error(transparent)]
     Resolve(#[from] resolve::ResolveError),
     #[error(transparent)]
+    Service(#[from] resolve::service::ServiceError),
+    #[error(transparent)]
     Privilege(#[from] caps::PrivilegeError),
     #[error(transparent)]
     Load(#[from] attach::LoadError),
@@ -66,6 +68,7 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Resolve(e) => e.is_usage(),
+            Self::Service(e) => e.is_usage(),
             _ => false,
         }
     }

@@ -3,12 +3,12 @@
 //! conntrack's events; and what it does with them: drain the ring, join, explain, write, report
 //! new losses.
 
-use std::io;
+use std::{io, sync::Arc};
 
 use crate::{
     collect::{self, Collector, Counters},
     diag,
-    explain::{DropExplainer, Explainer},
+    explain::{DropExplainer, Explainer, Ruleset},
     expr::Filter,
     journey::{Ending, correlate::Correlator},
     kernel,
@@ -42,6 +42,8 @@ pub(super) struct Session {
     /// The filter expression: a journey none of whose steps matches is neither written nor
     /// counted in the summary (nor towards `-c`).
     filter: Option<Filter>,
+    /// Rules re-read since the followed service last looked (`--svc`).
+    pub(super) rules_changed: Option<Arc<Ruleset>>,
 }
 
 impl Session {
@@ -63,6 +65,7 @@ impl Session {
             ct_reported: conntrack::Losses::default(),
             pending: Vec::new(),
             filter: None,
+            rules_changed: None,
         }
     }
 
@@ -190,6 +193,7 @@ impl Session {
                 update.in_use_after.as_millis(),
                 update.rules.describe()
             ));
+            self.rules_changed = Some(update.rules);
         }
         let (lost, reported) = (self.counters.ringbuf_full, self.summary.lost_events());
         if lost > reported {

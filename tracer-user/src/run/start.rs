@@ -19,7 +19,7 @@ use crate::{
     config::{Config, Knobs, Target},
     diag,
     drop::{DropAttachment, DropNames, Reasons},
-    explain::{DropExplainer, Explainer},
+    explain::{DropExplainer, Explainer, Ruleset},
     expr::Filter,
     journey::correlate::{Correlator, Limits},
     kernel::{self, btf::KernelBtf, caps},
@@ -42,12 +42,15 @@ const OUT_BUFFER: usize = 64 << 10;
 pub(super) struct Subject {
     pub(super) label: String,
     pub(super) addrs: TracedAddrs,
+    /// With `--svc`: the service as resolved (its addresses are `addrs`).
+    pub(super) service: Option<resolve::service::Service>,
 }
 
 /// Resolves the target: a pod's addresses, the given ones, or every packet.
 pub(super) fn subject(cfg: &Config) -> Result<Subject, RunError> {
     Ok(match &cfg.target {
         Target::Pod { namespace, name } => pod(cfg, namespace, name)?,
+        Target::Service { namespace, name } => service(cfg, namespace, name)?,
         Target::Ips(ips) => Subject {
             label: ips
                 .iter()
@@ -55,10 +58,12 @@ pub(super) fn subject(cfg: &Config) -> Result<Subject, RunError> {
                 .collect::<Vec<_>>()
                 .join(","),
             addrs: TracedAddrs::new(ips.iter().copied()),
+            service: None,
         },
         Target::All => Subject {
             label: "*".into(),
             addrs: TracedAddrs::default(),
+            service: None,
         },
     })
 }
@@ -79,6 +84,34 @@ fn pod(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
     Ok(Subject {
         label: found.pod.label(),
         addrs: found.pod.ips.into(),
+        service: None,
+    })
+}
+
+/// Resolves a service: the node's rules, then the Kubernetes API.
+fn service(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
+    let rules = Ruleset::load().map_err(|e| e.to_string());
+    let api = resolve::kube::KubeApi::from_env(cfg.kubeconfig.as_deref());
+    let found = resolve::service::resolve(
+        rules.as_ref().map_err(Clone::clone),
+        Some(&api),
+        namespace,
+        name,
+    )?;
+    for line in &found.fallbacks {
+        diag::line(line);
+    }
+    let s = found.service;
+    diag::line(format_args!(
+        "service {} found through {}: {}",
+        util::safe(&s.label),
+        found.via,
+        resolve::service::describe(&s)
+    ));
+    Ok(Subject {
+        label: s.label.clone(),
+        addrs: TracedAddrs::new(s.addrs()),
+        service: Some(s),
     })
 }
 
@@ -316,7 +349,10 @@ pub(super) fn sink(
         Box::new(io::BufWriter::with_capacity(OUT_BUFFER, io::stdout()))
     };
     let color = cfg.color && !to_stdout;
-    let inner = output::sink(cfg.format, color, subject.label.clone(), text_out);
+    let inner = match &subject.service {
+        Some(s) => output::service_sink(cfg.format, color, &s.label, text_out),
+        None => output::sink(cfg.format, color, subject.label.clone(), text_out),
+    };
     let (Some((out, frames)), Some(c)) = (capture, &cfg.capture) else {
         return Ok(inner);
     };

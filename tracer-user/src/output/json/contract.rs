@@ -47,8 +47,12 @@ impl Line {
 pub struct JourneyLine {
     /// `tcp`, `udp`, `icmp`, `icmp6`, or the protocol's number.
     pub proto: String,
-    /// The traced pod as `namespace/name` (with `--pod-ip`: the address).
+    /// The traced pod as `namespace/name` (with `--pod-ip`: the address; with `--svc`: the
+    /// service, kept for readers of `pod`).
     pub pod: String,
+    /// With `--svc`: the traced service as `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub svc: Option<String>,
     /// `merge`: the nodes the journey crossed, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<Vec<String>>,

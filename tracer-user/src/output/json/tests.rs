@@ -185,10 +185,8 @@ fn loss_summary_and_empty_journey() {
     assert_eq!(out, want);
 }
 
-/// The hand-written journey line is byte for byte what serde writes, for every kind of
-/// step, escapes included.
-#[test]
-fn journey_bytes_match_serde() {
+/// Journeys of every kind of step, for [`journey_bytes_match_serde`].
+fn serde_cases() -> [Journey; 7] {
     let icmp = t(PROTO_ICMP, "10.13.76.46:7", "203.0.113.80:7");
     let v6 = t(PROTO_UDP, "[fd00::2e]:5353", "[fd00::a]:53");
     let mut odd = nat(Point::Snat, icmp, v6, 40, None);
@@ -215,7 +213,7 @@ fn journey_bytes_match_serde() {
         service: Some("default/café".into()),
         why: Some("DNAT by KUBE-SEP-X rule 1 (service a/b via KUBE-SERVICES → KUBE-SVC-Y, 1 of 2 endpoints) …".into()),
     }));
-    let journeys = [
+    [
         contract_journey(),
         Journey {
             steps: vec![
@@ -267,12 +265,32 @@ fn journey_bytes_match_serde() {
             ],
             ending: Ending::Left,
         },
+    ]
+}
+
+/// The hand-written journey line is byte for byte what serde writes, for every kind of
+/// step, escapes included.
+#[test]
+fn journey_bytes_match_serde() {
+    let journeys = serde_cases();
+    let labels = [
+        ("default/ubuntu", None),
+        ("odd\u{7f}\"pod", None),
+        ("default/whereami", Some("default/whereami")),
     ];
-    for pod in ["default/ubuntu", "odd\u{7f}\"pod"] {
+    for (pod, svc) in labels {
         for j in &journeys {
             let mut sink = JsonSink::new(Box::new(io::sink()), pod.into());
+            if let Some(svc) = svc {
+                sink = sink.with_svc(svc);
+            }
             sink.buf.clear();
-            write_journey(&mut sink.buf, &sink.pod, j, &j.steps[0]);
+            write_journey(
+                &mut sink.buf,
+                (&sink.pod, sink.svc.as_deref()),
+                j,
+                &j.steps[0],
+            );
             let text = String::from_utf8(sink.buf.clone()).unwrap();
             let line = Line::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
             let mut again = Vec::new();
@@ -282,6 +300,7 @@ fn journey_bytes_match_serde() {
                 panic!("not a journey: {text}")
             };
             check_parsed(&parsed, j, pod);
+            assert_eq!(parsed.svc.as_deref(), svc, "{text}");
         }
     }
 }

@@ -290,8 +290,15 @@ pub(super) fn write_step(buf: &mut Vec<u8>, step: &StepView, start_ns: u64, writ
 }
 
 /// Appends a journey line (with its newline), keys in the order of
-/// [`super::contract::JourneyLine`].
-pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, first: &Step) {
+/// [`super::contract::JourneyLine`]; `labels` are the `pod` and (with `--svc`) `svc` fields,
+/// already JSON strings.
+pub(super) fn write_journey(
+    buf: &mut Vec<u8>,
+    labels: (&[u8], Option<&[u8]>),
+    j: &Journey,
+    first: &Step,
+) {
+    let (pod_json, svc_json) = labels;
     let start = first.ktime_ns;
     buf.extend_from_slice(b"{\"type\":\"journey\",\"proto\":");
     match first.tuple.proto {
@@ -301,6 +308,10 @@ pub(super) fn write_journey(buf: &mut Vec<u8>, pod_json: &[u8], j: &Journey, fir
     }
     key!(buf, "pod");
     buf.extend_from_slice(pod_json);
+    if let Some(svc) = svc_json {
+        key!(buf, "svc");
+        buf.extend_from_slice(svc);
+    }
     key!(buf, "steps");
     buf.push(b'[');
     let mut written = Written::default();
