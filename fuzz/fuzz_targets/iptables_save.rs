@@ -96,7 +96,7 @@ fuzz_target!(|input: Input<'_>| {
         mark: input.mark,
         local_addrs: input.local.iter().take(4).map(Addr::ip).collect(),
         out_iface: input.out_iface.clone(),
-        sources: Vec::new(),
+        sources: tracer_user::traced::TracedAddrs::default(),
     };
     if let Some(d) = rules.snat_decision(&pre, &ctx) {
         check(&rules, &d, &["MASQUERADE", "SNAT"]);
