@@ -50,6 +50,12 @@ fn check_contract(trace: &Trace) {
                     nat.0.is_some() && nat.1.is_some() && nat.2.is_some() && nat.3.is_some(),
                     "NAT step without orig_src, orig_dst, reply or latency_ns: {s:?}"
                 );
+            } else if s.point == Point::Drop {
+                // A drop the kernel made (e.g. an echo reply after ping closed its socket).
+                assert!(
+                    s.reason.is_some() && s.location.is_some(),
+                    "drop step without reason or location: {s:?}"
+                );
             } else {
                 assert!(
                     matches!(s.iface, Some(Some(_))),

@@ -10,6 +10,13 @@ use tracer_common::DropSeen;
 use super::{Correlator, JoinKey, finish, ip_id};
 use crate::journey::model::{DropStep, Ending, Step, StepKind};
 
+/// True for the free of an ICMP echo reply that no ICMP datagram ("ping") socket wanted:
+/// `ping_rcv` reports `NO_SOCKET`, but raw sockets (`ping` run as root) were handed their copy
+/// before it (`raw_local_deliver`), so the answer reached the pinger: no failure to show.
+fn raw_socket_copy(reason: &str, location: &str) -> bool {
+    reason == "NO_SOCKET" && location == "ping_rcv"
+}
+
 /// How many of the newest completed journeys a drop looks through.
 const RECENT: usize = 64;
 
@@ -21,11 +28,12 @@ impl Correlator {
         if !names.reasons().is_drop(ev.reason) {
             return;
         }
+        let (reason, location) = (names.reasons().name(ev.reason), names.location(ev.location));
+        if raw_socket_copy(&reason, &location) {
+            return;
+        }
         let step = Step {
-            kind: StepKind::Drop(DropStep {
-                reason: names.reasons().name(ev.reason),
-                location: names.location(ev.location),
-            }),
+            kind: StepKind::Drop(DropStep { reason, location }),
             tuple: ev.tuple,
             ktime_ns: ev.ktime_ns,
             ip_id: ip_id(&ev.tuple, ev.fp),
@@ -57,5 +65,18 @@ impl Correlator {
             steps,
             ending: Ending::Dropped,
         });
+    }
+}
+
+#[cfg(test)]
+mod raw_copy_tests {
+    use super::raw_socket_copy;
+
+    #[test]
+    fn only_no_socket_in_ping_rcv_is_a_raw_sockets_copy() {
+        assert!(raw_socket_copy("NO_SOCKET", "ping_rcv"));
+        assert!(!raw_socket_copy("NO_SOCKET", "__udp4_lib_rcv"));
+        assert!(!raw_socket_copy("NO_SOCKET", "tcp_v4_rcv"));
+        assert!(!raw_socket_copy("NETFILTER_DROP", "ping_rcv"));
     }
 }
