@@ -202,4 +202,38 @@ pub(crate) mod test_support {
         s.nat_mut().latency_ns = latency;
         s
     }
+
+    /// The output tests' DNAT journey: pod to a ClusterIP, DNATed to a backend pod, its rule
+    /// named with the explainer's why line.
+    pub fn whereami() -> crate::journey::Journey {
+        use crate::journey::{Attribution, Ending, Journey};
+        let pre = t(
+            tracer_common::PROTO_TCP,
+            "10.13.76.46:41234",
+            "10.0.159.58:80",
+        );
+        let post = t(
+            tracer_common::PROTO_TCP,
+            "10.13.76.46:41234",
+            "10.13.76.26:80",
+        );
+        let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
+        dnat.attribution = Some(Arc::new(Attribution {
+            rule: "KUBE-SEP-6HBOEI5FVFTJNRJ3".into(),
+            service: Some("default/whereami".into()),
+            why: Some(
+                "DNAT by KUBE-SEP-6HBOEI5FVFTJNRJ3 (service default/whereami via \
+                 KUBE-SVC-7G2JV7LNOR6DDNIY, 1 of 2 endpoints)"
+                    .into(),
+            ),
+        }));
+        Journey {
+            steps: vec![
+                tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
+                dnat,
+                tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
+            ],
+            ending: Ending::Left,
+        }
+    }
 }

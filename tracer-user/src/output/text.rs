@@ -320,13 +320,13 @@ impl Sink for TextSink {
 mod tests {
     use std::sync::Arc;
 
-    use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+    use tracer_common::{PROTO_ICMP, PROTO_UDP};
 
     use super::*;
     use crate::{
         config::Format,
         journey::{Attribution, Point},
-        output::test_support::{Shared, nat, t, tc},
+        output::test_support::{Shared, nat, t, tc, whereami},
     };
 
     fn render(color: bool, f: impl FnOnce(&mut dyn Sink)) -> String {
@@ -339,29 +339,6 @@ mod tests {
         );
         f(sink.as_mut());
         buf.text()
-    }
-
-    fn whereami() -> Journey {
-        let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
-        let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
-        let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
-        dnat.attribution = Some(Arc::new(Attribution {
-            rule: "KUBE-SEP-6HBOEI5FVFTJNRJ3".into(),
-            service: Some("default/whereami".into()),
-            why: Some(
-                "DNAT by KUBE-SEP-6HBOEI5FVFTJNRJ3 (service default/whereami via \
-                 KUBE-SVC-7G2JV7LNOR6DDNIY, 1 of 2 endpoints)"
-                    .into(),
-            ),
-        }));
-        Journey {
-            steps: vec![
-                tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
-                dnat,
-                tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
-            ],
-            ending: Ending::Left,
-        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 use super::*;
 use crate::{
     journey::{Attribution, Point},
-    output::test_support::{Shared, nat, t, tc},
+    output::test_support::{Shared, nat, t, tc, whereami},
 };
 
 /// 20:41:07.000000 UTC on some day, minus the fixtures' first `ktime_ns` (1 ms).
@@ -30,22 +30,6 @@ fn rule(name: &str, service: Option<&str>) -> Arc<Attribution> {
         service: service.map(Into::into),
         why: Some("explained at length elsewhere".into()),
     })
-}
-
-/// The text and JSON tests' DNAT journey: pod to a ClusterIP, DNATed to a backend pod.
-fn whereami() -> Journey {
-    let pre = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
-    let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
-    let mut dnat = nat(Point::Dnat, pre, post, 1_003_120, Some(2710));
-    dnat.attribution = Some(rule("KUBE-SEP-6HBOEI5FVFTJNRJ3", Some("default/whereami")));
-    Journey {
-        steps: vec![
-            tc(Point::Ingress, "azv47c3ee9d512", pre, 1_000_000),
-            dnat,
-            tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
-        ],
-        ending: Ending::Left,
-    }
 }
 
 #[test]
