@@ -1,4 +1,4 @@
-//! Issue 2: many concurrent connections, SIGKILL leaves nothing behind, another program on
+//! Many concurrent connections, SIGKILL leaves nothing behind, another program on
 //! the same hook keeps seeing every packet, limits and errors behave.
 
 use std::{
@@ -15,7 +15,7 @@ use tests::{
     pktrace_bin,
     trace::{Pktrace, Trace, assert_path, conntrack, nat_steps},
 };
-use tracer_user::output::json::contract::{Ending, Point};
+use tracer_user::output::json::contract::{Ending, JourneyLine, Point};
 use xtask::lab::{self, NODE_NS, PODS, UBUNTU, in_ns};
 
 const CONNECTIONS: usize = 50;
@@ -97,10 +97,20 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
         trace.dump()
     );
     assert_eq!(trace.summary().lost_events, 0);
+    // A segment the receiving pod's own TCP refused after it left the node (a retransmit that
+    // came as old data on a slow machine) ends `dropped` after its egress: it is whole.
+    let left_then_refused = |j: &JourneyLine| {
+        j.ending == Some(Ending::Dropped)
+            && j.steps
+                .iter()
+                .rev()
+                .nth(1)
+                .is_some_and(|s| s.point == Point::Egress)
+    };
     let incomplete: Vec<_> = trace
         .journeys()
         .into_iter()
-        .filter(|j| j.ending != Some(Ending::Left))
+        .filter(|j| j.ending != Some(Ending::Left) && !left_then_refused(j))
         .collect();
     assert!(
         incomplete.is_empty(),

@@ -1,5 +1,5 @@
 //! The lab's servers (`xtask lab serve`): a TCP server and/or a UDP responder that answer
-//! every client with the address they saw (`client=<ip>:<port>`), like the seeds' nginx-log
+//! every client with the address they saw (`client=<ip>:<port>`), like an nginx access log
 //! oracle, and append one line per client to a log.
 
 use std::{

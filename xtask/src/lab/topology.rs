@@ -53,7 +53,7 @@ pub const VNET_CIDR: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 13, 0, 0), 16);
 pub const WHEREAMI_CLUSTER_IP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 159, 58), 80);
 /// LoadBalancer VIP of `default/whereami` (floating IP, delivered to the node).
 pub const WHEREAMI_LB_VIP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 251), 80);
-/// ClusterIP of `default/whereami-local` (externalTrafficPolicy=Local, seed 003).
+/// ClusterIP of `default/whereami-local` (externalTrafficPolicy=Local).
 pub const WHEREAMI_LOCAL_CLUSTER_IP: SocketAddrV4 =
     SocketAddrV4::new(Ipv4Addr::new(10, 0, 12, 96), 80);
 /// LoadBalancer VIP of `default/whereami-local` (externalTrafficPolicy=Local: KUBE-XLB, no
@@ -74,7 +74,7 @@ pub const KUBENET_CLUSTER_CIDR: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 244, 0, 0), 
 /// kubenet's gateway for the pods (on `cbr0`).
 pub const KUBENET_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
 /// Calico's IP pool (its ipsets `cali40masq-ipam-pools`/`cali40all-ipam-pools`): the VNet, as
-/// on AKS with Azure CNI + Calico (seed 000).
+/// on AKS with Azure CNI + Calico.
 pub const CALICO_POOL: (Ipv4Addr, u8) = VNET_CIDR;
 
 /// How the node wires its pods: the CNI set-ups of AKS nodes the lab simulates.
@@ -208,7 +208,7 @@ impl Variant {
     }
 
     /// Whether pod traffic to the VNet host is masqueraded (kubenet: pods are not VNet
-    /// addresses, seed 004).
+    /// addresses).
     #[must_use]
     pub const fn masquerades_inside_vnet(self) -> bool {
         matches!(self, Self::Kubenet)

@@ -13,8 +13,10 @@ use crate::journey::model::{DropStep, Ending, Step, StepKind};
 /// True for the free of an ICMP echo reply that no ICMP datagram ("ping") socket wanted:
 /// `ping_rcv` reports `NO_SOCKET`, but raw sockets (`ping` run as root) were handed their copy
 /// before it (`raw_local_deliver`), so the answer reached the pinger: no failure to show.
+/// Newer kernels free it in `ping_rcv` itself; older ones (6.1) return the reason to
+/// `icmp_rcv`/`icmpv6_rcv`, whose only handler that answers `NO_SOCKET` is `ping_rcv`.
 fn raw_socket_copy(reason: &str, location: &str) -> bool {
-    reason == "NO_SOCKET" && location == "ping_rcv"
+    reason == "NO_SOCKET" && matches!(location, "ping_rcv" | "icmp_rcv" | "icmpv6_rcv")
 }
 
 /// How many of the newest completed journeys a drop looks through.
@@ -73,8 +75,11 @@ mod raw_copy_tests {
     use super::raw_socket_copy;
 
     #[test]
-    fn only_no_socket_in_ping_rcv_is_a_raw_sockets_copy() {
+    fn only_no_socket_from_ping_rcv_is_a_raw_sockets_copy() {
         assert!(raw_socket_copy("NO_SOCKET", "ping_rcv"));
+        assert!(raw_socket_copy("NO_SOCKET", "icmp_rcv"));
+        assert!(raw_socket_copy("NO_SOCKET", "icmpv6_rcv"));
+        assert!(!raw_socket_copy("NETFILTER_DROP", "icmp_rcv"));
         assert!(!raw_socket_copy("NO_SOCKET", "__udp4_lib_rcv"));
         assert!(!raw_socket_copy("NO_SOCKET", "tcp_v4_rcv"));
         assert!(!raw_socket_copy("NETFILTER_DROP", "ping_rcv"));
