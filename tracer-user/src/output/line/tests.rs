@@ -13,13 +13,18 @@ const WALL_OFFSET: i128 =
     (1_790_000_000 / 86_400 * 86_400 + 20 * 3600 + 41 * 60 + 7) * 1_000_000_000 - 1_000_000;
 
 fn render(f: impl FnOnce(&mut dyn Sink)) -> String {
+    render_in(None, f)
+}
+
+fn render_in(width: Option<usize>, f: impl FnOnce(&mut dyn Sink)) -> String {
     let buf = Shared::default();
     let mut sink = LineSink::with_wall_offset(
         Box::new(buf.clone()),
         false,
         "default/ubuntu".into(),
         WALL_OFFSET,
-    );
+    )
+    .fit_to(width);
     f(&mut sink);
     buf.text()
 }
@@ -137,4 +142,75 @@ fn clock_is_utc_time_of_day_in_microseconds() {
         "01:02:03.000456"
     );
     assert_eq!(clock(-5), "00:00:00.000000");
+}
+
+#[test]
+fn on_a_terminal_a_line_gives_up_interfaces_then_rules_then_its_end_to_fit() {
+    let whole = render(|s| s.journey(&whereami()).unwrap());
+    // Wide enough: the whole line.
+    assert_eq!(
+        render_in(Some(200), |s| s.journey(&whereami()).unwrap()),
+        whole
+    );
+    // 135 columns: without the interfaces.
+    assert_eq!(
+        render_in(Some(135), |s| s.journey(&whereami()).unwrap()),
+        "20:41:07.000000 tcp 10.13.76.46:41234 > 10.0.159.58:80 → = > 10.13.76.26:80 9.41µs \
+         DNAT KUBE-SEP-6HBOEI5FVFTJNRJ3 (default/whereami)\n"
+    );
+    // 110 columns: milliseconds, the translation inside the packet, the service for its rule.
+    assert_eq!(
+        render_in(Some(110), |s| s.journey(&whereami()).unwrap()),
+        "20:41:07.000 tcp 10.13.76.46:41234 > 10.0.159.58:80→10.13.76.26:80 9.41µs \
+         DNAT default/whereami\n"
+    );
+    // 80 columns: the NAT's kind, no names; the facts stay.
+    assert_eq!(
+        render_in(Some(80), |s| s.journey(&whereami()).unwrap()),
+        "20:41:07.000 tcp 10.13.76.46:41234 > 10.0.159.58:80→10.13.76.26:80 9.41µs DNAT\n"
+    );
+    // Narrower still: cut, marked.
+    assert_eq!(
+        render_in(Some(40), |s| s.journey(&whereami()).unwrap()),
+        "20:41:07.000 tcp 10.13.76.46:41234 > 10…\n"
+    );
+}
+
+#[test]
+fn a_rule_without_a_service_stays_and_a_drop_gives_up_its_function() {
+    let a = t(PROTO_UDP, "10.13.76.46:5353", "10.0.0.10:53");
+    let mut drop = tc(Point::Ingress, "azvx", a, 1_002_000);
+    drop.kind = StepKind::Drop(crate::journey::DropStep {
+        reason: "NETFILTER_DROP".into(),
+        location: "nft_do_chain".into(),
+    });
+    drop.attribution = Some(rule("KUBE-SERVICES", Some("default/web-gone")));
+    let mut masq = nat(Point::Snat, a, a, 1_001_500, None);
+    masq.attribution = Some(rule("IP-MASQ-AGENT", None));
+    let j = Journey {
+        steps: vec![tc(Point::Ingress, "azvx", a, 1_001_000), masq, drop],
+        ending: Ending::Dropped,
+    };
+    let brief = render_in(Some(130), |s| s.journey(&j).unwrap());
+    assert_eq!(
+        brief,
+        "20:41:07.000 udp 10.13.76.46:5353 > 10.0.0.10:53 1.00µs SNAT IP-MASQ-AGENT \
+         ✗ drop NETFILTER_DROP by default/web-gone (dropped)\n"
+    );
+    let bare = render_in(Some(95), |s| s.journey(&j).unwrap());
+    assert_eq!(
+        bare,
+        "20:41:07.000 udp 10.13.76.46:5353 > 10.0.0.10:53 1.00µs SNAT ✗ drop \
+         NETFILTER_DROP (dropped)\n"
+    );
+}
+
+#[test]
+fn cutting_counts_characters_not_bytes() {
+    let mut line = "ab→µ✗cd".to_owned();
+    cut_to(&mut line, 5);
+    assert_eq!(line, "ab→µ…");
+    let mut short = "ab→".to_owned();
+    cut_to(&mut short, 3);
+    assert_eq!(short, "ab→");
 }
