@@ -32,8 +32,15 @@ pub const CONDITIONS: [Condition; 3] = [
     Condition::TraceAll,
 ];
 /// Every stream: the DNAT path (a ClusterIP) and the MASQUERADE path, whose followed flows
-/// (the node's address and the outside host) the DNAT path never has.
-pub const STREAMS: [Stream; 4] = Stream::ALL;
+/// (the node's address and the outside host) the DNAT path never has; and UDP datagrams the
+/// backend drops, for the drop program.
+pub const STREAMS: [Stream; 5] = [
+    Stream::TcpClusterIp,
+    Stream::TcpMasq,
+    Stream::UdpClusterIp,
+    Stream::UdpMasq,
+    Stream::UdpDropped,
+];
 
 /// One program during one stream.
 #[derive(Clone, Debug)]

@@ -15,6 +15,7 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use super::{
+    droprule::DropRule,
     net::{
         BACKEND, CLIENT, CLUSTER_IP, IPERF_PORT, OUT_NS, OUTSIDE_IP, TWIN_CLIENT_NS,
         TWIN_SERVER_IP, TWIN_SERVER_NS,
@@ -40,6 +41,10 @@ pub enum Stream {
     UdpClusterIp,
     /// 64-byte UDP at full speed, pod → outside host.
     UdpMasq,
+    /// As [`Self::UdpClusterIp`], every datagram then dropped by the backend pod's own
+    /// firewall ([`super::droprule`]): the drop program's cost. Not in [`Self::ALL`]: the
+    /// per-hook phase alone runs it.
+    UdpDropped,
 }
 
 impl Stream {
@@ -52,13 +57,13 @@ impl Stream {
 
     #[must_use]
     pub const fn is_udp(self) -> bool {
-        matches!(self, Self::UdpClusterIp | Self::UdpMasq)
+        matches!(self, Self::UdpClusterIp | Self::UdpMasq | Self::UdpDropped)
     }
 
     #[must_use]
     pub const fn target(self) -> Ipv4Addr {
         match self {
-            Self::TcpClusterIp | Self::UdpClusterIp => CLUSTER_IP,
+            Self::TcpClusterIp | Self::UdpClusterIp | Self::UdpDropped => CLUSTER_IP,
             Self::TcpMasq | Self::UdpMasq => OUTSIDE_IP,
         }
     }
@@ -71,6 +76,7 @@ impl Stream {
             Self::TcpMasq => "TCP MASQ",
             Self::UdpClusterIp => "UDP DNAT",
             Self::UdpMasq => "UDP MASQ",
+            Self::UdpDropped => "UDP DROP",
         }
     }
 
@@ -82,6 +88,7 @@ impl Stream {
             Self::TcpMasq => "tcp_masq",
             Self::UdpClusterIp => "udp_clusterip",
             Self::UdpMasq => "udp_masq",
+            Self::UdpDropped => "udp_dropped",
         }
     }
 }
@@ -93,6 +100,7 @@ impl fmt::Display for Stream {
             Self::TcpMasq => "TCP pod → outside (MASQUERADE)",
             Self::UdpClusterIp => "UDP 64 B pod → ClusterIP (DNAT)",
             Self::UdpMasq => "UDP 64 B pod → outside (MASQUERADE)",
+            Self::UdpDropped => "UDP 64 B pod → ClusterIP (DNAT), dropped by the backend",
         })
     }
 }
@@ -288,6 +296,9 @@ fn run_once(
             bits.to_string(),
         ]);
     }
+    let _rule = (stream == Stream::UdpDropped)
+        .then(DropRule::add)
+        .transpose()?;
     let client = Client::spawn(CLIENT.netns, &args, dir, "client", seconds)?;
     let json = match client.finish(&format!("iperf3 {stream}"), midway)? {
         Ok(json) => json,

@@ -13,6 +13,7 @@
 mod bpf;
 mod collector;
 mod doc;
+mod droprule;
 mod floor;
 mod hooks;
 mod iperf;

@@ -586,15 +586,16 @@ pub fn tables(r: &Results) -> String {
         "Per-hook cost",
         "BPF run-time statistics (on for this phase only): run_time_ns / run_cnt per program \
          over each stream (TCP and 64-byte UDP, to the ClusterIP: DNAT, and to the outside \
-         host: MASQ), median (min–max) of the runs, and runs per second. Each measured run \
+         host: MASQ; and `UDP DROP`, the ClusterIP's UDP stream dropped by the backend pod's \
+         own firewall, whose every datagram runs the drop program on `skb:kfree_skb` once), \
+         median (min–max) of the runs, and runs per second. Each measured run \
          includes about one clock read of the statistics themselves. tc programs run on every \
          attached interface, so their rate adds up over interfaces; likewise `nf_enter` and \
          `nf_exit` are each one program on the four netfilter hooks around the nat table, so \
          their figure is the mean over those hooks' runs (a baseline built with one program \
          per hook, `nf_pre_enter` and so on, has its four added up the same way). The floor \
          rows are the bench's own programs that return at once (`r0 = verdict; exit`), on the \
-         same hook \
-         types (tcx ingress and egress of the same interfaces; the four IPv4 netfilter hooks) \
+         same hook types (tcx ingress and egress of the same interfaces; the four IPv4 netfilter hooks) \
          during the same streams: what the statistics' clock reads and the call cost with no \
          work at all, included in every program's figure above.\n\n",
         per_hook(&r.hooks),
