@@ -1,7 +1,8 @@
 //! The floor of the per-hook cost: programs that return at once (`r0 = verdict; exit`),
 //! attached by the bench itself on the hook types pktrace uses (tcx ingress and egress on the
 //! interfaces pktrace attaches to, and the four IPv4 netfilter hooks of its NAT brackets) in
-//! the bench node, and measured with the same BPF run-time statistics in the same streams.
+//! the bench node, and a raw tracepoint on `kfree_skb` (the host's: tracepoints have no
+//! namespace) beside pktrace's drop program, and measured with the same BPF run-time statistics in the same streams.
 //! What the statistics give such a program is their own clock reads and the call, not work:
 //! the part of every pktrace program's figure that no change to pktrace's code can remove.
 //!
@@ -22,11 +23,14 @@ use super::net::{INTERFACES, NODE_NS};
 /// The floor's program names (as `bpftool prog show` and the per-hook table give them).
 pub const TC_NAME: &str = "empty_tc";
 pub const NF_NAME: &str = "empty_nf";
+pub const DROP_NAME: &str = "empty_drop";
 
 /// bpf(2) commands, program types and attach types (include/uapi/linux/bpf.h, v6.6).
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 const BPF_NETFILTER: u32 = 45;
 const BPF_TCX_INGRESS: u32 = 46;
@@ -87,14 +91,16 @@ fn attach_in_node(nf_per_hook: usize) -> Result<Floor> {
             links.push(link_create(&nf, 0, BPF_NETFILTER, nf_args).context("netfilter link")?);
         }
     }
-    let prog_ids = [&tc, &nf]
+    let drop = prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, 0, 0, DROP_NAME)?;
+    links.push(raw_tracepoint_open(&drop, c"kfree_skb").context("kfree_skb raw tracepoint")?);
+    let prog_ids = [&tc, &nf, &drop]
         .into_iter()
         .map(prog_id)
         .collect::<Result<BTreeSet<u32>>>()?;
     Ok(Floor {
         prog_ids,
         _links: links,
-        _progs: vec![tc, nf],
+        _progs: vec![tc, nf, drop],
     })
 }
 
@@ -179,6 +185,15 @@ fn link_create(prog: &OwnedFd, target: u32, attach_type: u32, union: [u32; 4]) -
         put(&mut attr, 16 + 4 * i, &v.to_ne_bytes());
     }
     sys_bpf(BPF_LINK_CREATE, &mut attr)
+}
+
+/// `BPF_RAW_TRACEPOINT_OPEN`: the tracepoint's name at 0, `prog_fd` at 8.
+fn raw_tracepoint_open(prog: &OwnedFd, name: &CStr) -> Result<OwnedFd> {
+    let mut attr = [0u8; 128];
+    put(&mut attr, 0, &(name.as_ptr() as u64).to_ne_bytes());
+    #[expect(clippy::cast_sign_loss, reason = "a valid fd is non-negative")]
+    put(&mut attr, 8, &(prog.as_raw_fd() as u32).to_ne_bytes());
+    sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr)
 }
 
 /// A program's id, from this process's fdinfo.

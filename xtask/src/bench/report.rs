@@ -253,6 +253,10 @@ fn per_hook(h: &Hooks) -> Table {
             floor::NF_NAME,
             "floor: empty netfilter program (bench's own)",
         ),
+        (
+            floor::DROP_NAME,
+            "floor: empty raw tracepoint on kfree_skb (bench's own)",
+        ),
     ] {
         if h.floor.iter().any(|s| s.program == program) {
             table.row(row(&h.floor, program, label.to_owned()));
@@ -531,6 +535,23 @@ fn micro(m: &Micro) -> Table {
     table
 }
 
+/// What the per-hook table shows, under its heading.
+const PER_HOOK_NOTE: &str = "BPF run-time statistics (on for this phase only): run_time_ns / run_cnt per program \
+    over each stream (TCP and 64-byte UDP, to the ClusterIP: DNAT, and to the outside \
+    host: MASQ; and `UDP DROP`, the ClusterIP's UDP stream dropped by the backend pod's \
+    own firewall, whose every datagram runs the drop program on `skb:kfree_skb` once), \
+    median (min–max) of the runs, and runs per second. Each measured run \
+    includes about one clock read of the statistics themselves. tc programs run on every \
+    attached interface, so their rate adds up over interfaces; likewise `nf_enter` and \
+    `nf_exit` are each one program on the four netfilter hooks around the nat table, so \
+    their figure is the mean over those hooks' runs (a baseline built with one program \
+    per hook, `nf_pre_enter` and so on, has its four added up the same way). The floor \
+    rows are the bench's own programs that return at once (`r0 = verdict; exit`), on the \
+    same hook types (tcx ingress and egress of the same interfaces; the four IPv4 netfilter \
+    hooks; a raw tracepoint on `kfree_skb`) \
+    during the same streams: what the statistics' clock reads and the call cost with no \
+    work at all, included in every program's figure above.\n\n";
+
 /// Every table, with headings, as Markdown.
 #[must_use]
 pub fn tables(r: &Results) -> String {
@@ -582,24 +603,7 @@ pub fn tables(r: &Results) -> String {
          socket dropped (thousands per run).\n\n",
         tracer_load(&r.throughput, r.seconds),
     );
-    section(
-        "Per-hook cost",
-        "BPF run-time statistics (on for this phase only): run_time_ns / run_cnt per program \
-         over each stream (TCP and 64-byte UDP, to the ClusterIP: DNAT, and to the outside \
-         host: MASQ; and `UDP DROP`, the ClusterIP's UDP stream dropped by the backend pod's \
-         own firewall, whose every datagram runs the drop program on `skb:kfree_skb` once), \
-         median (min–max) of the runs, and runs per second. Each measured run \
-         includes about one clock read of the statistics themselves. tc programs run on every \
-         attached interface, so their rate adds up over interfaces; likewise `nf_enter` and \
-         `nf_exit` are each one program on the four netfilter hooks around the nat table, so \
-         their figure is the mean over those hooks' runs (a baseline built with one program \
-         per hook, `nf_pre_enter` and so on, has its four added up the same way). The floor \
-         rows are the bench's own programs that return at once (`r0 = verdict; exit`), on the \
-         same hook types (tcx ingress and egress of the same interfaces; the four IPv4 netfilter hooks) \
-         during the same streams: what the statistics' clock reads and the call cost with no \
-         work at all, included in every program's figure above.\n\n",
-        per_hook(&r.hooks),
-    );
+    section("Per-hook cost", PER_HOOK_NOTE, per_hook(&r.hooks));
     if !r.hooks.baseline.is_empty() {
         section(
             "Per-hook cost, side by side with the baseline",
