@@ -58,7 +58,15 @@ pub enum Frame {
     /// client's datagram after MASQUERADE): emitted by the followed-flow check, as every
     /// masqueraded packet of a traced pod is on the uplink.
     EmittedFollowed,
+    /// [`Frame::EmittedUdp`] through the measured pktrace started with the expression
+    /// [`EXPRESSION`]: ruled out in the kernel.
+    RuledOutUdp,
+    /// [`Frame::EmittedTcp`] through that pktrace: kept by the expression, emitted.
+    KeptTcp,
 }
+
+/// The filter expression of [`Frame::WITH_EXPRESSION`].
+pub const EXPRESSION: &str = "tcp";
 
 impl Frame {
     /// In the order each round runs them: [`Frame::OutsideFollowing`] and
@@ -72,6 +80,9 @@ impl Frame {
         Self::EmittedFollowed,
     ];
 
+    /// Run through the measured pktrace started with [`EXPRESSION`], after the others.
+    pub const WITH_EXPRESSION: [Self; 2] = [Self::RuledOutUdp, Self::KeptTcp];
+
     #[must_use]
     pub const fn key(self) -> &'static str {
         match self {
@@ -80,6 +91,8 @@ impl Frame {
             Self::EmittedTcp => "emitted_tcp",
             Self::OutsideFollowing => "outside_udp_following",
             Self::EmittedFollowed => "emitted_udp_followed",
+            Self::RuledOutUdp => "ruled_out_udp",
+            Self::KeptTcp => "kept_tcp",
         }
     }
 
@@ -93,6 +106,8 @@ impl Frame {
             Self::EmittedFollowed => {
                 "emitted, of the followed flow (UDP 64 B, the client's, masqueraded)"
             }
+            Self::RuledOutUdp => "ruled out by the expression `tcp` (UDP 64 B, the traced pod)",
+            Self::KeptTcp => "kept by the expression `tcp` (TCP ACK 66 B, the traced pod)",
         }
     }
 
@@ -101,15 +116,15 @@ impl Frame {
     pub const fn is_emitted(self) -> bool {
         matches!(
             self,
-            Self::EmittedUdp | Self::EmittedTcp | Self::EmittedFollowed
+            Self::EmittedUdp | Self::EmittedTcp | Self::EmittedFollowed | Self::KeptTcp
         )
     }
 
     pub(super) fn bytes(self) -> Vec<u8> {
         match self {
             Self::Outside | Self::OutsideFollowing => frame(OTHER.ip, STREAM_PORTS, Proto::Udp),
-            Self::EmittedUdp => frame(CLIENT.ip, STREAM_PORTS, Proto::Udp),
-            Self::EmittedTcp => frame(CLIENT.ip, STREAM_PORTS, Proto::Tcp),
+            Self::EmittedUdp | Self::RuledOutUdp => frame(CLIENT.ip, STREAM_PORTS, Proto::Udp),
+            Self::EmittedTcp | Self::KeptTcp => frame(CLIENT.ip, STREAM_PORTS, Proto::Tcp),
             Self::EmittedFollowed => frame(NODE_IP, (masq_sport(CLIENT), CLOSED_PORT), Proto::Udp),
         }
     }
@@ -158,7 +173,7 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
     let ctx_file = ctx.dir.join("micro.ctx");
     write_uplink_ctx(&ctx_file)?;
     let mut frames = Vec::new();
-    for frame in Frame::ALL {
+    for frame in Frame::ALL.into_iter().chain(Frame::WITH_EXPRESSION) {
         let path = ctx.dir.join(format!("micro-{}.frame", frame.key()));
         fs::write(&path, frame.bytes())?;
         frames.push((frame, path));
@@ -191,7 +206,7 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
             let prog = bpf::prog_id_named(&tracer.prog_ids, "tc_egress")?;
             up.push((binary, prog, tracer));
         }
-        for (frame, path) in &frames {
+        for (frame, path) in frames.iter().filter(|(f, _)| Frame::ALL.contains(f)) {
             if *frame == Frame::OutsideFollowing {
                 follow_a_flow(&up)?;
             }
@@ -227,8 +242,47 @@ pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Micro> {
         for (_, _, tracer) in up {
             tracer.stop()?;
         }
+        with_expression(ctx, round, &frames, &ctx_file, &mut out)?;
     }
     Ok(out)
+}
+
+/// The frames of [`Frame::WITH_EXPRESSION`] through the measured pktrace started with
+/// [`EXPRESSION`].
+fn with_expression(
+    ctx: &Ctx,
+    round: usize,
+    frames: &[(Frame, PathBuf)],
+    ctx_file: &Path,
+    out: &mut Micro,
+) -> Result<()> {
+    let launch = Launch {
+        expression: Some(EXPRESSION),
+        ..Launch::default()
+    };
+    let tracer = Tracer::start(Condition::ClientPod, &ctx.dir, &ctx.pktrace, &launch)?
+        .context("pktrace did not start")?;
+    let prog = bpf::prog_id_named(&tracer.prog_ids, "tc_egress")?;
+    for (frame, path) in frames
+        .iter()
+        .filter(|(f, _)| Frame::WITH_EXPRESSION.contains(f))
+    {
+        let before = tracer.counters()?;
+        let mut calls = (0..CALLS)
+            .map(|_| prog_run(prog, path, ctx_file))
+            .collect::<Result<Vec<f64>>>()?;
+        check_traced(*frame, Binary::Measured, &tracer.counters()?.since(&before))?;
+        calls.sort_by(f64::total_cmp);
+        let ns_per_run = calls[CALLS / 2];
+        eprintln!("bench:   measured {}: {ns_per_run:.0} ns/run", frame.key());
+        out.samples.push(MicroSample {
+            round,
+            binary: Binary::Measured,
+            frame: *frame,
+            ns_per_run,
+        });
+    }
+    tracer.stop().map(drop)
 }
 
 /// Checks that a binary traced every run of an emitted frame (a frame the filter let pass

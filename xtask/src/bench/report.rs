@@ -510,7 +510,10 @@ fn micro(m: &Micro) -> Table {
             .iter()
             .filter(move |s| s.binary == binary && s.frame == frame)
     };
-    for frame in Frame::ALL {
+    for frame in Frame::ALL.into_iter().chain(Frame::WITH_EXPRESSION) {
+        if of(Binary::Measured, frame).next().is_none() {
+            continue;
+        }
         let mut row = vec![
             frame.label().to_owned(),
             show(

@@ -82,6 +82,7 @@ pub fn run(ctx: &Ctx, net: &mut BenchNet) -> Result<Startup> {
                 out: Output::Pipe,
                 interfaces: Some(INTERFACES),
                 attach,
+                expression: None,
             };
             let sample = one(ctx, round, &launch)?;
             eprintln!(

@@ -135,6 +135,8 @@ pub struct Launch<'a> {
     pub interfaces: Option<&'a str>,
     /// How pktrace chooses between tcx links and clsact filters.
     pub attach: Attach,
+    /// A filter expression after the options (none: every packet of the condition).
+    pub expression: Option<&'a str>,
 }
 
 /// pktrace's choice of tc mechanism: its own rule, or one of its switches that force one.
@@ -221,6 +223,7 @@ impl Tracer {
                     ]
                     .map(String::from),
                 );
+                args.extend(launch.expression.map(String::from));
                 let mut cmd = pinned(NODE_NS, TRACER_CPU, pktrace, &args);
                 if let Some(var) = launch.attach.env() {
                     cmd.env(var, "1");
