@@ -1,7 +1,9 @@
-//! The drop stream's rule: the backend pod's own firewall drops the iperf3 datagrams
-//! (`INPUT -p udp --dport 5201 -j DROP` in its namespace, not the node's), so every datagram
-//! of [`super::iperf::Stream::UdpDropped`] crosses the node like the UDP DNAT stream and then
-//! runs the kernel's drop tracepoint once, where pktrace's drop program sees it.
+//! The drop stream's rule: the backend pod's own firewall drops the iperf3 data datagrams
+//! (`INPUT -p udp --dport 5201 -m length --length 64:65535 -j DROP` in its namespace, not the
+//! node's), so every datagram of [`super::iperf::Stream::UdpDropped`] crosses the node like the
+//! UDP DNAT stream and then runs the kernel's drop tracepoint once, where pktrace's drop
+//! program sees it. iperf3's 4-byte UDP "connect" datagram (32 bytes of IP) passes: without it
+//! the client never starts sending.
 
 use anyhow::Result;
 
@@ -15,13 +17,17 @@ pub struct DropRule {
 }
 
 /// The rule's arguments after `-I`/`-D`.
-fn rule() -> [String; 8] {
+fn rule() -> [String; 12] {
     [
         "INPUT".into(),
         "-p".into(),
         "udp".into(),
         "--dport".into(),
         IPERF_PORT.to_string(),
+        "-m".into(),
+        "length".into(),
+        "--length".into(),
+        "64:65535".into(),
         "-j".into(),
         "DROP".into(),
         "-w".into(),
