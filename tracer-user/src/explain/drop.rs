@@ -17,10 +17,12 @@ mod name;
 mod read;
 mod reasons;
 mod replay;
+mod route;
 mod rules;
 
 use std::net::IpAddr;
 
+pub use route::{Route, Routes};
 pub use rules::{DropRules, DropTable};
 use tracer_common::Tuple;
 
@@ -47,8 +49,11 @@ pub struct DropFacts {
     pub location: Option<String>,
     /// The interface it came in by, when known.
     pub in_iface: Option<String>,
-    /// The interface it was leaving by, when known.
+    /// The interface it was leaving by, when known (the node's route towards it).
     pub out_iface: Option<String>,
+    /// The neighbour the node was handing it to (the route's gateway, else the destination),
+    /// when known.
+    pub next_hop: Option<IpAddr>,
     /// Local-in, forwarded or local-out, when known; `None`: the replay tries
     /// [`UNKNOWN_ORDER`] and says which matched.
     pub traversal: Option<Traversal>,

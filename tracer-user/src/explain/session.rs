@@ -13,7 +13,7 @@ use std::{
     rc::Rc,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc::{self, Receiver, TryRecvError},
     },
     thread,
@@ -67,6 +67,9 @@ pub struct Explainer {
     updates: Option<(Receiver<Update>, Arc<AtomicBool>)>,
     /// An update taken and not yet reported.
     taken: Option<Update>,
+    /// How many times the poller saw the rules or ipsets move (any table, not only nat):
+    /// the drop explainer re-reads its filter-type rules when it moved.
+    changes: Option<Arc<AtomicU64>>,
 }
 
 impl Explainer {
@@ -93,9 +96,23 @@ impl Explainer {
                 generation,
                 ipsets: ipset_print(rules.uses_ipsets()),
             };
-            me.updates = Some(spawn_poller(fingerprint(rules), seen, rules.uses_ipsets()));
+            let changes = Arc::new(AtomicU64::new(0));
+            let poller = spawn_poller(
+                fingerprint(rules),
+                seen,
+                rules.uses_ipsets(),
+                Arc::clone(&changes),
+            );
+            me.updates = Some(poller);
+            me.changes = Some(changes);
         }
         me
+    }
+
+    /// The poller's count of the changes it saw (`None`: no poller runs).
+    #[must_use]
+    pub fn changes(&self) -> Option<Arc<AtomicU64>> {
+        self.changes.clone()
     }
 
     /// An explainer over fixed rules (tests, replays).
@@ -117,6 +134,7 @@ impl Explainer {
             },
             updates: None,
             taken: None,
+            changes: None,
         }
     }
 
@@ -263,8 +281,13 @@ fn ipset_print(uses_ipsets: bool) -> Option<u64> {
 /// Re-reads the rules when they may have changed, until told to stop or nobody listens.
 /// Every [`GENERATION_EVERY`] the nftables generation is asked (microseconds); every
 /// [`POLL_EVERY`] also the ipsets' hash, and a full read when iptables-legacy holds nat
-/// rules or there is no generation to ask.
-fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>, Arc<AtomicBool>) {
+/// rules or there is no generation to ask. Each change seen is counted in `changes`.
+fn spawn_poller(
+    first: u64,
+    seen: Seen,
+    uses_ipsets: bool,
+    changes: Arc<AtomicU64>,
+) -> (Receiver<Update>, Arc<AtomicBool>) {
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = Arc::clone(&stop);
@@ -294,6 +317,7 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool) -> (Receiver<Update>,
                 if !changed {
                     continue;
                 }
+                changes.fetch_add(1, Ordering::Relaxed);
                 let Ok(rules) = Ruleset::load() else { continue };
                 uses_ipsets = rules.uses_ipsets();
                 let print = fingerprint(&rules);

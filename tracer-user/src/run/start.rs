@@ -393,7 +393,8 @@ pub(super) fn session(
     let mut session = Session::new(correlator, explainer, cfg.limits.count, conntrack)
         .with_filter(cfg.filter.clone());
     session.failures_only = cfg.show == crate::config::Show::Failures;
-    session.drops = DropExplainer::new(kernel::host::local_addrs());
+    session.drops =
+        DropExplainer::new(kernel::host::local_addrs()).watching(session.explainer.changes());
     session
 }
 

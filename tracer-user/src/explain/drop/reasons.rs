@@ -195,6 +195,19 @@ fn family(drop: &DropFacts, reason: &str) -> Option<String> {
              limit); look at `tc -s qdisc show`",
             iface(drop.out_iface.as_deref())
         )
+    } else if reason == "NEIGH_FAILED" {
+        let (proto, tool) = if dst.is_ipv6() {
+            ("NDP", "ip -6 neigh show")
+        } else {
+            ("ARP", "ip neigh show")
+        };
+        format!(
+            "no {proto} answer from {} on {}: the neighbour's probes timed out and {pkt} waiting \
+             for it was dropped ({reason}); the address is held by nobody on that link, or its \
+             host is down; look at `{tool}` (FAILED)",
+            drop.next_hop.unwrap_or(dst),
+            iface(drop.out_iface.as_deref())
+        )
     } else if reason.starts_with("NEIGH_") {
         format!(
             "no ARP/ND answer from {dst} (or the next hop towards it) on {} ({reason}); look \

@@ -590,7 +590,11 @@ fn other_reasons_fill_in_the_packet() {
         ("IP_NOROUTE", "no route to 10.0.0.5"),
         ("IP_INNOROUTES", "no route to 10.0.0.5"),
         ("IP_OUTNOROUTES", "no route to 10.0.0.5"),
-        ("NEIGH_FAILED", "no ARP/ND answer from 10.0.0.5"),
+        (
+            "NEIGH_FAILED",
+            "no ARP answer from 10.0.0.5 on azv47c3ee9d512",
+        ),
+        ("NEIGH_QUEUEFULL", "no ARP/ND answer from 10.0.0.5"),
         ("IP_RPFILTER", "reverse-path filter on eth0"),
         (
             "TCP_INVALID_SEQUENCE",
@@ -620,6 +624,25 @@ fn other_reasons_fill_in_the_packet() {
     );
     drop.reason = "NEIGH_FAILED".into();
     assert!(why(&rules, &drop).unwrap().why.contains("10.0.0.5"));
+    // Through a gateway, the neighbour is the gateway; over IPv6 it is NDP.
+    drop.next_hop = Some("10.13.0.1".parse().unwrap());
+    drop.out_iface = Some("eth0".into());
+    let got = why(&rules, &drop).unwrap().why;
+    assert!(
+        got.starts_with("no ARP answer from 10.13.0.1 on eth0:"),
+        "{got}"
+    );
+    drop.tuple = tuple(
+        PROTO_UDP,
+        "[2001:db8::46]:5000".parse().unwrap(),
+        "[2001:db8::9]:53".parse().unwrap(),
+    );
+    drop.next_hop = None;
+    let got = why(&rules, &drop).unwrap().why;
+    assert!(
+        got.starts_with("no NDP answer from 2001:db8::9 on eth0:"),
+        "{got}"
+    );
 }
 
 #[test]
