@@ -196,10 +196,13 @@ fn calico(table: &DropTable, hit: &DropHit<'_>) -> Option<String> {
     let endpoint = endpoint.unwrap_or_else(|| "on a host endpoint".into());
     let comment = hit.rule.and_then(|r| r.comment.as_deref()).unwrap_or("");
     if is_policy_chain(hit.chain) {
-        return Some(format!(
-            "Calico policy {} denies this packet {endpoint}",
-            policy_name(table, hit.chain)
-        ));
+        let name = policy_name(table, hit.chain);
+        let name = if name == hit.chain {
+            format!("Calico policy {name}")
+        } else {
+            name
+        };
+        return Some(format!("{name} denies this packet {endpoint}"));
     }
     let tried: Vec<String> = table
         .rules
@@ -233,15 +236,43 @@ fn is_policy_chain(chain: &str) -> bool {
     chain.starts_with("cali-pi-") || chain.starts_with("cali-po-")
 }
 
-/// A Calico policy's name: from a `Policy <name> …` comment in its chain, else the chain.
+/// A Calico policy's name: from the comment felix puts on its chain's first rule, else the
+/// chain. Felix before 3.30 writes `Policy <ns>/knp.default.<name> ingress` for a Kubernetes
+/// `NetworkPolicy` (`Policy <ns>/<tier>.<name> …` for Calico's own), later ones `<Kind>
+/// <ns>/<name> ingress` (`KubernetesNetworkPolicy`, `NetworkPolicy`, `GlobalNetworkPolicy`).
 fn policy_name(table: &DropTable, chain: &str) -> String {
     let named = table.rules.chain(chain).and_then(|c| {
-        c.rules.iter().find_map(|r| {
-            let rest = r.comment.as_deref()?.strip_prefix("Policy ")?;
-            rest.split_whitespace().next().map(str::to_owned)
-        })
+        c.rules
+            .iter()
+            .find_map(|r| policy_of_comment(r.comment.as_deref()?))
     });
     named.unwrap_or_else(|| chain.to_owned())
+}
+
+/// `NetworkPolicy default/web` from `Policy default/knp.default.web ingress` or
+/// `KubernetesNetworkPolicy default/web ingress`; `Calico policy default/web` from `Policy
+/// default/default.web ingress`, `GlobalNetworkPolicy web` as said.
+fn policy_of_comment(comment: &str) -> Option<String> {
+    let mut words = comment.split_whitespace();
+    let kind = words.next()?;
+    let name = words.next()?;
+    if !matches!(words.next(), Some("ingress" | "egress")) || !kind.ends_with("Policy") {
+        return None;
+    }
+    let (ns, local) = name
+        .split_once('/')
+        .map_or((None, name), |(n, l)| (Some(n), l));
+    let knp = local.strip_prefix("knp.default.");
+    let kubernetes = kind == "KubernetesNetworkPolicy" || knp.is_some();
+    let local = knp.unwrap_or(local);
+    let full = ns.map_or_else(|| local.to_owned(), |ns| format!("{ns}/{local}"));
+    Some(if kubernetes {
+        format!("NetworkPolicy {full}")
+    } else if kind == "Policy" {
+        format!("Calico policy {full}")
+    } else {
+        format!("{kind} {full}")
+    })
 }
 
 /// Azure NPM's drops: the `NetworkPolicy` from the comments of the rule and of the rules

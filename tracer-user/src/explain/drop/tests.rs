@@ -13,6 +13,11 @@ const KUBE_FILTER: &str = include_str!("testdata/kube-proxy-filter.txt");
 const KUBE_NFT: &str = include_str!("testdata/kube-proxy-nftables.json");
 const CALICO: &str = include_str!("testdata/calico-filter.txt");
 const CALICO_SETS: &str = include_str!("testdata/calico-ipsets.txt");
+/// The lab's Calico policy scenario (`cargo xtask lab up --variant calico`, then
+/// `xtask::lab::drops::Scenario::CalicoPolicy`): the very rules the root test drops through.
+const LAB_CALICO: &str = include_str!("../../../../xtask/src/lab/drops/calico-policy-filter.txt");
+const LAB_CALICO_SETS: &str =
+    include_str!("../../../../xtask/src/lab/drops/calico-policy-ipsets.txt");
 const NPM: &str = include_str!("testdata/azure-npm-filter.txt");
 const NPM_SETS: &str = include_str!("testdata/azure-npm-ipsets.txt");
 const ADMIN: &str = include_str!("testdata/admin-drop.txt");
@@ -429,6 +434,123 @@ fn calico_policy_comment_names_the_policy() {
         "{}",
         got.why
     );
+}
+
+/// The lab's Calico node: `cali-FORWARD` → dispatch (`-i`/`-o cali+`, `-g`) → the endpoint
+/// chains, marks set and tested on the way (0x10000 accept, 0x20000 pass), the policy's ipset,
+/// profiles; Kubernetes' policy named from felix's comment.
+#[test]
+fn calico_lab_policy_drop_is_named_with_its_network_policy() {
+    let rules = iptables(LAB_CALICO, Some(LAB_CALICO_SETS));
+    let pod = |src: &str, dst: &str, in_if: &str, out_if: &str| {
+        let mut d = facts(PROTO_TCP, src, dst, Some(Traversal::Forward));
+        d.in_iface = Some(in_if.into());
+        d.out_iface = Some(out_if.into());
+        d
+    };
+    let denied = pod(
+        "10.13.76.46:41000",
+        "10.13.76.26:80",
+        "cali47c3ee9d512",
+        "calia4124965a9b",
+    );
+    let got = explain(&rules, &denied);
+    assert_eq!(
+        got.rule.as_deref(),
+        Some("cali-tw-calia4124965a9b: Drop if no policies passed packet")
+    );
+    assert_eq!(got.service, None);
+    assert_eq!(
+        got.why,
+        "no Calico policy allowed this packet (policies: NetworkPolicy \
+         default/whereami-ingress) to the workload on calia4124965a9b (ingress); look at \
+         `kubectl get networkpolicy -A` and Calico's policies (mark 0x0)"
+    );
+    // The other whereami pod has no policy: its profile accepts; a frontend pod (in the
+    // policy's ipset) reaches the selected one; the replies' way back is profile-accepted too.
+    for allowed in [
+        pod(
+            "10.13.76.46:41000",
+            "10.13.76.7:80",
+            "cali47c3ee9d512",
+            "cali1a68ecb6fb1",
+        ),
+        pod(
+            "10.13.76.31:41000",
+            "10.13.76.26:80",
+            "cali0000000031",
+            "calia4124965a9b",
+        ),
+        pod(
+            "10.13.76.7:80",
+            "10.13.76.46:41000",
+            "cali1a68ecb6fb1",
+            "cali47c3ee9d512",
+        ),
+    ] {
+        let got = explain(&rules, &allowed);
+        if allowed.in_iface.as_deref() == Some("cali0000000031") {
+            // An interface no endpoint has: Calico's dispatch drops it.
+            assert_eq!(
+                got.rule.as_deref(),
+                Some("cali-from-wl-dispatch: Unknown interface")
+            );
+            continue;
+        }
+        assert_eq!(got.rule, None, "{allowed:?}: {got:?}");
+    }
+    // The policy only allows tcp/80: a frontend pod on another port is denied.
+    let mut other_port = pod(
+        "10.13.76.31:41000",
+        "10.13.76.26:8080",
+        "cali1a68ecb6fb1",
+        "calia4124965a9b",
+    );
+    other_port.in_iface = Some("cali1a68ecb6fb1".into());
+    assert!(explain(&rules, &other_port).rule.is_some());
+    // IPinIP from a workload: `-p ipencap` is protocol 4, dropped in the endpoint chain.
+    let mut ipip = pod("10.13.76.46:0", "10.13.1.4:0", "cali47c3ee9d512", "eth0");
+    ipip.tuple.proto = 4;
+    assert_eq!(
+        explain(&rules, &ipip).rule.as_deref(),
+        Some("cali-fw-cali47c3ee9d512: Drop IPinIP encapped packets originating in workloads")
+    );
+}
+
+#[test]
+fn calico_policy_names_from_felix_comments() {
+    for (comment, want) in [
+        (
+            "Policy default/knp.default.web ingress",
+            "NetworkPolicy default/web denies",
+        ),
+        (
+            "KubernetesNetworkPolicy default/web ingress",
+            "NetworkPolicy default/web denies",
+        ),
+        (
+            "GlobalNetworkPolicy default.deny-all egress",
+            "GlobalNetworkPolicy default.deny-all denies",
+        ),
+        ("not a policy comment", "Calico policy cali-pi-_X denies"),
+    ] {
+        let text = format!(
+            "*filter\n:FORWARD ACCEPT [0:0]\n\
+             -A FORWARD -o cali+ -j cali-tw-caliabc\n\
+             -A cali-tw-caliabc -j cali-pi-_X\n\
+             -A cali-pi-_X -m comment --comment \"{comment}\" -s 192.0.2.0/24 -j DROP\n\
+             COMMIT\n"
+        );
+        let rules = iptables(&text, None);
+        let drop = facts(
+            PROTO_TCP,
+            "192.0.2.3:1000",
+            "10.13.76.50:5432",
+            Some(Traversal::Forward),
+        );
+        let got = explain(&rules, &drop);
+        assert!(got.why.starts_with(want), "{comment}: {}", got.why);
+    }
 }
 
 #[test]

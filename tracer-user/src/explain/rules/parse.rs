@@ -385,9 +385,17 @@ fn proto_number(s: &str) -> Option<u8> {
     Some(match s.to_ascii_lowercase().as_str() {
         "all" => 0,
         "icmp" => 1,
+        "igmp" => 2,
+        // `/etc/protocols` names iptables-save prints (Calico drops `-p ipencap`).
+        "ipencap" | "ipip" => 4,
         "tcp" => 6,
         "udp" => 17,
+        "ipv6" => 41,
+        "gre" => 47,
+        "esp" => 50,
+        "ah" => 51,
         "icmpv6" | "ipv6-icmp" => 58,
+        "vrrp" => 112,
         "sctp" => 132,
         other => other.parse().ok()?,
     })
