@@ -21,11 +21,12 @@ use tracer_user::output::json::contract::{Ending, JourneyLine, Point, StepLine};
 use xtask::lab::{
     self, NODE_NS, UBUNTU, Variant,
     drops::{
-        ADMIN_DROP_HOST, ADMIN_DROP_PORT, NO_ENDPOINTS_COMMENT, NO_ENDPOINTS_IP, NO_ENDPOINTS_PORT,
-        NO_ROUTE_NET, Scenario, add,
+        ADMIN_DROP_HOST, ADMIN_DROP_PORT, ADMIN_REJECT_PORT, CALICO_DENIED_CHAIN,
+        CALICO_DENY_COMMENT, CALICO_POLICY, NO_ENDPOINTS_COMMENT, NO_ENDPOINTS_IP,
+        NO_ENDPOINTS_PORT, NO_NEIGHBOUR_IP, NO_ROUTE_NET, Scenario, add,
     },
     in_ns,
-    topology::{WHEREAMI_CLUSTER_IP, WHEREAMI_QFQ2K},
+    topology::{NODE_UPLINK, WHEREAMI_CLUSTER_IP, WHEREAMI_J7BPW, WHEREAMI_QFQ2K},
 };
 
 /// Datagrams sent in each UDP case.
@@ -297,5 +298,166 @@ fn no_route_is_an_ip_innoroutes_drop_counted_by_the_kernel() {
         "IpExtInNoRoutes moved by {counted}:\n{}",
         trace.dump()
     );
+    assert_working_connection_clean(&trace);
+}
+
+/// A Calico policy (calico variant): felix's chains for `NetworkPolicy`
+/// default/whereami-ingress drop ubuntu's SYNs to whereami `qfq2k` at the pod's endpoint
+/// chain; each drop step names that rule and the policy, one per packet the rule counted,
+/// and ubuntu's connection to the other whereami pod (no policy) is never dropped.
+#[test]
+fn a_calico_policy_drop_names_the_rule_and_the_network_policy() {
+    let _lab = LabGuard::with_variant(Variant::Calico);
+    let _scenario = add(Scenario::CalicoPolicy).expect("adding Calico's policy chains");
+    let pk = Pktrace::start(&["--pod", "ubuntu"]);
+    let denied = format!("{}:80", WHEREAMI_QFQ2K.ip);
+    assert!(!try_tcp(&denied), "{denied} is denied by {CALICO_POLICY}");
+    let allowed = format!("{}:80", WHEREAMI_J7BPW.ip);
+    let reply = lab::client_tcp(&UBUNTU.netns(), &allowed)
+        .unwrap_or_else(|e| panic!("the allowed connection to {allowed}: {e:#}"));
+    assert!(reply.starts_with("client="), "{reply}");
+    thread::sleep(SETTLE);
+    let trace = pk.stop();
+    let counted = rule_packets(CALICO_DENIED_CHAIN, &["DROP", CALICO_DENY_COMMENT]);
+    let drops = drops_to(&trace, &denied);
+    assert_drops(
+        &drops,
+        "NETFILTER_DROP",
+        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
+    );
+    assert!(counted > 0, "the policy's DROP counted nothing");
+    assert_eq!(
+        drops.len() as u64,
+        counted,
+        "the rule counted {counted}:\n{}",
+        trace.dump()
+    );
+    for (j, d) in &drops {
+        let rule = d.rule.as_deref().unwrap_or_default();
+        assert_eq!(
+            rule,
+            format!("{CALICO_DENIED_CHAIN}: {CALICO_DENY_COMMENT}"),
+            "{j:?}"
+        );
+        let why = d.why.as_deref().unwrap_or_default();
+        assert!(
+            why.contains(&format!("NetworkPolicy {CALICO_POLICY}")),
+            "why {why:?}: {j:?}"
+        );
+        assert_eq!(d.service, None, "{j:?}");
+    }
+    let theirs: Vec<&JourneyLine> = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j.steps.iter().any(|s| s.dst == allowed || s.src == allowed))
+        .collect();
+    assert!(
+        theirs.len() >= 2,
+        "the allowed connection:\n{}",
+        trace.dump()
+    );
+    for j in theirs {
+        assert_ne!(j.ending, Some(Ending::Dropped), "{j:?}");
+    }
+}
+
+/// `ip neigh show` in the node's namespace for `addr`.
+fn neighbour(addr: &str) -> String {
+    let out = in_ns(NODE_NS, "ip", ["neigh", "show", "to", addr])
+        .output()
+        .expect("running ip neigh");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A neighbour that never answers (transparent variant, where the node routes its pods'
+/// packets): datagrams to an address of the node's connected subnet that nobody holds wait
+/// for ARP, and when the probes time out (the entry turns `FAILED`) each is dropped with
+/// `NEIGH_FAILED` and answered with an ICMP host unreachable: as many drops as datagrams
+/// and as `IcmpOutDestUnreachs` moved; the why names the neighbour and the interface.
+#[test]
+fn a_neighbour_that_never_answers_is_a_neigh_failed_drop() {
+    let _lab = LabGuard::with_variant(Variant::AzureTransparent);
+    let _scenario = add(Scenario::NoNeighbour).expect("flushing the neighbour");
+    let pk = Pktrace::start(&["--pod", "ubuntu"]);
+    let before = nstat(NODE_NS, "IcmpOutDestUnreachs");
+    let dst = format!("{NO_NEIGHBOUR_IP}:53");
+    send_udp(&dst);
+    // The kernel probes 3 times a second apart (`mcast_solicit`, `retrans_time_ms`).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !neighbour(NO_NEIGHBOUR_IP).contains("FAILED") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{NO_NEIGHBOUR_IP} never turned FAILED: {}",
+            neighbour(NO_NEIGHBOUR_IP)
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let unreachable = nstat(NODE_NS, "IcmpOutDestUnreachs") - before;
+    working_connection();
+    thread::sleep(SETTLE);
+    let trace = pk.stop();
+    let drops = drops_to(&trace, &dst);
+    assert_drops(
+        &drops,
+        "NEIGH_FAILED",
+        &["arp_error_report", "neigh_invalidate", "__neigh_event_send"],
+    );
+    assert_eq!(
+        drops.len(),
+        DATAGRAMS,
+        "{}: {}",
+        neighbour(NO_NEIGHBOUR_IP),
+        trace.dump()
+    );
+    assert_eq!(unreachable, DATAGRAMS as u64, "IcmpOutDestUnreachs");
+    let want = format!("no ARP answer from {NO_NEIGHBOUR_IP} on {NODE_UPLINK}:");
+    for (j, d) in &drops {
+        let why = d.why.as_deref().unwrap_or_default();
+        assert!(why.starts_with(&want), "why {why:?}: {j:?}");
+    }
+    assert_working_connection_clean(&trace);
+}
+
+/// Rules changed while tracing: a first drop has pktrace read the node's rules, then an
+/// administrator adds a REJECT; the connection it refuses is named with that rule, one drop
+/// step per packet the rule counted.
+#[test]
+fn a_reject_added_while_tracing_is_named() {
+    let _lab = LabGuard::new();
+    let pk = Pktrace::start(&["--pod", "ubuntu"]);
+    let closed = "10.13.76.4:9";
+    send_udp(closed);
+    thread::sleep(SETTLE);
+    let _scenario = add(Scenario::AdminReject).expect("adding the REJECT rule");
+    let dst = format!("{ADMIN_DROP_HOST}:{ADMIN_REJECT_PORT}");
+    assert!(!try_tcp(&dst), "{dst} is rejected");
+    working_connection();
+    thread::sleep(SETTLE);
+    let trace = pk.stop();
+    assert_eq!(
+        drops_to(&trace, closed).len(),
+        DATAGRAMS,
+        "the first drops (the rules' first read):\n{}",
+        trace.dump()
+    );
+    let port = format!("dpt:{ADMIN_REJECT_PORT}");
+    let counted = rule_packets("FORWARD", &["REJECT", ADMIN_DROP_HOST, &port]);
+    let drops = drops_to(&trace, &dst);
+    assert_drops(
+        &drops,
+        "NETFILTER_DROP",
+        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
+    );
+    assert!(counted > 0, "the REJECT counted nothing");
+    assert_eq!(drops.len() as u64, counted, "{}", trace.dump());
+    for (j, d) in &drops {
+        let rule = d.rule.as_deref().unwrap_or_default();
+        assert!(
+            rule.starts_with("FORWARD: ")
+                && rule.contains("REJECT")
+                && rule.contains(&ADMIN_REJECT_PORT.to_string()),
+            "rule {rule:?}: {j:?}"
+        );
+    }
     assert_working_connection_clean(&trace);
 }

@@ -11,8 +11,19 @@
 //! - [`Scenario::NoRoute`]: a `throw` route for [`NO_ROUTE_NET`] in the node's main table, so
 //!   a packet the node forwards there has no route (`ENETUNREACH`: `ip_error`). Only where the
 //!   node routes pod traffic (not the bridge variant, whose pods' gateway is beyond `eth0`).
+//! - [`Scenario::AdminReject`]: an administrator's `REJECT` in `FORWARD` for TCP to the VNet
+//!   host's port [`ADMIN_REJECT_PORT`] (the tests add it while pktrace runs).
+//! - [`Scenario::CalicoPolicy`] (calico variant): the filter table felix writes for a
+//!   Kubernetes `NetworkPolicy` that denies ubuntu's ingress to one whereami pod
+//!   (`drops/calico-policy-filter.txt`, its ipset in `drops/calico-policy-ipsets.txt`).
+//! - [`Scenario::NoNeighbour`]: [`NO_NEIGHBOUR_IP`], an address of the node's connected
+//!   subnet that nobody holds: the node's ARP probes go unanswered. Nothing is added; its
+//!   neighbour entry is flushed before and after, so each use starts from a fresh probe.
+
+mod calico;
 
 use anyhow::Result;
+pub use calico::{CALICO_DENIED_CHAIN, CALICO_DENY_COMMENT, CALICO_POLICY};
 
 use super::{netns::in_ns, topology::NODE_NS};
 use crate::cmd::output;
@@ -29,6 +40,10 @@ pub const ADMIN_DROP_PORT: u16 = 5555;
 pub const ADMIN_DROP_HOST: &str = "10.13.1.4";
 /// The network the node has no route to (a documentation range).
 pub const NO_ROUTE_NET: &str = "198.51.100.0/24";
+/// The VNet host port an administrator's `REJECT` rule refuses.
+pub const ADMIN_REJECT_PORT: u16 = 5556;
+/// An address of the pod subnet (connected to the node) that no pod or host holds.
+pub const NO_NEIGHBOUR_IP: &str = "10.13.76.99";
 
 /// A failure scenario of the lab node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +51,9 @@ pub enum Scenario {
     NoEndpoints,
     AdminDrop,
     NoRoute,
+    AdminReject,
+    CalicoPolicy,
+    NoNeighbour,
 }
 
 impl Scenario {
@@ -69,7 +87,11 @@ impl Scenario {
                     ))
                 })
                 .collect(),
-            Self::NoRoute => Vec::new(),
+            Self::AdminReject => vec![split(&format!(
+                "-I FORWARD -d {ADMIN_DROP_HOST}/32 -p tcp --dport {ADMIN_REJECT_PORT} -j REJECT \
+                 --reject-with icmp-port-unreachable"
+            ))],
+            Self::NoRoute | Self::CalicoPolicy | Self::NoNeighbour => Vec::new(),
         }
     }
 
@@ -91,9 +113,17 @@ impl Scenario {
 /// lab's `down` removes the namespace anyway).
 #[derive(Debug)]
 pub struct Added {
-    scenario: Scenario,
-    /// The iptables lists that were applied, in order.
-    applied: Vec<Vec<String>>,
+    /// `(program, arguments)` run in the node's namespace to undo it, in order.
+    undo: Vec<(&'static str, Vec<String>)>,
+}
+
+/// Runs `program args…` in the node's namespace.
+fn node(program: &str, args: &[String]) -> Result<String> {
+    output(&mut in_ns(NODE_NS, program, args))
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|&a| a.to_owned()).collect()
 }
 
 /// Adds `scenario` to the running lab's node.
@@ -101,47 +131,40 @@ pub struct Added {
 /// # Errors
 /// If a rule or route cannot be added (what was added before it is removed again).
 pub fn add(scenario: Scenario) -> Result<Added> {
-    let mut added = Added {
-        scenario,
-        applied: Vec::new(),
-    };
-    if scenario == Scenario::NoRoute {
-        output(&mut in_ns(
-            NODE_NS,
-            "ip",
-            ["route", "add", "throw", NO_ROUTE_NET],
-        ))?;
-        return Ok(added);
-    }
-    for args in scenario.iptables_up() {
-        output(&mut in_ns(
-            NODE_NS,
-            "iptables",
-            std::iter::once("-w".to_owned()).chain(args.iter().cloned()),
-        ))?;
-        added.applied.push(args);
+    let mut added = Added { undo: Vec::new() };
+    match scenario {
+        Scenario::NoRoute => {
+            node("ip", &strings(&["route", "add", "throw", NO_ROUTE_NET]))?;
+            added
+                .undo
+                .push(("ip", strings(&["route", "del", "throw", NO_ROUTE_NET])));
+        }
+        Scenario::NoNeighbour => {
+            let flush = strings(&["neigh", "flush", "to", NO_NEIGHBOUR_IP]);
+            node("ip", &flush)?;
+            added.undo.push(("ip", flush));
+        }
+        Scenario::CalicoPolicy => calico::add(&mut added.undo)?,
+        _ => {
+            for args in scenario.iptables_up() {
+                let with_wait: Vec<String> = std::iter::once("-w".to_owned())
+                    .chain(args.iter().cloned())
+                    .collect();
+                node("iptables", &with_wait)?;
+                let mut undo = Scenario::undo(&args);
+                undo.insert(0, "-w".into());
+                added.undo.push(("iptables", undo));
+            }
+        }
     }
     Ok(added)
 }
 
 impl Drop for Added {
     fn drop(&mut self) {
-        if self.scenario == Scenario::NoRoute {
-            let _ = output(&mut in_ns(
-                NODE_NS,
-                "ip",
-                ["route", "del", "throw", NO_ROUTE_NET],
-            ));
-            return;
-        }
-        // Rules first, the chain last: the reverse order of adding.
-        for args in self.applied.iter().rev() {
-            let undo = Scenario::undo(args);
-            let _ = output(&mut in_ns(
-                NODE_NS,
-                "iptables",
-                std::iter::once("-w".to_owned()).chain(undo),
-            ));
+        // The reverse order of adding: rules first, then their chains and sets.
+        for (program, args) in self.undo.iter().rev() {
+            let _ = node(program, args);
         }
     }
 }
