@@ -383,7 +383,8 @@ fn a_neighbour_that_never_answers_is_a_neigh_failed_drop() {
     let dst = format!("{NO_NEIGHBOUR_IP}:53");
     send_udp(&dst);
     // The kernel probes 3 times a second apart (`mcast_solicit`, `retrans_time_ms`).
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let sent = std::time::Instant::now();
+    let deadline = sent + Duration::from_secs(15);
     while !neighbour(NO_NEIGHBOUR_IP).contains("FAILED") {
         assert!(
             std::time::Instant::now() < deadline,
@@ -392,6 +393,10 @@ fn a_neighbour_that_never_answers_is_a_neigh_failed_drop() {
         );
         thread::sleep(Duration::from_millis(100));
     }
+    eprintln!(
+        "{NO_NEIGHBOUR_IP} FAILED {:.1} s after the datagrams",
+        sent.elapsed().as_secs_f64()
+    );
     let unreachable = nstat(NODE_NS, "IcmpOutDestUnreachs") - before;
     working_connection();
     thread::sleep(SETTLE);
