@@ -281,12 +281,12 @@ fn ipset_print(uses_ipsets: bool) -> Option<u64> {
 /// Re-reads the rules when they may have changed, until told to stop or nobody listens.
 /// Every [`GENERATION_EVERY`] the nftables generation is asked (microseconds); every
 /// [`POLL_EVERY`] also the ipsets' hash, and a full read when iptables-legacy holds nat
-/// rules or there is no generation to ask. Each change seen is counted in `changes`.
+/// rules or there is no generation to ask. Each change seen is counted in `moves`.
 fn spawn_poller(
     first: u64,
     seen: Seen,
     uses_ipsets: bool,
-    changes: Arc<AtomicU64>,
+    moves: Arc<AtomicU64>,
 ) -> (Receiver<Update>, Arc<AtomicBool>) {
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
@@ -317,7 +317,7 @@ fn spawn_poller(
                 if !changed {
                     continue;
                 }
-                changes.fetch_add(1, Ordering::Relaxed);
+                moves.fetch_add(1, Ordering::Relaxed);
                 let Ok(rules) = Ruleset::load() else { continue };
                 uses_ipsets = rules.uses_ipsets();
                 let print = fingerprint(&rules);
