@@ -161,5 +161,4 @@ impl DropExplainer {
 }
 
 #[cfg(test)]
-#[path = "drop_step_tests.rs"]
 mod tests;

@@ -46,6 +46,9 @@ type Key = (
 /// The attribution of each NAT step, then of the last egress step.
 type Answers = (Vec<Option<Arc<Attribution>>>, Option<Arc<Attribution>>);
 
+/// The poller's updates, and the flag that stops it.
+type Poller = (Receiver<Update>, Arc<AtomicBool>);
+
 /// Rules that changed, and what reading them cost.
 pub struct Update {
     pub rules: Arc<Ruleset>,
@@ -64,7 +67,7 @@ pub struct Explainer {
     /// allocation.
     key: Key,
     ctx: PacketCtx,
-    updates: Option<(Receiver<Update>, Arc<AtomicBool>)>,
+    updates: Option<Poller>,
     /// An update taken and not yet reported.
     taken: Option<Update>,
     /// How many times the poller saw the rules or ipsets move (any table, not only nat):
@@ -282,12 +285,7 @@ fn ipset_print(uses_ipsets: bool) -> Option<u64> {
 /// Every [`GENERATION_EVERY`] the nftables generation is asked (microseconds); every
 /// [`POLL_EVERY`] also the ipsets' hash, and a full read when iptables-legacy holds nat
 /// rules or there is no generation to ask. Each change seen is counted in `moves`.
-fn spawn_poller(
-    first: u64,
-    seen: Seen,
-    uses_ipsets: bool,
-    moves: Arc<AtomicU64>,
-) -> (Receiver<Update>, Arc<AtomicBool>) {
+fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool, moves: Arc<AtomicU64>) -> Poller {
     let (tx, rx) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = Arc::clone(&stop);
