@@ -69,7 +69,7 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// The route towards `dst`, asked with `run` unless known from the last [`KEEP`].
+    /// The route towards `dst`, asked with `run` unless asked in the last 2 s.
     pub fn get(&mut self, run: Run<'_>, dst: IpAddr) -> Option<Route> {
         if let Some((at, route)) = self.known.get(&dst)
             && at.elapsed() < KEEP
