@@ -22,7 +22,7 @@ mod rules;
 
 use std::net::IpAddr;
 
-pub use route::{Route, Routes};
+pub use route::{Lookup, Route, Routes, lookup};
 pub use rules::{DropRules, DropTable};
 use tracer_common::Tuple;
 

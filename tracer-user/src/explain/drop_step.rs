@@ -16,10 +16,8 @@ use std::{
 };
 
 use super::{
-    drop::{DropFacts, DropRules, Routes, why},
+    drop::{DropFacts, DropRules, Lookup, Routes, lookup, why},
     genid,
-    read::Run,
-    source,
 };
 use crate::journey::{Attribution, Ending, Journey, Point, dst_ip};
 
@@ -31,7 +29,7 @@ pub const ASK_EVERY: Duration = Duration::from_millis(50);
 struct Node {
     generation: fn() -> Option<u32>,
     load: fn() -> DropRules,
-    run: fn(&str, &[&str]) -> Result<source::Output, super::ExplainError>,
+    route: Lookup,
 }
 
 impl std::fmt::Debug for Node {
@@ -45,7 +43,7 @@ impl Default for Node {
         Self {
             generation: genid::current,
             load: DropRules::load,
-            run: source::run,
+            route: lookup,
         }
     }
 }
@@ -104,8 +102,7 @@ impl DropExplainer {
         let Some(dropped) = last.dropped() else {
             return;
         };
-        let run: Run<'_> = &self.node.run;
-        let route = self.routes.get(run, dst_ip(&last.tuple));
+        let route = self.routes.get(self.node.route, dst_ip(&last.tuple));
         let facts = DropFacts {
             tuple: last.tuple,
             reason: dropped.reason.to_string(),

@@ -1,9 +1,10 @@
 //! Small helpers every layer may use, importing nothing of the crate: [`text`] (printing
-//! names that come from files or the kernel) and [`glob`] (interface name patterns), [`netlink`] (event sockets and one-shot nfnetlink requests), [`terminal`] (the
+//! names that come from files or the kernel) and [`glob`] (interface name patterns), [`netlink`] (event sockets and one-shot nfnetlink requests), [`route`] (the route towards an address), [`terminal`] (the
 //! terminal's width).
 
 pub mod glob;
 pub mod netlink;
+pub mod route;
 pub mod terminal;
 pub mod text;
 

@@ -3,7 +3,8 @@
 //!   (link events over rtnetlink, conntrack events over nfnetlink), asked for a receive buffer
 //!   (a refusal leaves the kernel's default) and bound to the groups;
 //! - [`nfnl_ask`]: one nfnetlink request without attributes and its answers, read with a
-//!   timeout, for the one-shot questions to `nf_tables` (generation id, table list).
+//!   timeout, for the one-shot questions to `nf_tables` (generation id, table list); [`ask`]
+//!   the same on another netlink protocol (a route lookup over rtnetlink, [`super::route`]).
 
 use std::{
     io,
@@ -96,6 +97,25 @@ pub fn nfnl_ask<T>(
     timeout: Duration,
     buf_len: usize,
     parts: usize,
+    answer: impl FnMut(&[u8]) -> Option<ControlFlow<T>>,
+) -> Option<T> {
+    ask(
+        libc::NETLINK_NETFILTER,
+        req,
+        timeout,
+        buf_len,
+        parts,
+        answer,
+    )
+}
+
+/// [`nfnl_ask`] on a socket of netlink `protocol` (`NETLINK_ROUTE` for a route lookup).
+pub fn ask<T>(
+    protocol: libc::c_int,
+    req: &[u8],
+    timeout: Duration,
+    buf_len: usize,
+    parts: usize,
     mut answer: impl FnMut(&[u8]) -> Option<ControlFlow<T>>,
 ) -> Option<T> {
     // SAFETY: plain socket(2); the fd is owned from here on.
@@ -103,7 +123,7 @@ pub fn nfnl_ask<T>(
         libc::socket(
             libc::AF_NETLINK,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
+            protocol,
         )
     };
     if raw < 0 {

@@ -11,7 +11,7 @@ use tracer_common::{PROTO_TCP, PROTO_UDP};
 
 use super::*;
 use crate::{
-    explain::ExplainError,
+    explain::drop::Route,
     journey::{Ending, Step, tuple},
     output::test_support::tc,
 };
@@ -36,15 +36,11 @@ fn load() -> DropRules {
     DropRules::parse(&[("iptables-nft", &text)], &[], None)
 }
 
-fn run(program: &str, args: &[&str]) -> Result<source::Output, ExplainError> {
-    match (program, args) {
-        ("ip", ["-o", "route", "get", dst]) if dst.starts_with("10.13.") => Ok(source::Output {
-            stdout: format!("{dst} dev eth0 src 10.13.76.4 uid 0 \\    cache "),
-        }),
-        _ => Err(ExplainError::NotInstalled {
-            tried: program.into(),
-        }),
-    }
+fn route(dst: IpAddr) -> Option<Route> {
+    matches!(dst, IpAddr::V4(a) if a.octets()[..2] == [10, 13]).then(|| Route {
+        dev: "eth0".into(),
+        next_hop: dst,
+    })
 }
 
 fn explainer(changes: Option<Arc<AtomicU64>>) -> DropExplainer {
@@ -52,7 +48,7 @@ fn explainer(changes: Option<Arc<AtomicU64>>) -> DropExplainer {
     e.node = Node {
         generation: || GENERATION.with(Cell::get),
         load,
-        run,
+        route,
     };
     e
 }
