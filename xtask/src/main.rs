@@ -133,6 +133,10 @@ enum LabAction {
         /// a backend pod behind the ClusterIP of default/whereami-remote.
         #[arg(long, value_name = "N", default_value_t = 1)]
         nodes: u8,
+        /// Make the node dual-stack (azure-bridge only): IPv6 pod addresses, ClusterIPs and
+        /// MASQUERADE by ip6tables, servers answering over IPv6 too.
+        #[arg(long)]
+        dual_stack: bool,
     },
     /// Remove the lab, whatever its variant: its processes, namespaces and state directory.
     Down,
@@ -152,6 +156,9 @@ enum LabAction {
         /// UDP port to serve.
         #[arg(long)]
         udp: Option<u16>,
+        /// Address to bind (`0.0.0.0`, or `::` for IPv6 only).
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: std::net::IpAddr,
         /// File to append one line per client to.
         #[arg(long)]
         log: PathBuf,
@@ -279,7 +286,17 @@ fn parse_variant(name: &str) -> Result<lab::Variant, String> {
 
 fn run_lab(action: LabAction) -> Result<()> {
     match action {
-        LabAction::Up { variant, nodes } => lab::up_nodes(variant, nodes),
+        LabAction::Up {
+            variant,
+            nodes,
+            dual_stack,
+        } => {
+            lab::up_nodes(variant, nodes)?;
+            if dual_stack {
+                lab::up_dual_stack(variant)?;
+            }
+            Ok(())
+        }
         LabAction::Down => lab::down(),
         LabAction::Status => {
             let text = lab::status()?.to_string();
@@ -298,9 +315,10 @@ fn run_lab(action: LabAction) -> Result<()> {
         LabAction::Serve {
             tcp,
             udp,
+            bind,
             log,
             ready_file,
-        } => lab::serve::serve(tcp, udp, &log, ready_file.as_deref()),
+        } => lab::serve::serve(tcp, udp, bind, &log, ready_file.as_deref()),
         LabAction::ServeApi {
             port,
             pods,

@@ -4,7 +4,7 @@
 use std::{
     fmt::Display,
     io::Read as _,
-    net::{SocketAddr, TcpStream, UdpSocket},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket},
     time::Duration,
 };
 
@@ -39,7 +39,12 @@ pub fn tcp(addr: SocketAddr, timeout: Duration) -> Result<String> {
 /// # Errors
 /// If the socket cannot be bound or used, or no reply comes within `timeout`.
 pub fn udp(addr: SocketAddr, timeout: Duration) -> Result<String> {
-    let socket = UdpSocket::bind(("0.0.0.0", 0)).context("binding a UDP socket")?;
+    let any: SocketAddr = if addr.is_ipv6() {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(any).context("binding a UDP socket")?;
     socket
         .connect(addr)
         .with_context(|| format!("connecting to {addr}"))?;

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod client;
 pub mod drops;
+pub mod dualstack;
 pub mod netns;
 pub mod node2;
 pub mod pods;
@@ -46,6 +47,11 @@ pub const NEEDED: [(&str, &str); 5] = [
     ("iptables-restore", "iptables"),
     ("iptables-save", "iptables"),
     ("sysctl", "procps"),
+];
+/// What `--dual-stack` needs on top (the IPv6 nat table).
+pub const NEEDED_DUAL_STACK: [(&str, &str); 2] = [
+    ("ip6tables-restore", "iptables"),
+    ("ip6tables-save", "iptables"),
 ];
 /// What the calico variant needs on top (its IP pool ipsets).
 pub const NEEDED_CALICO: [(&str, &str); 1] = [("ipset", "ipset")];
@@ -130,6 +136,16 @@ pub fn up_nodes(variant: Variant, nodes: u8) -> Result<()> {
         node2::up()?;
     }
     Ok(())
+}
+
+/// Makes the running lab of `variant` dual-stack ([`dualstack`]), if it is not.
+///
+/// # Errors
+/// As [`dualstack::up`], or if `ip6tables-restore` is missing.
+pub fn up_dual_stack(variant: Variant) -> Result<()> {
+    require_programs(&NEEDED_DUAL_STACK, "the lab's --dual-stack")?;
+    let _lock = lock()?;
+    dualstack::up(variant)
 }
 
 /// Takes the lab down: kills every process in its namespaces, deletes them and `LAB_DIR`.

@@ -5,7 +5,7 @@
 use std::{
     fs::{self, File, OpenOptions},
     io::{Read as _, Write as _},
-    net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket},
     path::Path,
     sync::{
         Arc, Mutex,
@@ -26,14 +26,16 @@ const MAX_DRAIN: u64 = 64 * 1024;
 
 type Log = Arc<Mutex<File>>;
 
-/// Serves TCP on `tcp` and/or UDP on `udp` (all addresses) until killed, logging clients to
-/// `log`; creates `ready_file` once the sockets are bound.
+/// Serves TCP on `tcp` and/or UDP on `udp` (every address of `bind`'s family: `0.0.0.0` or
+/// `::`) until killed, logging clients to `log`; creates `ready_file` once the sockets are
+/// bound.
 ///
 /// # Errors
 /// If neither port is given, `log` cannot be opened, or a socket cannot be bound.
 pub fn serve(
     tcp: Option<u16>,
     udp: Option<u16>,
+    bind: IpAddr,
     log: &Path,
     ready_file: Option<&Path>,
 ) -> Result<()> {
@@ -44,13 +46,9 @@ pub fn serve(
     let log: Log = Arc::new(Mutex::new(
         file.with_context(|| format!("opening {}", log.display()))?,
     ));
-    let listener = tcp
-        .map(|port| TcpListener::bind(("0.0.0.0", port)))
-        .transpose();
+    let listener = tcp.map(|port| TcpListener::bind((bind, port))).transpose();
     let listener = listener.context("binding the TCP port")?;
-    let socket = udp
-        .map(|port| UdpSocket::bind(("0.0.0.0", port)))
-        .transpose();
+    let socket = udp.map(|port| UdpSocket::bind((bind, port))).transpose();
     let socket = socket.context("binding the UDP port")?;
     if let Some(ready) = ready_file {
         fs::write(ready, b"").with_context(|| format!("creating {}", ready.display()))?;
@@ -150,7 +148,15 @@ mod tests {
         let (log, ready) = (dir.join("log"), dir.join("ready"));
         let (tcp_port, udp_port) = (free_tcp_port(), free_udp_port());
         let (log2, ready2) = (log.clone(), ready.clone());
-        thread::spawn(move || serve(Some(tcp_port), Some(udp_port), &log2, Some(&ready2)));
+        thread::spawn(move || {
+            serve(
+                Some(tcp_port),
+                Some(udp_port),
+                std::net::Ipv4Addr::UNSPECIFIED.into(),
+                &log2,
+                Some(&ready2),
+            )
+        });
         for _ in 0..200 {
             if ready.exists() {
                 break;
