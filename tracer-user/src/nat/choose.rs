@@ -6,7 +6,7 @@ use tracer_common::{KernelOffsets, hook};
 
 use super::{
     conntrack::CtMonitor,
-    netfilter::{self, NetfilterLink},
+    netfilter::{self, NetfilterLink, NetfilterProgram},
     probe::{self, ProbeAttachment, ProbeError},
 };
 use crate::{
@@ -55,6 +55,8 @@ enum Hooked {
         /// How many priorities further from the nat table than the nearest the farthest
         /// bracket had to go ([`attach_bracket`]).
         shift: i32,
+        /// Why IPv6's nat hooks have no links, when they have none.
+        no_ipv6: Option<String>,
     },
     Probe(ProbeAttachment),
     /// Conntrack's events over netlink (the session takes the socket).
@@ -70,10 +72,15 @@ impl Hooked {
                 links,
                 conntrack,
                 shift,
+                no_ipv6,
             } => format!(
-                "{} BPF netfilter links bracketing the nat table (PREROUTING, OUTPUT, \
+                "{} BPF netfilter links bracketing the {} (PREROUTING, OUTPUT, \
                  POSTROUTING, INPUT); latency = rule traversal + rewrite{}{}",
                 links.len(),
+                no_ipv6.as_ref().map_or_else(
+                    || "IPv4 and IPv6 nat tables".to_owned(),
+                    |why| format!("IPv4 nat table (IPv6 NAT is not observed: {why})")
+                ),
                 if *shift > 0 {
                     format!(
                         "; brackets moved out by up to {shift} (other BPF netfilter programs, such as \
@@ -311,11 +318,12 @@ fn attach_one(
         NatHook::Fentry => Hooked::Probe(probe::attach_fentry(ebpf, &refs, kernel_btf)?),
         NatHook::Kprobe => Hooked::Probe(probe::attach_kprobes(ebpf)?),
         _ => {
-            let (links, conntrack, shift) = attach_netfilter(ebpf, &refs, kernel_btf)?;
+            let (links, conntrack, shift, no_ipv6) = attach_netfilter(ebpf, &refs, kernel_btf)?;
             Hooked::Netfilter {
                 links,
                 conntrack,
                 shift,
+                no_ipv6,
             }
         }
     })
@@ -332,14 +340,33 @@ const fn want_name(h: NatHook) -> &'static str {
 }
 
 /// The links, whether the programs read conntrack entries, and how far the farthest bracket
-/// moved ([`attach_bracket`]).
+/// moved ([`attach_bracket`]); IPv4's nat table's four hooks, then IPv6's
+/// (`NF_IP6_PRI_NAT_DST`/`_SRC` are IPv4's -100 and 100,
+/// include/uapi/linux/netfilter_ipv6.h, v6.4). IPv6 links a kernel refuses (other than for a
+/// taken priority) leave IPv4's in place: the last element says why IPv6 NAT is not observed.
 fn attach_netfilter(
     ebpf: &Ebpf,
     globals: &[(&str, &[u8])],
     kernel_btf: &btf::KernelBtf,
-) -> Result<(Vec<NetfilterLink>, bool, i32), Skip> {
+) -> Result<(Vec<NetfilterLink>, bool, i32, Option<String>), Skip> {
     let (programs, conntrack) =
         netfilter::load_netfilter_programs(object(), globals, ebpf, kernel_btf)?;
+    let (mut links, shift) = attach_family(&programs, netfilter::NFPROTO_IPV4)?;
+    match attach_family(&programs, netfilter::NFPROTO_IPV6) {
+        Ok((v6, moved)) => {
+            links.extend(v6);
+            Ok((links, conntrack, shift.max(moved), None))
+        }
+        Err(e) => Ok((links, conntrack, shift, Some(e.why))),
+    }
+}
+
+/// The two bracket programs in the four hooks of family `pf`'s nat table, and how far the
+/// farthest bracket moved.
+fn attach_family(
+    programs: &[NetfilterProgram],
+    pf: u32,
+) -> Result<(Vec<NetfilterLink>, i32), Skip> {
     let find = |name: &str| programs.iter().find(|p| p.name() == name);
     let mut links = Vec::new();
     let mut shift = 0;
@@ -353,16 +380,13 @@ fn attach_netfilter(
         for (name, step) in [("nf_enter", -1), ("nf_exit", 1)] {
             let prog =
                 find(name).ok_or_else(|| format!("program {name} missing from the object"))?;
-            let (link, moved) = attach_bracket(
-                |at| prog.attach(netfilter::NFPROTO_IPV4, u32::from(hook_num), at),
-                pri,
-                step,
-            )?;
+            let (link, moved) =
+                attach_bracket(|at| prog.attach(pf, u32::from(hook_num), at), pri, step)?;
             shift = shift.max(moved);
             links.push(link);
         }
     }
-    Ok((links, conntrack, shift))
+    Ok((links, shift))
 }
 
 /// Attaches one bracket program by `attach` at the free priority nearest the nat table's

@@ -51,7 +51,6 @@ use crate::kernel::{
 /// `NFPROTO_IPV4` (include/uapi/linux/netfilter.h, v6.4).
 pub const NFPROTO_IPV4: u32 = 2;
 /// `NFPROTO_IPV6` (include/uapi/linux/netfilter.h, v6.4).
-#[cfg(test)]
 pub const NFPROTO_IPV6: u32 = 10;
 /// `NF_INET_LOCAL_OUT` (include/uapi/linux/netfilter.h, v6.4).
 #[cfg(test)]
