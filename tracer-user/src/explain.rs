@@ -319,6 +319,8 @@ pub(crate) fn service_of(rule: &Rule) -> Option<String> {
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
+mod ip6_tests;
+#[cfg(test)]
 mod reply_tests;
 #[cfg(test)]
 mod seed_tests;

@@ -117,6 +117,11 @@ impl Tables {
         } else {
             let mut table = NatRules::default();
             table.label = format!("nft table {} {}", id.0, id.1);
+            table.family = match id.0.as_str() {
+                "ip" => Some(tracer_common::FAMILY_IPV4),
+                "ip6" => Some(tracer_common::FAMILY_IPV6),
+                _ => None,
+            };
             self.found.push((id, table));
             self.found.len() - 1
         };

@@ -22,6 +22,8 @@ use crate::diag::Said;
 /// The legacy backend's tables, as the kernel lists them: without `nat` here, reading it would
 /// only create an empty one.
 const LEGACY_TABLES: &str = "/proc/net/ip_tables_names";
+/// The legacy backend's IPv6 tables.
+const LEGACY_TABLES6: &str = "/proc/net/ip6_tables_names";
 
 /// What `nft` reads: kube-proxy's nftables mode, Calico's nftables dataplane, …
 pub const NFT_LOST: &str = "nftables rules (kube-proxy nftables mode) will not be named";
@@ -30,6 +32,9 @@ pub const IPTABLES_LOST: &str =
     "iptables nat rules (kube-proxy iptables mode, ip-masq-agent) will not be named";
 const LEGACY_LOST: &str =
     "the legacy iptables nat table's rules (the kernel holds one) will not be named";
+/// What `ip6tables-save` reads.
+pub const IP6TABLES_LOST: &str =
+    "ip6tables nat rules (kube-proxy's IPv6 services, ip-masq-agent) will not be named";
 const IPSET_LOST: &str = "`-m set` matches (Calico, kube-proxy) are assumed to hold";
 
 impl Lost {
@@ -50,6 +55,8 @@ pub struct Node<'a> {
     pub run: Run<'a>,
     /// The legacy backend holds a nat table.
     pub legacy_nat: bool,
+    /// The legacy backend holds an IPv6 nat table.
+    pub legacy_nat6: bool,
     /// The kernel's nftables tables `(family, name)`; `None`: it cannot be asked.
     pub kernel_tables: Option<Vec<(String, String)>>,
 }
@@ -64,12 +71,23 @@ impl Node<'_> {
                 .any(|(f, n)| (f == "ip" || f == "ip6") && n == "nat"),
         )
     }
+
+    /// Whether the kernel holds ip6tables-nft's nat table (`None`: cannot tell).
+    fn xt_nat6(&self) -> Option<bool> {
+        let tables = self.kernel_tables.as_ref()?;
+        Some(tables.iter().any(|(f, n)| f == "ip6" && n == "nat"))
+    }
 }
 
 /// Whether the legacy backend holds a nat table here.
 #[must_use]
 pub fn legacy_in_use() -> bool {
-    std::fs::read_to_string(LEGACY_TABLES).is_ok_and(|t| t.lines().any(|l| l.trim() == "nat"))
+    holds_nat(LEGACY_TABLES)
+}
+
+/// Whether the legacy backend's table list `path` names a nat table.
+fn holds_nat(path: &str) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.lines().any(|l| l.trim() == "nat"))
 }
 
 impl Ruleset {
@@ -94,6 +112,7 @@ impl Raw {
         Self::read_from(&Node {
             run: &source::run,
             legacy_nat: legacy_in_use(),
+            legacy_nat6: holds_nat(LEGACY_TABLES6),
             kernel_tables: kernel_tables::list(),
         })
     }
@@ -120,6 +139,7 @@ impl Raw {
             }
         }
         raw.read_iptables(node, found, &mut failure);
+        raw.read_ip6tables(node);
         raw.read_nft(node, &mut failure);
         if raw.dumps.is_empty() && raw.nft_json.is_empty() {
             if let Some(failure) = failure {
@@ -188,6 +208,44 @@ impl Raw {
                 self.lost.push(Lost::new(tool, &e, IPTABLES_LOST));
                 failure.get_or_insert(e);
             }
+        }
+    }
+
+    /// The IPv6 nat tables of iptables' backends (a dual-stack node's kube-proxy and
+    /// ip-masq-agent write both families), labelled `ip6tables-legacy`/`ip6tables-nft`: the
+    /// legacy one when the kernel holds it; iptables-nft's when the kernel holds `ip6 nat`, or
+    /// cannot tell (then a missing or failing tool is not said). Never the read's failure: IPv4's
+    /// sources decide that.
+    fn read_ip6tables(&mut self, node: &Node<'_>) {
+        let args = ["-t", "nat"];
+        if node.legacy_nat6 {
+            match (node.run)("ip6tables-legacy-save", &args) {
+                Ok(out) => {
+                    self.keep("ip6tables-legacy", out);
+                }
+                Err(e) => self
+                    .lost
+                    .push(Lost::new("ip6tables-legacy-save", &e, IP6TABLES_LOST)),
+            }
+        }
+        let held = node.xt_nat6();
+        if held == Some(false) {
+            return;
+        }
+        let (tool, res) = match (node.run)("ip6tables-nft-save", &args) {
+            Err(ExplainError::NotInstalled { .. }) if !node.legacy_nat6 => {
+                ("ip6tables-save", (node.run)("ip6tables-save", &args))
+            }
+            other => ("ip6tables-nft-save", other),
+        };
+        match res {
+            Ok(out) => {
+                self.keep("ip6tables-nft", out);
+            }
+            // The kernel cannot say whether the table exists: a tool that is missing, or fails
+            // on a table that does not, is nothing lost.
+            Err(_) if held.is_none() => {}
+            Err(e) => self.lost.push(Lost::new(tool, &e, IP6TABLES_LOST)),
         }
     }
 

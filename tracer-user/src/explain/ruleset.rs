@@ -7,7 +7,7 @@ use std::{
     hash::{Hash as _, Hasher as _},
 };
 
-use tracer_common::Tuple;
+use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, Tuple};
 
 use super::{Attribute, NatDecision, PacketCtx, ipset::IpSets, nft, rules::NatRules};
 
@@ -80,10 +80,13 @@ impl Ruleset {
         for (label, text) in &raw.dumps {
             let mut table = NatRules::parse(text);
             table.label.clone_from(label);
-            iptables_nft |= label == "iptables-nft" || label == "iptables";
+            let v6 = label.starts_with("ip6");
+            table.family = Some(if v6 { FAMILY_IPV6 } else { FAMILY_IPV4 });
+            iptables_nft |= label.ends_with("-nft") || label == "iptables";
             set.tables.push(table);
         }
-        if set.tables.len() > 1 {
+        let per_family = |f| set.tables.iter().filter(|t| t.family == Some(f)).count();
+        if per_family(FAMILY_IPV4) > 1 || per_family(FAMILY_IPV6) > 1 {
             set.notes.push(
                 "both iptables-legacy and iptables-nft hold nat rules and the kernel runs both; \
                  pktrace evaluates legacy first (the kernel's order is the order they were loaded)"
@@ -109,6 +112,12 @@ impl Ruleset {
             }
         }
         set
+    }
+
+    /// The tables whose hooks packets of IP version `family` pass ([`NatRules::family`]),
+    /// in the kernel's order.
+    pub fn of_family(&self, family: u8) -> impl Iterator<Item = &NatRules> {
+        self.tables.iter().filter(move |t| t.sees(family))
     }
 
     /// True when a rule tests an ipset.
@@ -140,7 +149,7 @@ pub fn fingerprint(set: &Ruleset) -> u64 {
 impl Attribute for Ruleset {
     fn snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
         let mut ctx = ctx.clone();
-        for table in &self.tables {
+        for table in self.of_family(pre.family) {
             match table.postrouting(pre, &ctx) {
                 Ok(_) => return table.snat_decision(pre, &ctx),
                 Err(miss) => ctx.mark = miss.mark,
@@ -154,8 +163,7 @@ impl Attribute for Ruleset {
             return None;
         }
         let answers: Vec<NatDecision> = self
-            .tables
-            .iter()
+            .of_family(pre.family)
             .filter_map(|t| t.no_snat_decision(pre, ctx))
             .collect();
         let telling = answers.iter().rposition(|d| {
@@ -167,8 +175,7 @@ impl Attribute for Ruleset {
     }
 
     fn dnat_decision(&self, pre: &Tuple, post: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
-        self.tables
-            .iter()
+        self.of_family(pre.family)
             .find_map(|t| t.dnat_decision(pre, post, ctx))
     }
 

@@ -61,6 +61,7 @@ impl Fake {
         let node = Node {
             run: &run,
             legacy_nat,
+            legacy_nat6: false,
             kernel_tables,
         };
         match Raw::read_from(&node) {
@@ -194,4 +195,60 @@ fn each_tool_is_said_once_however_often_the_rules_are_read() {
         lost("iptables-save", "iptables-save: d"),
     ];
     assert_eq!(first_time(&said, &later), ["iptables-save: d"]);
+}
+
+#[test]
+fn ip6tables_nat_is_read_beside_iptables_when_the_kernel_holds_it() {
+    const NAT6_DUMP: &str = "*nat\n-A POSTROUTING ! -d fd13::/16 -j MASQUERADE\nCOMMIT\n";
+    let fake = Fake::new(&[
+        ("iptables-nft-save", Tool::Prints(NAT_DUMP)),
+        ("ip6tables-nft-save", Tool::Prints(NAT6_DUMP)),
+    ]);
+    let run = |p: &str, a: &[&str]| fake.run(p, a);
+    let tables = |t: &[&str]| {
+        Some(
+            t.iter()
+                .map(|s| {
+                    let (f, n) = s.split_once(' ').unwrap();
+                    (f.to_owned(), n.to_owned())
+                })
+                .collect(),
+        )
+    };
+    let read = |held: &[&str]| {
+        Raw::read_from(&Node {
+            run: &run,
+            legacy_nat: false,
+            legacy_nat6: false,
+            kernel_tables: tables(held),
+        })
+        .unwrap()
+    };
+    let dual = read(&["ip nat", "ip6 nat"]);
+    let labels: Vec<&str> = dual.dumps.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["iptables-nft", "ip6tables-nft"]);
+    assert!(dual.lost.is_empty(), "{:?}", dual.lost);
+    // Single-stack: the kernel holds no ip6 nat table, ip6tables is not asked.
+    fake.calls.borrow_mut().clear();
+    let single = read(&["ip nat"]);
+    assert_eq!(single.dumps.len(), 1);
+    assert!(
+        !fake
+            .calls
+            .borrow()
+            .iter()
+            .any(|c| c.starts_with("ip6tables")),
+        "{:?}",
+        fake.calls.borrow()
+    );
+    // Held but no tool: said; cannot tell and no tool: not said.
+    let v4_only = Fake::new(&[("iptables-nft-save", Tool::Prints(NAT_DUMP))]);
+    assert_eq!(
+        v4_only.lost(false, Some(&["ip nat", "ip6 nat"])),
+        [
+            "ip6tables-save: not installed; ip6tables nat rules (kube-proxy's IPv6 services, \
+             ip-masq-agent) will not be named"
+        ]
+    );
+    assert!(v4_only.lost(false, None).is_empty());
 }

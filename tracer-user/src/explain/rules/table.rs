@@ -50,6 +50,10 @@ pub struct NatRules {
     pub label: String,
     /// Base chains; empty means iptables' built-in ones.
     pub bases: Vec<Base>,
+    /// The IP version of the packets the table's hooks see ([`tracer_common::FAMILY_IPV4`],
+    /// `FAMILY_IPV6`: iptables' and ip6tables' tables, nftables `ip` and `ip6`); `None` for
+    /// both (nftables `inet`, or not known).
+    pub family: Option<u8>,
     chains: Vec<Chain>,
     by_name: HashMap<String, usize>,
     /// nftables named sets: elements, each a concatenation of values.
@@ -110,6 +114,12 @@ impl NatRules {
             self.chains.len() - 1
         });
         &mut self.chains[i]
+    }
+
+    /// Whether packets of IP version `family` pass through this table ([`Self::family`]).
+    #[must_use]
+    pub fn sees(&self, family: u8) -> bool {
+        self.family.is_none_or(|f| f == family)
     }
 
     /// The chain called `name`, if declared or used.
