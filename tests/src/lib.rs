@@ -64,6 +64,21 @@ impl LabGuard {
         Self(variant)
     }
 
+    /// Brings the default lab up and makes it dual-stack (`xtask::lab::up_dual_stack`).
+    ///
+    /// # Panics
+    /// If the lab cannot be brought up (not root, tools missing, a step failed).
+    pub fn dual_stack() -> Self {
+        require_runner();
+        let variant = xtask::lab::Variant::default();
+        if let Err(err) =
+            xtask::lab::up_variant(variant).and_then(|()| xtask::lab::up_dual_stack(variant))
+        {
+            panic!("bringing the lab up dual-stack failed: {err:#}");
+        }
+        Self(variant)
+    }
+
     /// The variant the lab runs as.
     #[must_use]
     pub fn variant(&self) -> xtask::lab::Variant {

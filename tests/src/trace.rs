@@ -537,9 +537,12 @@ pub struct CtEntry {
 }
 
 impl CtEntry {
+    /// `ip:port` (IPv6: `[ip]:port`), or `ip` for ICMP, as the JSON lines write endpoints.
     fn endpoint(&self, ip: &str, port: &str) -> String {
-        if self.proto == "icmp" {
+        if self.proto == "icmp" || self.proto == "icmpv6" {
             ip.to_owned()
+        } else if ip.contains(':') {
+            format!("[{ip}]:{port}")
         } else {
             format!("{ip}:{port}")
         }
@@ -568,8 +571,17 @@ impl CtEntry {
 /// If `conntrack -L` cannot be run in the node's namespace.
 #[must_use]
 pub fn conntrack() -> Vec<CtEntry> {
+    conntrack_of("ipv4")
+}
+
+/// The node's conntrack table of `family` (`conntrack -L -f ipv4|ipv6` in `pkt-node`).
+///
+/// # Panics
+/// If `conntrack -L` cannot be run in the node's namespace.
+#[must_use]
+pub fn conntrack_of(family: &str) -> Vec<CtEntry> {
     let out = Command::new("ip")
-        .args(["netns", "exec", NODE_NS, "conntrack", "-L"])
+        .args(["netns", "exec", NODE_NS, "conntrack", "-L", "-f", family])
         .stderr(Stdio::null())
         .output()
         .expect("conntrack -L");
@@ -646,7 +658,8 @@ pub fn parse_ct_line(line: &str) -> Option<CtEntry> {
 /// If the table has no such entry.
 #[must_use]
 pub fn ct_entry(src_ip: &str, dst: &str) -> CtEntry {
-    let all = conntrack();
+    let family = if src_ip.contains(':') { "ipv6" } else { "ipv4" };
+    let all = conntrack_of(family);
     all.iter()
         .find(|e| e.orig_src == src_ip && (e.orig_dst_ep() == dst))
         .cloned()

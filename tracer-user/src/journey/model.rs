@@ -248,7 +248,8 @@ pub struct Journey {
 }
 
 impl Journey {
-    /// Protocol name for output: `tcp`, `udp`, `icmp`, `icmpv6` or the number.
+    /// Protocol name for output: `tcp`, `udp`, `icmp`, `icmp6` (as tcpdump and the JSON
+    /// contract say) or the number.
     #[must_use]
     pub fn proto(&self) -> String {
         self.steps
@@ -281,7 +282,7 @@ pub fn proto_name(proto: u8) -> String {
         PROTO_TCP => "tcp".into(),
         PROTO_UDP => "udp".into(),
         PROTO_ICMP => "icmp".into(),
-        PROTO_ICMPV6 => "icmpv6".into(),
+        PROTO_ICMPV6 => "icmp6".into(),
         other => other.to_string(),
     }
 }
@@ -427,5 +428,16 @@ impl Step {
         if let StepKind::Tc { time_bound, .. } = &mut self.kind {
             *time_bound = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_names_are_the_json_contracts() {
+        let names = [PROTO_TCP, PROTO_UDP, PROTO_ICMP, PROTO_ICMPV6, 132].map(proto_name);
+        assert_eq!(names, ["tcp", "udp", "icmp", "icmp6", "132"]);
     }
 }

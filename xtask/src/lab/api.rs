@@ -120,9 +120,14 @@ pub fn write_pods(pods: &[Pod]) -> Result<()> {
     fs::rename(&tmp, PODS_FILE).with_context(|| format!("replacing {PODS_FILE}"))
 }
 
-/// The Pod object of a row of the table.
+/// The Pod object of a row of the table (a dual-stack pod's row has `ip6` too: its second
+/// `podIPs` entry).
 fn pod_object(row: &Value) -> Value {
     let s = |k: &str| row[k].as_str().unwrap_or("").to_owned();
+    let mut pod_ips = vec![json!({"ip": s("ip")})];
+    if let Some(ip6) = row["ip6"].as_str() {
+        pod_ips.push(json!({"ip": ip6}));
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -130,7 +135,7 @@ fn pod_object(row: &Value) -> Value {
                      "uid": format!("00000000-0000-4000-8000-{:012x}", fnv(&format!("{}/{}", s("namespace"), s("name"))))},
         "spec": {"nodeName": s("node"), "containers": [{"name": s("name")}]},
         "status": {"phase": "Running", "hostIP": s("hostIP"), "hostIPs": [{"ip": s("hostIP")}],
-                   "podIP": s("ip"), "podIPs": [{"ip": s("ip")}]}
+                   "podIP": s("ip"), "podIPs": pod_ips}
     })
 }
 
@@ -334,6 +339,24 @@ mod tests {
         let (_, all) = route("/api/v1/pods", pods);
         assert_eq!(all["items"].as_array().unwrap().len(), PODS.len() + 1);
         assert_eq!(route("/apis/apps/v1/deployments", pods).0, 404);
+    }
+
+    #[test]
+    fn a_dual_stack_row_has_both_pod_ips() {
+        let mut table = pod_table(&PODS);
+        table[0]["ip6"] = "fd13:76::2e".into();
+        let (_, pod) = route(
+            "/api/v1/namespaces/default/pods/ubuntu",
+            table.as_array().unwrap(),
+        );
+        let ips: Vec<&str> = pod["status"]["podIPs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["ip"].as_str())
+            .collect();
+        assert_eq!(ips, [UBUNTU.ip.to_string().as_str(), "fd13:76::2e"]);
+        assert_eq!(pod["status"]["podIP"], UBUNTU.ip.to_string());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::{
 use anyhow::{Context as _, Result, ensure};
 
 use super::{
+    api,
     netns::{in_ns, ip, sysctl},
     servers,
     topology::{
@@ -53,6 +54,8 @@ pub const INET6_HOST: SocketAddrV6 = SocketAddrV6::new(
     0,
     0,
 );
+/// The internet host's namespace (its IPv6 server logs under it, [`server_log6`]).
+pub const INET6_HOST_NS: &str = INET_HOST.netns;
 /// The VNet router's address on the internet host's link.
 pub const INET6_ROUTER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x113, 0, 0, 0, 0, 1);
 /// The IPv6 server of namespace `ns` runs and logs under `ns` + this.
@@ -143,6 +146,7 @@ fn build() -> Result<()> {
         "ip6tables-restore loaded nothing:\n{loaded}"
     );
     add_state_file_ips()?;
+    add_api_ips()?;
     for (ns, server) in v6_servers() {
         // `::` only: the IPv4 server holds the port on 0.0.0.0.
         sysctl(&ns, "net.ipv6.bindv6only", "1")?;
@@ -244,6 +248,24 @@ fn inet6() -> Result<()> {
 fn add_state_file_ips() -> Result<()> {
     let text = fs::read_to_string(STATE_FILE).with_context(|| format!("reading {STATE_FILE}"))?;
     fs::write(STATE_FILE, with_ipv6(&text)?).with_context(|| format!("writing {STATE_FILE}"))
+}
+
+/// Adds each pod's IPv6 address to the fake API server's pod table (its `status.podIPs`).
+fn add_api_ips() -> Result<()> {
+    let path = api::PODS_FILE;
+    let text = fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let mut table: serde_json::Value = serde_json::from_str(&text)?;
+    for row in table.as_array_mut().into_iter().flatten() {
+        let pod = PODS
+            .iter()
+            .find(|p| row["ip"].as_str() == Some(&p.ip.to_string()));
+        if let Some(pod) = pod {
+            row["ip6"] = pod_ip6(pod).to_string().into();
+        }
+    }
+    let tmp = format!("{path}.tmp");
+    fs::write(&tmp, serde_json::to_string_pretty(&table)?)?;
+    fs::rename(&tmp, path).with_context(|| format!("replacing {path}"))
 }
 
 /// `text` (a rendered lab state file) with each pod's IPv6 address beside its IPv4 one.
