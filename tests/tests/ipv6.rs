@@ -1,5 +1,5 @@
 //! IPv6 NAT on the dual-stack lab (`cargo xtask lab up --dual-stack`): pod `ubuntu`'s IPv6
-//! packets to the IPv6 ClusterIPs (DNAT by ip6tables) and to the internet host (ip-masq-agent's
+//! packets to the IPv6 cluster IPs (DNAT by ip6tables) and to the internet host (ip-masq-agent's
 //! MASQUERADE), each NAT step checked against the node's `conntrack -L -f ipv6` entry, the
 //! server's log and the ip6tables rule and service it names; and IPv4 beside them, in the same
 //! run, as on a single-stack node.

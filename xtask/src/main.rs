@@ -133,7 +133,7 @@ enum LabAction {
         /// a backend pod behind the ClusterIP of default/whereami-remote.
         #[arg(long, value_name = "N", default_value_t = 1)]
         nodes: u8,
-        /// Make the node dual-stack (azure-bridge only): IPv6 pod addresses, ClusterIPs and
+        /// Make the node dual-stack (azure-bridge only): IPv6 pod addresses, service IPs and
         /// MASQUERADE by ip6tables, servers answering over IPv6 too.
         #[arg(long)]
         dual_stack: bool,

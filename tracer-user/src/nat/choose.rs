@@ -342,7 +342,7 @@ const fn want_name(h: NatHook) -> &'static str {
 /// The links, whether the programs read conntrack entries, and how far the farthest bracket
 /// moved ([`attach_bracket`]); IPv4's nat table's four hooks, then IPv6's
 /// (`NF_IP6_PRI_NAT_DST`/`_SRC` are IPv4's -100 and 100,
-/// include/uapi/linux/netfilter_ipv6.h, v6.4). IPv6 links a kernel refuses (other than for a
+/// `include/uapi/linux/netfilter_ipv6.h`, v6.4). IPv6 links a kernel refuses (other than for a
 /// taken priority) leave IPv4's in place: the last element says why IPv6 NAT is not observed.
 fn attach_netfilter(
     ebpf: &Ebpf,

@@ -5,7 +5,7 @@
 //! Azure CNI bridge mode wires IPv4: a `/128` on the pod's `eth0`, its default route via the
 //! VNet router's address pinned to the bridge's MAC, so every packet a pod sends is routed by
 //! the node, and a permanent neighbour per pod on `azure0`. The node (`fd13:76::4` on
-//! `azure0`) runs the ip6tables nat table of `nat-rules6.txt`: kube-proxy's IPv6 ClusterIPs
+//! `azure0`) runs the ip6tables nat table of `nat-rules6.txt`: the IPv6 `ClusterIPs` of kube-proxy
 //! for `default/whereami` ([`WHEREAMI6_CLUSTER_IP`]) and kube-dns ([`DNS6_CLUSTER_IP`]), and
 //! ip-masq-agent's MASQUERADE of everything outside `fd13::/16`, such as the internet host's
 //! [`INET6_HOST`] (`2001:db8:113::80`, a documentation address). Every lab server also
