@@ -138,6 +138,7 @@ fn build() -> Result<()> {
         pod6(pod).with_context(|| format!("wiring pod {} for IPv6", pod.full_name()))?;
     }
     inet6()?;
+    settle_neighbours()?;
     output_with_input(&mut in_ns(NODE_NS, "ip6tables-restore", ["-w"]), NAT_RULES6)
         .context("loading the IPv6 nat rules into pkt-node")?;
     let loaded = output(&mut in_ns(NODE_NS, "ip6tables-save", ["-t", "nat"]))?;
@@ -241,6 +242,32 @@ fn inet6() -> Result<()> {
         &format!("addr add {}/64 dev eth0 nodad", INET6_HOST.ip()),
     )?;
     ip(host.netns, &format!("route add default via {INET6_ROUTER}"))
+}
+
+/// Resolves each link's IPv6 neighbours beyond the node (node ↔ VNet router, router ↔
+/// internet host) by one ping each way, until it answers (bounded), before any test traffic:
+/// on freshly made links the first resolution can take about a second, and a connection's
+/// SYN-ACK waiting on it makes the client send its SYN again, which the server's kernel then
+/// frees as a duplicate (a real drop, but one of the lab's making, not of the traffic's).
+fn settle_neighbours() -> Result<()> {
+    let pairs = [
+        (NODE_NS, GATEWAY6_IP),
+        (VNET_NS, NODE6_IP),
+        (INET_HOST.netns, INET6_ROUTER),
+        (VNET_NS, *INET6_HOST.ip()),
+    ];
+    for (ns, to) in pairs {
+        let to = to.to_string();
+        let answered = (0..5).any(|_| {
+            in_ns(ns, "ping", ["-6", "-n", "-q", "-c", "1", "-W", "2", &to])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        ensure!(answered, "{to} does not answer ping -6 from {ns}");
+    }
+    Ok(())
 }
 
 /// Adds each pod's IPv6 address to its `IPAddresses` in the state file, after its IPv4 one,
