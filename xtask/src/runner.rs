@@ -76,7 +76,7 @@ const NAT_HOOK_ENV: &str = "PKTRACE_TEST_NAT_HOOK";
 
 /// The integration test files run a second time with `--nat-hook conntrack` (about a minute:
 /// the lab's paths through NAT, on every CNI variant).
-const CONNTRACK_TESTS: [&str; 2] = ["journeys", "variants"];
+const CONNTRACK_TESTS: [&str; 3] = ["journeys", "variants", "ipv6"];
 
 /// Held for the whole of an integration run (outside the lab's own directory).
 const INTEGRATION_LOCK: &str = "/run/pktrace-integration.lock";
