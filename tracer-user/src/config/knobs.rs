@@ -22,6 +22,8 @@ pub const FORCE_TCX_ENV: &str = "PKTRACE_FORCE_TCX";
 pub const BTF_PATH_ENV: &str = "PKTRACE_BTF_PATH";
 /// The most journeys the join table keeps open.
 pub const JOIN_MAX_ENV: &str = "PKTRACE_JOIN_MAX";
+/// The most bytes the join table's open journeys hold. Unset: 8 MiB.
+pub const JOIN_BYTES_ENV: &str = "PKTRACE_JOIN_BYTES";
 
 /// The hidden knobs, read; unset or unreadable values are `None` (the built-in default).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +40,8 @@ pub struct Knobs {
     pub btf_path: PathBuf,
     /// [`JOIN_MAX_ENV`], at least 1.
     pub join_max: Option<usize>,
+    /// [`JOIN_BYTES_ENV`].
+    pub join_bytes: Option<usize>,
 }
 
 impl Default for Knobs {
@@ -69,6 +73,7 @@ impl Knobs {
             join_max: text(JOIN_MAX_ENV)
                 .and_then(|v| v.parse::<usize>().ok())
                 .map(|n| n.max(1)),
+            join_bytes: text(JOIN_BYTES_ENV).and_then(|v| v.parse::<usize>().ok()),
         }
     }
 }
@@ -90,6 +95,7 @@ mod tests {
         let k = knobs(&[]);
         assert_eq!(k, Knobs::default());
         assert_eq!((k.ring_bytes, k.flow_table, k.join_max), (None, None, None));
+        assert_eq!(k.join_bytes, None);
         assert!(!k.force_clsact && !k.force_tcx);
         assert_eq!(k.btf_path, PathBuf::from(VMLINUX_BTF));
     }
@@ -103,7 +109,9 @@ mod tests {
             (FORCE_TCX_ENV, "yes"),
             (BTF_PATH_ENV, "/nonexistent/btf"),
             (JOIN_MAX_ENV, "0"),
+            (JOIN_BYTES_ENV, "65536"),
         ]);
+        assert_eq!(k.join_bytes, Some(65_536));
         assert_eq!(k.ring_bytes, Some(65_536));
         assert_eq!(k.flow_table, Some(1), "at least one entry");
         assert_eq!(k.join_max, Some(1), "at least one journey");
@@ -113,9 +121,10 @@ mod tests {
         let k = knobs(&[
             (RING_BYTES_ENV, "4M"),
             (JOIN_MAX_ENV, "-3"),
+            (JOIN_BYTES_ENV, "8M"),
             (BTF_PATH_ENV, ""),
         ]);
-        assert_eq!((k.ring_bytes, k.join_max), (None, None));
+        assert_eq!((k.ring_bytes, k.join_max, k.join_bytes), (None, None, None));
         assert_eq!(k.btf_path, PathBuf::from(VMLINUX_BTF), "empty is unset");
     }
 }

@@ -22,13 +22,17 @@ use super::model::{Ending, Journey, NatChange, NatPoint, Step, StepKind};
 pub use crate::attach::roles::HostIf;
 use crate::{drop::DropNames, nat::conntrack::NatTable};
 
-/// Limits of the join table.
+/// Limits of the join table. Past either, the oldest open journeys are closed early (as
+/// [`Ending::TimedOut`], counted in [`Correlator::evicted`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// A journey with no event for this long is closed as timed out.
     pub idle_timeout_ns: u64,
-    /// Most journeys kept open at once; past it the oldest are closed early.
+    /// Most journeys kept open at once.
     pub max_open: usize,
+    /// Most bytes the open journeys may hold, as [`budget::journey_bytes`] counts them (their
+    /// steps, their slots, the map's and the eviction order's room for them).
+    pub max_bytes: usize,
 }
 
 impl Default for Limits {
@@ -36,6 +40,7 @@ impl Default for Limits {
         Self {
             idle_timeout_ns: 1_000_000_000,
             max_open: 65_536,
+            max_bytes: budget::DEFAULT_BYTES,
         }
     }
 }
@@ -99,6 +104,8 @@ pub struct Correlator {
     next_id: u64,
     limits: Limits,
     evicted: u64,
+    /// What the open journeys hold, as [`budget::journey_bytes`] counts it.
+    bytes: usize,
     /// With `--nat-hook conntrack`: the NAT mappings conntrack reported, which put the NAT
     /// steps into journeys (no NAT events come from the kernel then; see [`conntrack`]).
     nat_table: Option<NatTable>,
@@ -120,6 +127,7 @@ impl Correlator {
             next_id: 0,
             limits,
             evicted: 0,
+            bytes: 0,
             nat_table: None,
             drop_names: None,
         }
@@ -134,6 +142,13 @@ impl Correlator {
     #[must_use]
     pub const fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// What the open journeys hold, in bytes as [`budget::journey_bytes`] counts it.
+    #[cfg(test)]
+    #[must_use]
+    pub const fn open_bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Journeys currently open.
@@ -174,7 +189,7 @@ impl Correlator {
 
     /// Takes back the steps of a journey that was handed out, for a later journey.
     fn recycle(&mut self, mut steps: Vec<Step>) {
-        if self.spare_steps.len() < SPARE && steps.capacity() >= STEPS {
+        if self.spare_steps.len() < SPARE && (STEPS..=2 * STEPS).contains(&steps.capacity()) {
             steps.clear();
             self.spare_steps.push(steps);
         }
@@ -287,14 +302,15 @@ impl Correlator {
             open.last_if = hop;
         }
         let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
+        let room = open.steps.capacity();
         open.steps.insert(at, step);
-        open.id
+        let (id, grown) = (open.id, open.steps.capacity() - room);
+        self.bytes += grown * size_of::<Step>();
+        id
     }
 
     fn start(&mut self, key: JoinKey, step: Step, now: Tuple, hop: Option<(u64, u32)>) {
-        if self.open_count >= self.limits.max_open {
-            self.evict_oldest();
-        }
+        self.make_room();
         let id = self.next_id;
         self.next_id += 1;
         let open = Open {
@@ -304,10 +320,12 @@ impl Correlator {
             last_if: hop,
             steps: self.steps_with(step),
         };
+        self.bytes += budget::journey_bytes(open.steps.capacity());
         let spare = &mut self.spare_slots;
         self.open
             .entry(key)
-            .or_insert_with(|| spare.pop().unwrap_or_default())
+            // why: most keys hold one journey; `push` on an empty list makes room for four.
+            .or_insert_with(|| spare.pop().unwrap_or_else(|| Vec::with_capacity(1)))
             .push(open);
         self.order.push_back((id, key));
         self.open_count += 1;
@@ -320,21 +338,13 @@ impl Correlator {
         if list.is_empty()
             && let Some(list) = self.open.remove(&key)
             && self.spare_slots.len() < SPARE
+            && list.capacity() <= 4
         {
             self.spare_slots.push(list);
         }
         self.open_count -= 1;
+        self.bytes -= budget::journey_bytes(open.steps.capacity());
         Some(open)
-    }
-
-    fn evict_oldest(&mut self) {
-        while let Some((id, key)) = self.order.pop_front() {
-            if let Some(open) = self.remove(key, id) {
-                self.evicted += 1;
-                self.done.push(finish(Some(open), Ending::TimedOut));
-                return;
-            }
-        }
     }
 
     /// Names (or renames) an attached interface.
@@ -346,13 +356,14 @@ impl Correlator {
     /// [`Ending::InterfaceGone`], into the queue of completed journeys) and forgets its name. Feed the events already collected
     /// first, so that a journey that moved on is not closed.
     pub fn interface_gone(&mut self, ifindex: u32) {
-        let mut closed = 0;
+        let (mut closed, mut freed) = (0, 0);
         let done = &mut self.done;
         self.open.retain(|_, list| {
             list.retain_mut(|o| {
                 if o.last_if.is_none_or(|(_, i)| i != ifindex) {
                     return true;
                 }
+                freed += budget::journey_bytes(o.steps.capacity());
                 done.push(finish(
                     Some(std::mem::replace(o, empty_open())),
                     Ending::InterfaceGone,
@@ -363,13 +374,14 @@ impl Correlator {
             !list.is_empty()
         });
         self.open_count -= closed;
+        self.bytes -= freed;
         self.ifaces.remove(&ifindex);
     }
 
     /// Closes journeys idle since before `now_ktime - idle_timeout`.
     pub fn expire(&mut self, now_ktime: u64) {
         let deadline = now_ktime.saturating_sub(self.limits.idle_timeout_ns);
-        let mut closed = 0;
+        let (mut closed, mut freed) = (0, 0);
         let table = self.nat_table.as_ref();
         let done = &mut self.done;
         self.open.retain(|_, list| {
@@ -377,6 +389,7 @@ impl Correlator {
                 if o.last_ktime >= deadline {
                     return true;
                 }
+                freed += budget::journey_bytes(o.steps.capacity());
                 complete_nat(table, o);
                 done.push(finish(
                     Some(std::mem::replace(o, empty_open())),
@@ -388,11 +401,10 @@ impl Correlator {
             !list.is_empty()
         });
         self.open_count -= closed;
+        self.bytes -= freed;
         // Journeys that left normally stay in `order` until here; drop them.
-        if closed > 0 || self.order.len() > 2 * self.open_count + 1024 {
-            let open = &self.open;
-            self.order
-                .retain(|(id, key)| open.get(key).is_some_and(|l| l.iter().any(|o| o.id == *id)));
+        if closed > 0 || self.order.len() > 2 * self.open_count + SPARE {
+            self.compact_order();
         }
     }
 
@@ -407,6 +419,7 @@ impl Correlator {
             .extend(all.into_iter().map(|o| finish(Some(o), Ending::Flushed)));
         self.order.clear();
         self.open_count = 0;
+        self.bytes = 0;
     }
 }
 
@@ -457,6 +470,7 @@ fn ip_id(tuple: &Tuple, fp: Fingerprint) -> Option<u32> {
     (tuple.family == FAMILY_IPV4).then_some(fp.ip_id)
 }
 
+pub mod budget;
 mod conntrack;
 mod drop;
 #[cfg(test)]

@@ -404,5 +404,8 @@ fn join_limits(knobs: &Knobs) -> Limits {
     if let Some(n) = knobs.join_max {
         limits.max_open = n;
     }
+    if let Some(n) = knobs.join_bytes {
+        limits.max_bytes = n;
+    }
     limits
 }

@@ -273,6 +273,7 @@ fn the_table_is_bounded() {
     let limits = Limits {
         idle_timeout_ns: u64::MAX,
         max_open: 8,
+        ..Limits::default()
     };
     let mut c = Correlator::new(ifaces(), limits);
     for i in 0..100u16 {
@@ -284,6 +285,90 @@ fn the_table_is_bounded() {
     assert_eq!(c.evicted(), 92);
     assert_eq!(done.len(), 92);
     assert!(done.iter().all(|j| j.ending == Ending::TimedOut));
+}
+
+#[test]
+fn the_table_is_bounded_in_bytes_and_every_step_is_kept() {
+    let budget = 16 * budget::journey_bytes(STEPS);
+    let limits = Limits {
+        idle_timeout_ns: u64::MAX,
+        max_open: usize::MAX,
+        max_bytes: budget,
+    };
+    let mut c = Correlator::new(ifaces(), limits);
+    let mut pushed = 0;
+    let mut done = Vec::new();
+    for i in 0..1000u16 {
+        // The packet's first three events: its journey stays open, waiting for its egress.
+        for ev in &clusterip_packet(i, fp(u32::from(i)), u64::from(i) * 10_000)[..3] {
+            c.push(ev);
+            pushed += 1;
+            assert!(c.open_bytes() <= budget, "{} > {budget}", c.open_bytes());
+        }
+        done.extend(take(&mut c));
+    }
+    assert_eq!(c.open_count(), 16);
+    assert_eq!(c.evicted(), 1000 - 16);
+    assert!(
+        done.iter()
+            .all(|j| j.ending == Ending::TimedOut && j.steps.len() == 3)
+    );
+    c.flush();
+    done.extend(take(&mut c));
+    let steps: usize = done.iter().map(|j| j.steps.len()).sum();
+    assert_eq!(
+        (done.len(), steps),
+        (1000, pushed),
+        "closed early, never lost"
+    );
+    assert_eq!(c.open_bytes(), 0);
+}
+
+#[test]
+fn bytes_come_back_whichever_way_a_journey_closes() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    for i in 0..10u16 {
+        for ev in &clusterip_packet(i, fp(u32::from(i)), 1000) {
+            c.push(ev);
+        }
+    }
+    assert_eq!((c.open_count(), c.open_bytes()), (0, 0), "left");
+    let long = clusterip_packet(20, fp(20), 1000);
+    for ev in &long[..2] {
+        c.push(ev);
+    }
+    assert!(c.open_bytes() > 0);
+    c.expire(u64::MAX);
+    assert_eq!((c.open_count(), c.open_bytes()), (0, 0), "timed out");
+    for ev in &long[..4] {
+        c.push(ev);
+    }
+    // Steps past a list's room are counted too.
+    for k in 0..10 {
+        c.push(&tc(
+            kind::TC_EGRESS,
+            AZURE0,
+            t(PROTO_TCP, "10.13.76.46:20", "10.13.76.26:80"),
+            fp(20),
+            7000 + k,
+        ));
+    }
+    assert!(c.open_bytes() > budget::journey_bytes(STEPS));
+    c.interface_gone(AZURE0);
+    assert_eq!((c.open_count(), c.open_bytes()), (0, 0), "interface gone");
+    assert_eq!(take(&mut c).len(), 12);
+}
+
+#[test]
+fn the_eviction_order_forgets_journeys_that_left() {
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    for i in 0..20_000u16 {
+        for ev in &clusterip_packet(i, fp(u32::from(i)), u64::from(i) * 10_000) {
+            c.push(ev);
+        }
+        assert!(c.order.len() <= SPARE + 1, "{}", c.order.len());
+        take(&mut c);
+    }
 }
 
 #[test]
