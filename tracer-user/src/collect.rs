@@ -107,6 +107,22 @@ fn release_startup_memory() {
     }
 }
 
+/// Makes glibc's malloc give freed memory back as it goes (called first thing in a run):
+/// blocks of 64 KiB and more are mapped of their own and unmapped when freed (glibc otherwise
+/// raises that threshold up to 32 MiB as large blocks are freed, and keeps them in the heap),
+/// and the heap's free top is returned past 128 KiB. Without it, the start-up's large, short
+/// -lived buffers (the kernel's BTF, the object, the rules) stayed resident until the trim of
+/// [`release_startup_memory`], and made pktrace's peak RSS (BENCHMARKS.md "Memory"). musl's
+/// malloc does this by itself.
+pub fn limit_allocator_slack() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets glibc's malloc parameters; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
+    }
+}
+
 impl Collector {
     /// Takes the `EVENTS`, `COUNTERS` and `FOLLOWED_FLOWS` maps out of the loaded object (the
     /// programs keep using them).

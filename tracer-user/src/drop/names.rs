@@ -1,8 +1,14 @@
 //! Names for what the drop programs report: the kernel's drop reason numbers
 //! ([`Reasons`], from its BTF `enum skb_drop_reason`) and the addresses the frees were called
-//! from ([`Symbols`], from `/proc/kallsyms`). [`DropNames`] holds both for the join.
+//! from (`/proc/kallsyms`, looked up without keeping it: [`DropNames::location`]). [`DropNames`]
+//! holds both for the join.
 
-use std::{collections::HashMap, fs, io::Read as _, rc::Rc};
+use std::{
+    collections::HashMap,
+    fs,
+    io::{self, BufRead, BufReader, Seek as _},
+    rc::Rc,
+};
 
 use tracer_common::DROP_REASON_UNKNOWN;
 
@@ -60,29 +66,64 @@ impl Reasons {
 }
 
 /// The kernel's text symbols, sorted by address: an address's function is the last symbol at
-/// or below it.
+/// or below it (tests give them as a table; a run reads kallsyms for each new address).
+#[cfg(test)]
 #[derive(Clone, Debug, Default)]
 pub struct Symbols {
     addrs: Vec<u64>,
     names: Vec<Rc<str>>,
 }
 
+/// A `/proc/kallsyms` line's text symbol (`t`/`T`) with a non-zero address.
+fn text_symbol(line: &str) -> Option<(u64, &str)> {
+    let mut f = line.split_whitespace();
+    let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+    let ty = f.next()?;
+    let name = f.next()?;
+    (matches!(ty, "t" | "T") && addr != 0).then_some((addr, name))
+}
+
+/// What one pass over a kallsyms listing found for an address.
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    /// The text symbol with the highest address at or below it.
+    Function(Rc<str>),
+    /// It is below every text symbol.
+    Below,
+    /// The listing shows no address at all (`kernel.kptr_restrict`, no `CAP_SYSLOG`).
+    Hidden,
+}
+
+/// The function `addr` is in, by one pass over a kallsyms listing. Nothing of the listing is
+/// kept: `/proc/kallsyms` is 5 MB of text (BENCHMARKS.md "Memory").
+fn function_in(mut listing: impl BufRead, addr: u64) -> io::Result<Lookup> {
+    let (mut line, mut any) = (String::new(), false);
+    let mut best: Option<(u64, String)> = None;
+    while listing.read_line(&mut line)? > 0 {
+        if let Some((a, name)) = text_symbol(&line) {
+            any = true;
+            if a <= addr && best.as_ref().is_none_or(|(b, _)| a > *b) {
+                let kept = best.get_or_insert_with(|| (a, String::new()));
+                kept.0 = a;
+                name.clone_into(&mut kept.1);
+            }
+        }
+        line.clear();
+    }
+    Ok(match best {
+        Some((_, name)) => Lookup::Function(Rc::from(name)),
+        None if any => Lookup::Below,
+        None => Lookup::Hidden,
+    })
+}
+
+#[cfg(test)]
 impl Symbols {
     /// The text symbols (`t`/`T`) of a `/proc/kallsyms` listing; `None` when every address is
     /// zero (`kernel.kptr_restrict` hides them from this process) or there are none.
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
-        let mut syms: Vec<(u64, &str)> = text
-            .lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-                let ty = f.next()?;
-                let name = f.next()?;
-                matches!(ty, "t" | "T").then_some((addr, name))
-            })
-            .filter(|&(a, _)| a != 0)
-            .collect();
+        let mut syms: Vec<(u64, &str)> = text.lines().filter_map(text_symbol).collect();
         if syms.is_empty() {
             return None;
         }
@@ -99,19 +140,21 @@ impl Symbols {
     }
 }
 
-/// Where kallsyms' state is kept: opened but not read yet, read, or unusable (said once).
-/// Opened at start-up: the kernel decides at open whether the reader sees addresses (it needs
-/// `CAP_SYSLOG`, which pktrace drops after attaching), so the file opened then reads with them.
+/// Where kallsyms' state is kept: open (read again from its start for each new address), a
+/// table given (tests), or unusable (said once). Opened at start-up: the kernel decides at open
+/// whether the reader sees addresses (it needs `CAP_SYSLOG`, which pktrace drops after
+/// attaching), so the file opened then reads with them.
 #[derive(Debug, Default)]
 enum Kallsyms {
-    Unread(fs::File),
+    Open(fs::File),
+    #[cfg(test)]
     Read(Symbols),
     #[default]
     Hidden,
 }
 
 /// What the join names a drop with: the reasons (read at start-up) and the kernel's symbols
-/// (read at the first drop: most runs see none).
+/// (looked up in kallsyms at each drop of a new location: most runs see none).
 #[derive(Debug, Default)]
 pub struct DropNames {
     reasons: Reasons,
@@ -121,12 +164,12 @@ pub struct DropNames {
 }
 
 impl DropNames {
-    /// With `/proc/kallsyms` opened now (read at the first drop); a failure to open is said
-    /// once and drops are located as `unknown`.
+    /// With `/proc/kallsyms` opened now (read at drops); a failure to open is said once and
+    /// drops are located as `unknown`.
     #[must_use]
     pub fn new(reasons: Reasons) -> Self {
         let symbols = match fs::File::open("/proc/kallsyms") {
-            Ok(f) => Kallsyms::Unread(f),
+            Ok(f) => Kallsyms::Open(f),
             Err(e) => {
                 diag::once(
                     "kallsyms",
@@ -161,49 +204,58 @@ impl DropNames {
     }
 
     /// The function at `addr` (no offset), `unknown` when the addresses are hidden or
-    /// `/proc/kallsyms` cannot be read (warned once).
+    /// `/proc/kallsyms` cannot be read (warned once). A new address costs one pass over
+    /// kallsyms (a few distinct addresses per run: the places that drop); the names given are
+    /// kept, up to [`LOCATIONS`] of them.
     pub fn location(&mut self, addr: u64) -> Rc<str> {
         if let Some(name) = self.locations.get(&addr) {
             return Rc::clone(name);
         }
-        if matches!(self.symbols, Kallsyms::Unread(_))
-            && let Kallsyms::Unread(file) = std::mem::take(&mut self.symbols)
-        {
-            self.symbols = read_kallsyms(file);
-        }
-        let name = match &self.symbols {
-            Kallsyms::Read(s) => s.function(addr).unwrap_or_else(|| Rc::from("unknown")),
-            _ => Rc::from("unknown"),
+        let found = match &mut self.symbols {
+            Kallsyms::Open(file) => match look_up(file, addr) {
+                Ok(Lookup::Function(name)) => Some(name),
+                Ok(Lookup::Below) => None,
+                Ok(Lookup::Hidden) => {
+                    diag::once(
+                        "kallsyms",
+                        "/proc/kallsyms shows no addresses (kernel.kptr_restrict, or no \
+                         CAP_SYSLOG): drop locations say \"unknown\"; run as root with \
+                         kptr_restrict 0 or 1 to name them",
+                    );
+                    self.symbols = Kallsyms::Hidden;
+                    None
+                }
+                Err(e) => {
+                    diag::once(
+                        "kallsyms",
+                        format_args!(
+                            "cannot read /proc/kallsyms ({e}): drop locations say \"unknown\""
+                        ),
+                    );
+                    self.symbols = Kallsyms::Hidden;
+                    None
+                }
+            },
+            #[cfg(test)]
+            Kallsyms::Read(s) => s.function(addr),
+            Kallsyms::Hidden => None,
         };
+        let name = found.unwrap_or_else(|| Rc::from("unknown"));
+        if self.locations.len() >= LOCATIONS {
+            self.locations.clear();
+        }
         self.locations.insert(addr, Rc::clone(&name));
         name
     }
 }
 
-fn read_kallsyms(mut file: fs::File) -> Kallsyms {
-    let mut text = String::new();
-    match file.read_to_string(&mut text) {
-        Ok(_) => {}
-        Err(e) => {
-            diag::once(
-                "kallsyms",
-                format_args!("cannot read /proc/kallsyms ({e}): drop locations say \"unknown\""),
-            );
-            return Kallsyms::Hidden;
-        }
-    }
-    Symbols::parse(&text).map_or_else(
-        || {
-            diag::once(
-                "kallsyms",
-                "/proc/kallsyms shows no addresses (kernel.kptr_restrict, or no CAP_SYSLOG): \
-                 drop locations say \"unknown\"; run as root with kptr_restrict 0 or 1 to \
-                 name them",
-            );
-            Kallsyms::Hidden
-        },
-        Kallsyms::Read,
-    )
+/// Most drop locations kept named (the kernel has a few hundred places that drop).
+const LOCATIONS: usize = 4096;
+
+/// [`function_in`] over the whole of `file`, read again from its start.
+fn look_up(file: &mut fs::File, addr: u64) -> io::Result<Lookup> {
+    file.rewind()?;
+    function_in(BufReader::with_capacity(64 << 10, &*file), addr)
 }
 
 #[cfg(test)]
@@ -249,6 +301,30 @@ mod tests {
             Some("nft_do_chain")
         );
         assert_eq!(s.function(0x1000), None);
+    }
+
+    #[test]
+    fn one_pass_over_a_listing_finds_the_same_function_as_the_table() {
+        let listing = "ffffffff81a00000 T tcp_v4_rcv\n\
+                       ffffffff81900000 t ip_error\n\
+                       ffffffff81950000 D some_data\n\
+                       ffffffffc0400000 t nft_do_chain\t[nf_tables]\n";
+        let table = Symbols::parse(listing).unwrap();
+        for addr in [
+            0x1000,
+            0xffff_ffff_8195_0001,
+            0xffff_ffff_81a0_0123,
+            u64::MAX,
+        ] {
+            let streamed = match function_in(listing.as_bytes(), addr).unwrap() {
+                Lookup::Function(name) => Some(name),
+                Lookup::Below => None,
+                Lookup::Hidden => panic!("addresses are shown"),
+            };
+            assert_eq!(streamed, table.function(addr), "{addr:x}");
+        }
+        let hidden = "0000000000000000 T tcp_v4_rcv\n0000000000000000 t ip_error\n";
+        assert_eq!(function_in(hidden.as_bytes(), 5).unwrap(), Lookup::Hidden);
     }
 
     #[test]

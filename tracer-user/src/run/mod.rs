@@ -79,6 +79,7 @@ impl RunError {
 /// # Errors
 /// The first step of start-up that failed, or the output that could not be written.
 pub fn run(cfg: &Config) -> Result<(), RunError> {
+    collect::limit_allocator_slack();
     let subject = start::subject(cfg)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -214,6 +214,14 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
             "first_journey_s": s.first_journey_s, "stop_s": s.stop_s,
         })).collect::<Vec<_>>(),
         "create_veths_s": results.startup.create_veths_s,
+        "unpinned": results.unpinned.iter().map(|s| json!({
+            "round": s.round, "placement": s.placement.key(), "stream": s.stream.key(),
+            "traced": s.traced, "recv_bps": s.bps, "hwm_kib": s.hwm_kib,
+            "ringbuf_full": s.lost, "evicted_journeys": s.evicted,
+        })).collect::<Vec<_>>(),
+        "peak_hwm_kib": results.peaks.iter().map(|(phase, kib)| json!({
+            "phase": phase, "hwm_kib": kib,
+        })).collect::<Vec<_>>(),
     })
 }
 

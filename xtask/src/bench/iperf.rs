@@ -121,7 +121,7 @@ pub struct StreamResult {
 
 /// The iperf3 servers; stopped when dropped.
 pub struct Servers {
-    _servers: Vec<Bg>,
+    servers: Vec<Bg>,
 }
 
 impl Servers {
@@ -152,7 +152,16 @@ impl Servers {
             })?;
             servers.push(server);
         }
-        Ok(Self { _servers: servers })
+        Ok(Self { servers })
+    }
+
+    /// Moves the servers to the CPUs [`super::proc::pinned`] gives traffic now (they were
+    /// started pinned to [`TRAFFIC_CPU`]; see [`super::proc::set_free`]).
+    pub fn place(&self) -> Result<()> {
+        for server in &self.servers {
+            super::proc::place(server.pid(), TRAFFIC_CPU)?;
+        }
+        Ok(())
     }
 }
 

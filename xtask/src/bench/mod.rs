@@ -6,7 +6,8 @@
 //! BPF run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` (`micro`; these two
 //! side by side with a `--baseline` binary when given), the `collector`'s capacity on one CPU,
 //! and pktrace's memory and `startup` time. Traffic runs on CPU 0, the tracer's user space on
-//! CPU 1. Prints the tables and (full runs) updates `BENCHMARKS.md` and writes the raw samples
+//! CPU 1; the `unpinned` phase also runs the traced pod's TCP streams with everything free on
+//! every CPU, beside the same streams pinned. Every pktrace's peak memory is noted by phase. Prints the tables and (full runs) updates `BENCHMARKS.md` and writes the raw samples
 //! to `target/bench/`.
 //! `--short` runs everything once with 1 s streams: a check that the bench still works.
 
@@ -28,6 +29,7 @@ mod synthetic;
 mod targets;
 mod throughput;
 mod tracer;
+mod unpinned;
 
 use std::{
     env, fs,
@@ -73,6 +75,7 @@ pub struct Phases {
     pub micro: bool,
     pub collector: bool,
     pub startup: bool,
+    pub unpinned: bool,
 }
 
 impl Phases {
@@ -84,6 +87,7 @@ impl Phases {
         micro: true,
         collector: true,
         startup: true,
+        unpinned: true,
     };
 
     /// Parses a comma-separated list of phase names.
@@ -100,9 +104,10 @@ impl Phases {
                 "micro" => p.micro = true,
                 "collector" => p.collector = true,
                 "startup" => p.startup = true,
+                "unpinned" => p.unpinned = true,
                 other => bail!(
-                    "unknown bench phase {other:?}: use throughput, paired, hooks, micro, collector or \
-                     startup"
+                    "unknown bench phase {other:?}: use throughput, paired, hooks, micro, \
+                     collector, startup or unpinned"
                 ),
             }
         }
@@ -130,6 +135,9 @@ pub struct Results {
     pub micro: micro::Micro,
     pub collector: Vec<collector::CollectorSample>,
     pub startup: startup::Startup,
+    pub unpinned: Vec<unpinned::Sample>,
+    /// The largest `VmHWM` (KiB) of the measured pktrace in each phase that ran one.
+    pub peaks: Vec<(String, u64)>,
 }
 
 /// Programs the bench runs, with their Debian package (all in `cargo xtask setup`'s list).
@@ -210,40 +218,52 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
 
 fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results> {
     let mut net = net::BenchNet::build()?;
-    let _servers = iperf::Servers::start(&ctx.dir)?;
+    let servers = iperf::Servers::start(&ctx.dir)?;
     eprintln!("bench: warming up (1 s per stream, untraced)");
     for stream in iperf::Stream::ALL {
         iperf::run(stream, None, 1, &ctx.dir, || {})?;
     }
+    proc::set_phase("throughput");
     let throughput = if phases.throughput {
         throughput::run(ctx)?
     } else {
         throughput::Throughput::default()
     };
+    proc::set_phase("paired");
     let paired = if phases.paired {
         paired::run(ctx, baseline)?
     } else {
         Vec::new()
     };
+    proc::set_phase("hooks");
     let hooks = if phases.hooks {
         hooks::run(ctx, baseline)?
     } else {
         hooks::Hooks::default()
     };
+    proc::set_phase("micro");
     let micro = if phases.micro {
         micro::run(ctx, baseline)?
     } else {
         micro::Micro::default()
     };
+    proc::set_phase("collector");
     let collector = if phases.collector {
         collector::run(ctx)?
     } else {
         Vec::new()
     };
+    proc::set_phase("startup");
     let startup = if phases.startup {
         startup::run(ctx, &mut net)?
     } else {
         startup::Startup::default()
+    };
+    proc::set_phase("unpinned");
+    let unpinned = if phases.unpinned {
+        unpinned::run(ctx, &servers)?
+    } else {
+        Vec::new()
     };
     Ok(Results {
         runs: ctx.runs,
@@ -254,6 +274,8 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
         micro,
         collector,
         startup,
+        unpinned,
+        peaks: proc::peaks(&ctx.pktrace),
     })
 }
 

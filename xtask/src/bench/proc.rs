@@ -3,11 +3,16 @@
 //! then SIGKILL, and always reaped. Also what `/proc` says about them (CPU time, memory).
 
 use std::{
+    collections::BTreeMap,
     ffi::OsStr,
     fs,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -28,19 +33,103 @@ pub const POLL: Duration = Duration::from_millis(10);
 /// Nice value of every bench process (and of the scheduler autogroup each gets).
 pub const BENCH_NICE: i32 = -10;
 
-/// `program args…` inside `ns`, pinned to `cpu`, killed if the bench dies, in a session (so
-/// a scheduler autogroup) of its own at nice [`BENCH_NICE`]: the compile jobs that share the
-/// machine then take little of the bench's CPUs, for the traffic and the tracer alike.
+/// Set while the bench runs its processes free on every CPU ([`set_free`]).
+static FREE: AtomicBool = AtomicBool::new(false);
+
+/// From now on, processes started by [`pinned`] run on every CPU (`true`), the way
+/// `sudo pktrace` runs on a node, or on the CPU each is given (`false`, the default).
+pub fn set_free(free: bool) {
+    FREE.store(free, Ordering::SeqCst);
+}
+
+/// The CPUs a process given `cpu` runs on: that one, or every CPU while [`set_free`] holds.
+fn cpu_set(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET only writes into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let cpus = if FREE.load(Ordering::SeqCst) {
+        0..thread::available_parallelism().map_or(cpu + 1, usize::from)
+    } else {
+        cpu..cpu + 1
+    };
+    for c in cpus {
+        // SAFETY: as above; `c` is below CPU_SETSIZE (a machine's CPU count, or the bench's
+        // two CPUs).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
+}
+
+/// Moves the running process `pid` (every thread of it) to the CPUs [`cpu_set`] gives `cpu`
+/// now: the iperf3 servers, started once for the whole bench, follow [`set_free`] this way.
+pub fn place(pid: i32, cpu: usize) -> Result<()> {
+    let set = cpu_set(cpu);
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Some(tid) = task?
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: a valid cpu_set_t of the size given.
+        if unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &raw const set) }
+            != 0
+        {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("moving thread {tid} of {pid} to other CPUs"));
+        }
+    }
+    Ok(())
+}
+
+/// The phase whose pktraces [`note_peak`] notes now.
+static PHASE: Mutex<&str> = Mutex::new("");
+/// The largest `VmHWM` (KiB) of each phase's pktraces, by phase and binary.
+static PEAKS: Mutex<BTreeMap<(&str, PathBuf), u64>> = Mutex::new(BTreeMap::new());
+
+/// The pktraces started from now on belong to `phase` (for [`peaks`]).
+pub fn set_phase(phase: &'static str) {
+    *PHASE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = phase;
+}
+
+/// Notes a pktrace's peak resident memory, read just before it is stopped.
+pub fn note_peak(binary: &Path, hwm_kib: u64) {
+    let phase = *PHASE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut peaks = PEAKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let peak = peaks.entry((phase, binary.to_owned())).or_default();
+    *peak = (*peak).max(hwm_kib);
+}
+
+/// The largest `VmHWM` (KiB) of any run of `binary` in each phase, by phase name.
+#[must_use]
+pub fn peaks(binary: &Path) -> Vec<(String, u64)> {
+    let peaks = PEAKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    peaks
+        .iter()
+        .filter(|((_, b), _)| b == binary)
+        .map(|((phase, _), kib)| ((*phase).to_owned(), *kib))
+        .collect()
+}
+
+/// `program args…` inside `ns`, pinned to `cpu` (or free on every CPU while [`set_free`]
+/// holds), killed if the bench dies, in a session (so a scheduler autogroup) of its own at
+/// nice [`BENCH_NICE`]: the compile jobs that share the machine then take little of the
+/// bench's CPUs, for the traffic and the tracer alike.
 pub fn pinned<I, S>(ns: &str, cpu: usize, program: impl AsRef<OsStr>, args: I) -> Command
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
     let mut cmd = in_ns(ns, program, args);
-    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET only writes into it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `cpu` is below CPU_SETSIZE (checked by the bench: 2 CPUs needed).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let set = cpu_set(cpu);
     let nice = BENCH_NICE.to_string();
     // SAFETY: only async-signal-safe syscalls (prctl, sched_setaffinity, setsid, open, write,
     // close, setpriority) on data built before the fork. `ip netns exec` execs the program in

@@ -640,5 +640,6 @@ pub fn tables(r: &Results) -> String {
         collector(&r.collector),
     );
     section("Footprint and start-up", "", footprint(r));
+    out.push_str(&super::unpinned::sections(r));
     out
 }

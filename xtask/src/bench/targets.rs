@@ -223,7 +223,8 @@ pub fn targets(r: &Results) -> Table {
                 let peak = hwm.map_or_else(|| "–".into(), |k| format!("{:.1} MiB", mib(k)));
                 format!(
                     "{:.1} MiB VmRSS under load ({label}, the highest condition; median of {} \
-                     runs); VmHWM (the peak, start-up included): {peak}",
+                     runs); VmHWM (the peak, start-up included; largest of any run of any \
+                     phase): {peak}",
                     d.median, d.n
                 )
             },
@@ -318,6 +319,7 @@ fn steady_memory(r: &Results) -> (Option<(String, Dist)>, Option<u64>) {
         .filter(|x| x.condition.is_pktrace())
         .map(|x| x.memory.hwm)
         .chain(r.collector.iter().map(|s| s.memory_end.hwm))
+        .chain(r.peaks.iter().map(|(_, kib)| *kib))
         .max();
     (steady, hwm)
 }
@@ -358,6 +360,8 @@ mod tests {
             micro: crate::bench::micro::Micro::default(),
             collector: Vec::new(),
             startup: crate::bench::startup::Startup::default(),
+            unpinned: Vec::new(),
+            peaks: Vec::new(),
         };
         let table = targets(&r);
         assert_eq!(

@@ -17,7 +17,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     bpf::{self, KernelCounters},
     net::{BenchPod, CLIENT, INTERFACES, NODE_NS, OTHER, send_masqueraded},
-    proc::{Bg, Memory, TRACER_CPU, cpu_seconds, memory_kib, pinned, tail},
+    proc::{Bg, Memory, TRACER_CPU, cpu_seconds, memory_kib, note_peak, pinned, tail},
 };
 
 /// How long a tracer may take to attach.
@@ -109,6 +109,8 @@ impl Condition {
 pub struct Tracer {
     bg: Bg,
     condition: Condition,
+    /// The program (pktrace: the measured binary or the baseline).
+    binary: PathBuf,
     /// From spawn to the ready file (pktrace) or "listening" (tcpdump).
     pub ready_after: Duration,
     /// pktrace's `COUNTERS` map and programs.
@@ -241,6 +243,7 @@ impl Tracer {
         let mut tracer = Self {
             bg,
             condition,
+            binary: pktrace.to_owned(),
             ready_after,
             counters_map: None,
             prog_ids: BTreeSet::new(),
@@ -317,9 +320,15 @@ impl Tracer {
     }
 
     /// Stops it with SIGINT (pktrace prints its summary) and checks it exited cleanly;
-    /// returns its stderr (tcpdump's capture statistics).
+    /// returns its stderr (tcpdump's capture statistics). A pktrace's `VmHWM` is noted first
+    /// ([`note_peak`]).
     pub fn stop(mut self) -> Result<String> {
         let name = self.condition.label();
+        if self.condition.is_pktrace()
+            && let Ok(memory) = self.memory()
+        {
+            note_peak(&self.binary, memory.hwm);
+        }
         let status = self.bg.stop()?;
         let stderr = self.bg.stderr();
         // tcpdump exits 0 on SIGINT; pktrace too.
@@ -363,14 +372,15 @@ pub fn output_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.jsonl"))
 }
 
-/// What pktrace's JSON lines say: the summary's `events` and `lost_events`, and the `loss`
-/// lines written live.
+/// What pktrace's JSON lines say: the summary's `journeys`, `events`, `lost_events` and
+/// `evicted_journeys`, and the `loss` lines written live.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct JsonTotals {
     pub journeys: u64,
     pub events: u64,
     pub lost_events: u64,
     pub loss_lines: u64,
+    pub evicted_journeys: u64,
 }
 
 /// Reads a pktrace JSON lines file.
@@ -396,6 +406,7 @@ pub fn json_totals(path: &Path) -> Result<JsonTotals> {
     totals.journeys = num("journeys");
     totals.events = num("events");
     totals.lost_events = num("lost_events");
+    totals.evicted_journeys = num("evicted_journeys");
     Ok(totals)
 }
 

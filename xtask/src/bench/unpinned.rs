@@ -1,0 +1,272 @@
+//! TCP retention pinned and unpinned: the traced pod's TCP streams (DNAT and MASQUERADE),
+//! untraced and with `pktrace --pod-ip <client> -o json --follow` writing to a file, both ways
+//! in the same rounds. Pinned as in the other phases (traffic on CPU 0, the tracer's user space
+//! on CPU 1); unpinned, every process the bench starts (iperf3 client and servers, pktrace) is
+//! free on every CPU, the way `sudo pktrace` runs on a node: the tracer's user space then
+//! competes with the packets it traces for the CPUs. Also pktrace's peak memory (`VmHWM`), the
+//! events it lost and the journeys it closed early in each run.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+
+use super::{
+    Ctx, Results,
+    iperf::{Servers, Stream},
+    proc,
+    stats::{Dist, Table, show},
+    throughput,
+    tracer::{Condition, Launch, Output, Tracer, json_totals},
+};
+
+/// Where the bench's processes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Traffic on CPU 0, the tracer on CPU 1 (as in the other phases).
+    Pinned,
+    /// Everything on every CPU.
+    Free,
+}
+
+impl Placement {
+    pub const ALL: [Self; 2] = [Self::Pinned, Self::Free];
+
+    /// A short key for raw data.
+    #[must_use]
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Pinned => "pinned",
+            Self::Free => "unpinned",
+        }
+    }
+}
+
+/// The streams of this phase.
+const STREAMS: [Stream; 2] = [Stream::TcpClusterIp, Stream::TcpMasq];
+
+/// One stream, untraced or traced, pinned or not, in one round.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub round: usize,
+    pub placement: Placement,
+    pub stream: Stream,
+    pub traced: bool,
+    /// Goodput at the receiver, bits per second.
+    pub bps: f64,
+    /// pktrace's `VmHWM` just before it was stopped, KiB (0 untraced).
+    pub hwm_kib: u64,
+    /// Events the kernel could not put in the full ring during the stream.
+    pub lost: u64,
+    /// Journeys closed early (the summary's `evicted_journeys`).
+    pub evicted: u64,
+}
+
+/// Runs `ctx.runs` rounds: each TCP stream pinned then unpinned, untraced then traced.
+/// The servers are moved with the placement and put back on the traffic CPU at the end.
+pub fn run(ctx: &Ctx, servers: &Servers) -> Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    let result = rounds(ctx, servers, &mut out);
+    proc::set_free(false);
+    servers.place()?;
+    result.map(|()| out)
+}
+
+fn rounds(ctx: &Ctx, servers: &Servers, out: &mut Vec<Sample>) -> Result<()> {
+    for round in 0..ctx.runs {
+        for stream in STREAMS {
+            for placement in Placement::ALL {
+                proc::set_free(placement == Placement::Free);
+                servers.place()?;
+                eprintln!(
+                    "bench: unpinned round {}/{}: {stream}, {}",
+                    round + 1,
+                    ctx.runs,
+                    placement.key()
+                );
+                for with_pktrace in [false, true] {
+                    super::check_interrupted()?;
+                    out.push(one(ctx, round, stream, placement, with_pktrace)?);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn one(
+    ctx: &Ctx,
+    round: usize,
+    stream: Stream,
+    placement: Placement,
+    with_pktrace: bool,
+) -> Result<Sample> {
+    let path = ctx.dir.join("unpinned.json");
+    let launch = Launch {
+        out: Output::File(&path),
+        ..Launch::default()
+    };
+    let condition = if with_pktrace {
+        Condition::ClientPod
+    } else {
+        Condition::Untraced
+    };
+    let mut tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &launch)?;
+    let measured = throughput::measure(ctx, round, condition, stream, tracer.as_mut())?;
+    let mut sample = Sample {
+        round,
+        placement,
+        stream,
+        traced: with_pktrace,
+        bps: measured.result.recv_bps,
+        hwm_kib: 0,
+        lost: measured.counters.ringbuf_full,
+        evicted: 0,
+    };
+    if let Some(tracer) = tracer {
+        sample.hwm_kib = tracer.memory()?.hwm;
+        tracer.stop()?;
+        sample.evicted = json_totals(&path)?.evicted_journeys;
+    }
+    let _ = std::fs::remove_file(&path);
+    eprintln!(
+        "bench:   {}: {:.2} Gbit/s{}",
+        if with_pktrace { "traced" } else { "untraced" },
+        sample.bps / 1e9,
+        if with_pktrace {
+            format!(
+                ", VmHWM {:.1} MiB, {} events lost, {} journeys closed early",
+                mib(sample.hwm_kib),
+                sample.lost,
+                sample.evicted
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(sample)
+}
+
+/// KiB as MiB.
+#[expect(clippy::cast_precision_loss, reason = "KiB counts far below 2^52")]
+#[must_use]
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// The phase's table: per stream and placement, the untraced goodput, the traced one's ratio
+/// to it in the same round, and pktrace's peak memory, losses and early closes.
+#[must_use]
+pub fn table(samples: &[Sample]) -> Table {
+    let mut table = Table::new([
+        "stream",
+        "CPUs",
+        "untraced, Gbit/s",
+        "traced, Gbit/s",
+        "retention (traced / untraced, same round)",
+        "pktrace VmHWM, MiB",
+        "events lost (sum)",
+        "journeys closed early (sum)",
+    ]);
+    for stream in STREAMS {
+        for placement in Placement::ALL {
+            let of = |traced: bool| {
+                samples.iter().filter(move |s| {
+                    s.stream == stream && s.placement == placement && s.traced == traced
+                })
+            };
+            let ratios = of(true).filter_map(|t| {
+                of(false)
+                    .find(|u| u.round == t.round && u.bps > 0.0)
+                    .map(|u| t.bps / u.bps)
+            });
+            table.row([
+                stream.to_string(),
+                match placement {
+                    Placement::Pinned => "pinned (traffic CPU 0, tracer CPU 1)".into(),
+                    Placement::Free => "unpinned (all on every CPU)".to_owned(),
+                },
+                show(Dist::of(of(false).map(|s| s.bps / 1e9)), 1),
+                show(Dist::of(of(true).map(|s| s.bps / 1e9)), 1),
+                Dist::of(ratios).map_or_else(|| "–".into(), |d| d.show_ratio()),
+                show(Dist::of(of(true).map(|s| mib(s.hwm_kib))), 1),
+                of(true).map(|s| s.lost).sum::<u64>().to_string(),
+                of(true).map(|s| s.evicted).sum::<u64>().to_string(),
+            ]);
+        }
+    }
+    table
+}
+
+/// The report's sections of this phase and of the peaks every phase noted: Markdown, empty
+/// when neither was measured.
+#[must_use]
+pub fn sections(r: &Results) -> String {
+    let mut out = String::new();
+    if !r.unpinned.is_empty() {
+        let _ = write!(
+            out,
+            "#### TCP retention, pinned and unpinned\n\nThe traced pod's TCP streams, untraced \
+             then with `pktrace --pod-ip <client> --follow -o json` writing to a tmpfs file, in \
+             the same rounds pinned (traffic on CPU 0, pktrace on CPU 1) and unpinned (every \
+             process free on every CPU, as `sudo pktrace` runs on a node); {} of {} s each; \
+             median (min–max).\n\n{}\n",
+            super::doc::runs(r.runs),
+            r.seconds,
+            table(&r.unpinned).markdown()
+        );
+    }
+    if !r.peaks.is_empty() {
+        let mut peaks = Table::new(["phase", "largest pktrace VmHWM, MiB"]);
+        for (phase, kib) in &r.peaks {
+            peaks.row([phase.clone(), format!("{:.1}", mib(*kib))]);
+        }
+        let _ = write!(
+            out,
+            "#### Peak memory by phase\n\nEach pktrace's VmHWM (the peak RSS of its whole run, \
+             start-up included), read just before it was stopped; the largest of each phase's \
+             runs.\n\n{}\n",
+            peaks.markdown()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(round: usize, placement: Placement, traced: bool, gbps: f64) -> Sample {
+        Sample {
+            round,
+            placement,
+            stream: Stream::TcpClusterIp,
+            traced,
+            bps: gbps * 1e9,
+            hwm_kib: if traced { 20 * 1024 } else { 0 },
+            lost: u64::from(traced),
+            evicted: 0,
+        }
+    }
+
+    #[test]
+    fn retention_is_taken_within_each_round_and_placement() {
+        let samples = [
+            sample(0, Placement::Pinned, false, 10.0),
+            sample(0, Placement::Pinned, true, 9.0),
+            sample(1, Placement::Pinned, false, 5.0),
+            sample(1, Placement::Pinned, true, 5.0),
+            sample(2, Placement::Pinned, false, 8.0),
+            sample(2, Placement::Pinned, true, 7.6),
+            sample(0, Placement::Free, false, 12.0),
+            sample(0, Placement::Free, true, 6.0),
+        ];
+        let t = table(&samples);
+        let pinned = &t.rows[0];
+        assert_eq!(pinned[4], "0.950× (0.900–1.000)");
+        assert_eq!(pinned[5], "20.0 (20.0–20.0)");
+        assert_eq!(pinned[6], "3");
+        let free = &t.rows[1];
+        assert_eq!((free[2].as_str(), free[4].as_str()), ("12.0", "0.500×"));
+        assert_eq!(t.rows[2][4], "–", "MASQUERADE not measured");
+    }
+}
