@@ -476,7 +476,7 @@ mod safety {
     /// more than this table holds.
     const SMALL_JOIN: &str = "8";
     /// RSS may grow by at most this during the flood. The collector keeps no per-packet state
-    /// beyond the join table (capped: `PKTRACE_JOIN_MAX` journeys here, 65,536 by default) and the
+    /// beyond the join table (capped: `PKTRACE_JOIN_MAX` journeys here, 8 MiB by default) and the
     /// attribution cache (4,096 entries), and the ring buffer's pages are mapped before the flood;
     /// so the flood's size must not show in the RSS. 16 MiB is room for allocator slack.
     const RSS_GROWTH_LIMIT_KB: u64 = 16 * 1024;
@@ -654,6 +654,116 @@ mod safety {
         assert!(
             rss_max <= rss_before + RSS_GROWTH_LIMIT_KB,
             "RSS grew from {rss_before} KiB to {rss_max} KiB during the flood"
+        );
+    }
+
+    /// How long the node-local stream of the join-table test runs.
+    const LOCAL_STREAM: Duration = Duration::from_secs(3);
+    /// The join table's default byte limit (`PKTRACE_JOIN_BYTES` unset), in KiB.
+    const JOIN_BYTES_KB: u64 = 8 * 1024;
+    /// Room beyond that limit for the allocator's slack and the journeys on their way out.
+    const JOIN_SLACK_KB: u64 = 4 * 1024;
+
+    /// Streams TCP from pod `ubuntu` to a listener on the node's own address for
+    /// [`LOCAL_STREAM`]; returns the bytes the node received.
+    fn stream_to_the_node() -> u64 {
+        let (ready, received) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let server = {
+            let (ready, received) = (ready.clone(), received.clone());
+            thread::spawn(move || {
+                enter_netns(NODE_NS);
+                let listener = std::net::TcpListener::bind((lab::topology::NODE_IP, 5299))
+                    .expect("bind on the node");
+                ready.store(true, Ordering::SeqCst);
+                let (mut conn, _) = listener.accept().expect("accept");
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n) = std::io::Read::read(&mut conn, &mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    received.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            })
+        };
+        while !ready.load(Ordering::SeqCst) {
+            sleep(Duration::from_millis(10));
+        }
+        in_netns(&UBUNTU.netns(), || {
+            let mut conn = TcpStream::connect((lab::topology::NODE_IP, 5299)).expect("connect");
+            let chunk = vec![0x5au8; 1 << 16];
+            let start = Instant::now();
+            while start.elapsed() < LOCAL_STREAM {
+                std::io::Write::write_all(&mut conn, &chunk).expect("write");
+            }
+        });
+        server.join().expect("server");
+        received.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn packets_delivered_to_the_node_keep_the_join_table_within_its_bytes_and_reported() {
+        let _lab = LabGuard::new();
+        let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--follow"], &[]);
+        let pid = pk.pid();
+        // After a first journey: what attaching and the first output cost is in.
+        let _ = lab::client_tcp(&UBUNTU.netns(), "203.0.113.80:80");
+        sleep(Duration::from_millis(300));
+        let rss_before = rss_kb(pid);
+        let sampling = Arc::new(AtomicBool::new(true));
+        let sampler = {
+            let sampling = sampling.clone();
+            thread::spawn(move || {
+                let mut max = 0;
+                while sampling.load(Ordering::SeqCst) {
+                    max = max.max(rss_kb(pid));
+                    sleep(Duration::from_millis(50));
+                }
+                max
+            })
+        };
+        let bytes = stream_to_the_node();
+        // Past the idle time-out (1 s) and a housekeeping tick: every journey is out.
+        sleep(Duration::from_millis(1500));
+        let live = json_lines(&pk.stdout_so_far());
+        sampling.store(false, Ordering::SeqCst);
+        let rss_max = sampler.join().expect("sampler");
+        let trace = pk.stop();
+        assert!(trace.status.success(), "{}", trace.dump());
+        let summary = trace.summary();
+        eprintln!(
+            "{bytes} bytes to the node; journeys {}, evicted {}, lost events {}; RSS \
+             {rss_before} KiB before the stream, max {rss_max} KiB",
+            summary.journeys, summary.evicted_journeys, summary.lost_events
+        );
+        // Each segment the node took in is a journey that never leaves: more than the table
+        // holds (about 6,900) within the time-out, so the oldest are closed early, and said.
+        let live_total = live
+            .iter()
+            .filter_map(|l| match l {
+                Line::Evicted(e) => Some(e.journeys_total),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            summary.evicted_journeys > 0 && live_total > 0,
+            "no journey closed early (summary {}, live {live_total})",
+            summary.evicted_journeys
+        );
+        assert!(live_total <= summary.evicted_journeys);
+        // Closed early, not lost: every journey is written.
+        let written = trace
+            .contract
+            .iter()
+            .filter(|l| matches!(l, Line::Journey(_)))
+            .count() as u64;
+        assert_eq!(written, summary.journeys);
+        assert!(
+            rss_max <= rss_before + JOIN_BYTES_KB + JOIN_SLACK_KB,
+            "RSS grew from {rss_before} KiB to {rss_max} KiB: more than the join table's bytes"
         );
     }
 
