@@ -110,7 +110,7 @@ enum Task {
         #[arg(long)]
         no_write: bool,
         /// Measure only these phases, comma-separated: throughput, paired, hooks, micro,
-        /// collector, startup (implies --no-write).
+        /// collector, startup, unpinned (implies --no-write).
         #[arg(long, value_name = "PHASES")]
         only: Option<String>,
         /// Another pktrace binary to measure side by side with this one, in the same rounds:

@@ -408,8 +408,9 @@ mod tests {
     fn phases_parse() {
         let p = Phases::parse("hooks, collector").unwrap();
         assert!(p.hooks && p.collector && !p.throughput && !p.paired && !p.startup && !p.micro);
+        assert!(!p.unpinned && Phases::parse("unpinned").unwrap().unpinned);
         assert_eq!(
-            Phases::parse("throughput,paired,hooks,micro,collector,startup").unwrap(),
+            Phases::parse("throughput,paired,hooks,micro,collector,startup,unpinned").unwrap(),
             Phases::ALL
         );
         assert!(Phases::parse("hook").is_err());
