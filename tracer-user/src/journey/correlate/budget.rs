@@ -31,7 +31,7 @@ pub const fn journey_bytes(step_room: usize) -> usize {
 }
 
 impl Correlator {
-    /// Closes the oldest open journeys until one more fits in [`Limits`]; also drops the
+    /// Closes the oldest open journeys until one more fits in [`super::Limits`]; also drops the
     /// eviction order's entries of journeys that left, once they are as many as the open ones
     /// (so the order holds at most twice the open journeys plus [`SPARE`]).
     pub(super) fn make_room(&mut self) {
