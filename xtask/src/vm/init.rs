@@ -18,6 +18,10 @@ pub const AUTO: &str = "auto";
 /// The kernel command line parameter (an environment variable of /init) listing the runs a
 /// VM does, as `hook:binary`, comma-separated.
 pub const RUNS_VAR: &str = "vmtest_runs";
+/// The marker word of pktrace's start-up lines in the guest, one marker line each.
+pub const PROBE: &str = "probe";
+/// The address the start-up probe traces (TEST-NET-1: nothing sends to it).
+const PROBE_ADDR: &str = "192.0.2.1";
 
 /// What `/init` does.
 #[derive(Debug, Clone)]
@@ -82,6 +86,16 @@ pub fn script(plan: &InitPlan) -> String {
         );
     }
     line(w, "mkdir -p /run/netns /dev/pts /dev/shm");
+    // The kernel loads modules on demand (nft_counter for every iptables-nft rule on 5.10,
+    // where it is not built in) through /proc/sys/kernel/modprobe, /sbin/modprobe by
+    // default: not in the image (merged /usr), so name the real one.
+    line(
+        w,
+        &format!(
+            "echo {} >/proc/sys/kernel/modprobe || echo \"{MARKER} warning: cannot set the kernel's modprobe\"",
+            quote(&paths.modprobe)
+        ),
+    );
     marker(w, "init kernel=$(uname -r)");
     let modules = plan.modules.join(" ");
     let modprobe = quote(&paths.modprobe);
@@ -96,6 +110,18 @@ pub fn script(plan: &InitPlan) -> String {
     line(w, &format!("{} link set lo up", quote(&paths.ip)));
     marker(w, &format!("modules count={}", plan.modules.len()));
     line(w, "cd /tmp");
+    // What pktrace makes of this kernel (tc mechanism, the NAT hook `auto` picks, how drops
+    // attach): its start-up lines for one second on `lo`, one marker line each.
+    line(
+        w,
+        &format!(
+            "\"$PKTRACE_BIN\" --pod-ip {PROBE_ADDR} --interfaces lo -d 1 -o json >/dev/null 2>/tmp/probe.txt"
+        ),
+    );
+    line(
+        w,
+        &format!("while read -r l; do echo \"{MARKER} {PROBE} $l\"; done </tmp/probe.txt"),
+    );
     let args: Vec<String> = std::iter::once("--test-threads=1".to_owned())
         .chain(std::iter::once("--show-output".to_owned()))
         .chain(plan.test_args.iter().map(|a| quote(a)))
@@ -195,6 +221,7 @@ mod tests {
         assert!(text.starts_with("#!/busybox/sh\n"));
         assert!(text.contains("/usr/sbin/modprobe -a veth nf_nat"));
         assert!(text.contains("/usr/bin/ip link set lo up"));
+        assert!(text.contains("echo /usr/sbin/modprobe >/proc/sys/kernel/modprobe"));
         assert!(text.contains("export PKTRACE_DIST_BIN=/bin/pktrace-dist\n"));
         assert!(text.contains(
             "for run in $(echo \"${vmtest_runs:-kprobe:journeys,auto:journeys}\" | tr , ' '); do"
@@ -210,6 +237,10 @@ mod tests {
         );
         assert!(text.contains("echo \"@@vm-test hook=$hook binary=$binary exit=$rc uptime=$up\""));
         assert!(text.contains("mount -t bpf bpf /sys/fs/bpf"));
+        assert!(text.contains(
+            "\"$PKTRACE_BIN\" --pod-ip 192.0.2.1 --interfaces lo -d 1 -o json >/dev/null 2>/tmp/probe.txt\n\
+             while read -r l; do echo \"@@vm-test probe $l\"; done </tmp/probe.txt\n"
+        ));
         assert!(text.contains("mount -t securityfs securityfs /sys/kernel/security"));
         assert!(!text.contains("export -f"));
         assert!(text.trim_end().ends_with("poweroff -f"));

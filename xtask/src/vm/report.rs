@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
-use super::init::MARKER;
+use super::init::{MARKER, PROBE};
 
 /// One test's result as libtest printed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,8 @@ pub struct Report {
     pub modprobe_failed: Vec<String>,
     /// Kernel panics, oopses, lockups and `/init` warnings, as printed.
     pub alarms: Vec<String>,
+    /// pktrace's start-up lines in the guest (`@@vm-test probe LINE`).
+    pub probe: Vec<String>,
 }
 
 /// Parses console `lines` (host arrival time, text).
@@ -126,6 +128,9 @@ fn marker(report: &mut Report, open: &mut Option<usize>, at: Duration, rest: &st
             .modprobe_failed
             .extend(fields.get("module").map(|m| (*m).to_owned())),
         "warning:" => report.alarms.push(format!("{MARKER}{rest}")),
+        PROBE => report
+            .probe
+            .push(rest.trim_start()[PROBE.len()..].trim().to_owned()),
         "begin" => {
             report.runs.push(Run {
                 hook: fields.get("hook").copied().unwrap_or_default().to_owned(),
@@ -290,6 +295,7 @@ mod tests {
     const CONSOLE: &str = "\
 @@vm-test init kernel=6.1.0-41-cloud-amd64 uptime=2.50
 @@vm-test modules count=24 uptime=4.10
+@@vm-test probe pktrace: tracing 192.0.2.1 (192.0.2.1) on 1 interfaces (clsact): lo
 @@vm-test begin hook=kprobe binary=lifecycle uptime=4.20
 running 2 tests
 test count_limit_stops ... ok
@@ -309,6 +315,10 @@ test count_limit_stops ... ok
         let report = parse(&lines(CONSOLE));
         assert_eq!(report.init, Some((Duration::from_secs(0), 2.5)));
         assert_eq!(report.modules, Some(4.1));
+        assert_eq!(
+            report.probe,
+            ["pktrace: tracing 192.0.2.1 (192.0.2.1) on 1 interfaces (clsact): lo"]
+        );
         assert_eq!(report.runs.len(), 2);
         let first = &report.runs[0];
         assert_eq!(
