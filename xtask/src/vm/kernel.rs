@@ -3,9 +3,10 @@
 //! with `dpkg -x` and given a `modules.dep` with `depmod -b`, all cached under
 //! `~/.cache/pktrace/vm/` and reused. `--kernel` takes a version, a `.deb`, a vmlinuz,
 //! a bookworm-backports version (`6.12.74+deb12-cloud-amd64`) or [`BACKPORTS`]: the newest
-//! cloud kernel of Debian's bookworm-backports (6.12 in 2026), the
-//! line where BPF netfilter programs exist (6.4+), fetched through an apt configuration of the
-//! VM tier's own (its sources, lists and cache in the cache directory; the machine's apt
+//! cloud kernel of Debian's bookworm-backports (6.12 in 2026), the line where BPF netfilter
+//! programs exist (6.4+), a bullseye version (`5.10.0-32-cloud-amd64`) or [`BULLSEYE`]: the
+//! newest 5.10 cloud kernel, the oldest line pktrace supports. Those two suites are fetched
+//! through apt configurations of the VM tier's own ([`super::apt`]; the machine's apt
 //! sources stay as they are).
 
 use std::{
@@ -18,6 +19,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use super::apt;
 use crate::cmd::{describe, find_program, is_root, output, run};
 
 /// The package family the default kernel comes from (Debian bookworm's cloud flavour).
@@ -27,10 +29,10 @@ const DEFAULT_SUFFIX: &str = "-cloud-amd64";
 pub const BACKPORTS: &str = "backports";
 /// The package names of bookworm-backports' cloud kernels: `linux-image-<X.Y.Z>+deb12-cloud-amd64`.
 const BACKPORTS_SUFFIX: &str = "+deb12-cloud-amd64";
-/// The private apt configuration's sources (deb822), signed by Debian's archive keyring.
-const BACKPORTS_SOURCES: &str = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: \
-                                 bookworm-backports\nComponents: main\nSigned-By: \
-                                 /usr/share/keyrings/debian-archive-keyring.gpg\n";
+/// `--kernel` value for the newest cloud kernel of Debian bullseye (5.10).
+pub const BULLSEYE: &str = "bullseye";
+/// The package family of bullseye's cloud kernels: `linux-image-5.10.0-<N>-cloud-amd64`.
+const BULLSEYE_PREFIX: &str = "linux-image-5.10.0-";
 /// Marks a kernel directory whose unpacking and depmod finished.
 const COMPLETE: &str = ".complete";
 
@@ -87,6 +89,13 @@ pub fn resolve(spec: Option<&str>) -> Result<Kernel> {
     };
     if spec == BACKPORTS {
         return backports(None);
+    }
+    if spec == BULLSEYE {
+        return bullseye(None);
+    }
+    if spec.starts_with(&BULLSEYE_PREFIX["linux-image-".len()..]) && spec.ends_with(DEFAULT_SUFFIX)
+    {
+        return bullseye(Some(spec));
     }
     if spec.ends_with(BACKPORTS_SUFFIX) {
         return backports(Some(spec));
@@ -162,67 +171,61 @@ fn apt_search() -> Result<String> {
 /// `listing` (`apt-cache search` output), as a kernel version.
 #[must_use]
 pub fn newest_in(listing: &str) -> Option<String> {
+    newest_abi(listing, DEFAULT_PREFIX)
+}
+
+/// The highest ABI number among `<prefix><N>-cloud-amd64` package names starting lines of
+/// `listing`, as a kernel version.
+fn newest_abi(listing: &str, prefix: &str) -> Option<String> {
     package_names(listing)
         .filter_map(|name| {
-            let abi = name
-                .strip_prefix(DEFAULT_PREFIX)?
-                .strip_suffix(DEFAULT_SUFFIX)?;
+            let abi = name.strip_prefix(prefix)?.strip_suffix(DEFAULT_SUFFIX)?;
             abi.parse::<u32>().ok()
         })
         .max()
-        .map(|abi| {
-            format!(
-                "{}{abi}{DEFAULT_SUFFIX}",
-                &DEFAULT_PREFIX["linux-image-".len()..]
-            )
-        })
+        .map(|abi| format!("{}{abi}{DEFAULT_SUFFIX}", &prefix["linux-image-".len()..]))
 }
 
 /// A bookworm-backports cloud kernel, `version` (`6.12.74+deb12-cloud-amd64`) or the newest:
 /// its index fetched once a day into the private apt configuration ([`BACKPORTS`]), the
 /// package downloaded once and cached; offline, the newest one already unpacked.
 fn backports(version: Option<&str>) -> Result<Kernel> {
+    from_suite(&apt::BOOKWORM_BACKPORTS, version, newest_backport)
+}
+
+/// A bullseye cloud kernel, `version` (`5.10.0-32-cloud-amd64`) or the newest, fetched as
+/// [`backports`] fetches its kernels: 5.10, the oldest kernel pktrace supports (no tcx, no
+/// BPF netfilter links, no fentry on modules, no drop reasons).
+fn bullseye(version: Option<&str>) -> Result<Kernel> {
+    from_suite(&apt::BULLSEYE, version, |listing| {
+        newest_abi(listing, BULLSEYE_PREFIX)
+    })
+}
+
+/// A kernel of `suite`: `version`, else the newest `newest` finds in its index, else in the
+/// cache; from the cache when unpacked before, else downloaded through the suite's own apt
+/// configuration.
+fn from_suite(
+    suite: &apt::Suite,
+    version: Option<&str>,
+    newest: impl Fn(&str) -> Option<String>,
+) -> Result<Kernel> {
     if let Some(v) = version
         && cache_dir().join("kernels").join(v).join(COMPLETE).exists()
     {
         return from_apt_with(v, &[]);
     }
-    let apt = cache_dir().join("apt-backports");
-    let lists = apt.join("lists");
-    fs::create_dir_all(lists.join("partial"))
-        .with_context(|| format!("creating {}", lists.display()))?;
-    fs::create_dir_all(apt.join("cache/archives/partial"))?;
-    fs::create_dir_all(apt.join("sources.d"))?;
-    fs::write(apt.join("sources.d/backports.sources"), BACKPORTS_SOURCES)?;
-    fs::write(apt.join("empty.list"), "")?;
-    let options = [
-        format!("Dir::Etc::SourceList={}", apt.join("empty.list").display()),
-        format!("Dir::Etc::SourceParts={}", apt.join("sources.d").display()),
-        format!("Dir::State::Lists={}", lists.display()),
-        format!("Dir::Cache={}", apt.join("cache").display()),
-    ];
-    let stamp = lists.join(".updated");
-    let fresh = fs::metadata(&stamp)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() < 86_400));
-    if !fresh {
-        eprintln!(
-            "vm-test: apt-get update of bookworm-backports (into {})",
-            apt.display()
-        );
-        match run(apt_get(&options).args(["update", "-qq"])) {
-            Ok(()) => fs::write(&stamp, "")?,
-            Err(e) => eprintln!("vm-test: {e:#}; using the index and kernels already cached"),
-        }
-    }
-    let pattern = format!("^linux-image-[0-9.]+{}$", regex_escape(BACKPORTS_SUFFIX));
-    let mut search = with_options(Command::new("apt-cache"), &options);
-    let listing = output(search.args(["search", "--names-only", &pattern])).unwrap_or_default();
+    let options = suite.options()?;
     let version = match version {
         Some(v) => v.to_owned(),
-        None => newest_backport(&listing)
-            .or_else(|| newest_backport(&cached_listing()))
-            .context("no bookworm-backports cloud kernel known (apt-get update of it failed?)")?,
+        None => newest(&suite.listing(&options))
+            .or_else(|| newest(&cached_listing()))
+            .with_context(|| {
+                format!(
+                    "no {} cloud kernel known (apt-get update of it failed?)",
+                    suite.name
+                )
+            })?,
     };
     from_apt_with(&version, &options)
 }
@@ -296,31 +299,13 @@ fn cached_deb(debs: &Path, package: &str) -> Option<PathBuf> {
     found.pop()
 }
 
-/// `apt-get` with `-o` `options`, run as root in the sandbox root's downloads need.
-fn apt_get(options: &[String]) -> Command {
-    let mut cmd = Command::new("apt-get");
-    if is_root() {
-        // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
-        cmd.args(["-o", "APT::Sandbox::User=root"]);
-    }
-    with_options(cmd, options)
-}
-
-/// `cmd` (apt-get, apt-cache) with each of `options` as `-o`.
-fn with_options(mut cmd: Command, options: &[String]) -> Command {
-    for o in options {
-        cmd.args(["-o", o]);
-    }
-    cmd
-}
-
 fn download(debs: &Path, package: &str, options: &[String]) -> Result<PathBuf> {
     fs::create_dir_all(debs).with_context(|| format!("creating {}", debs.display()))?;
     eprintln!(
         "vm-test: apt-get download {package} (into {})",
         debs.display()
     );
-    let mut cmd = apt_get(options);
+    let mut cmd = apt::apt_get(options);
     cmd.args(["download", "-q", package]).current_dir(debs);
     run(&mut cmd).with_context(|| {
         format!(
@@ -502,6 +487,18 @@ mod tests {
         );
         assert_eq!(newest_backport("linux-image-6.1.0-41-cloud-amd64"), None);
         assert_eq!(regex_escape("+deb12-cloud.x"), "\\+deb12-cloud\\.x");
+    }
+
+    #[test]
+    fn picks_the_highest_abi_of_bullseyes_cloud_flavour() {
+        let listing = "linux-image-5.10.0-30-cloud-amd64 - Linux 5.10 for x86-64 cloud (signed)\n\
+                       linux-image-5.10.0-32-cloud-amd64 - Linux 5.10 for x86-64 cloud (signed)\n\
+                       linux-image-5.10.0-33-amd64 - Linux 5.10 for 64-bit PCs\n";
+        assert_eq!(
+            newest_abi(listing, BULLSEYE_PREFIX).as_deref(),
+            Some("5.10.0-32-cloud-amd64")
+        );
+        assert_eq!(newest_abi(listing, DEFAULT_PREFIX), None);
     }
 
     #[test]
