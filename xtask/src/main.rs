@@ -46,9 +46,15 @@ enum Task {
         /// Kernel: a version (6.1.0-41-cloud-amd64, or from bookworm-backports
         /// 6.12.74+deb12-cloud-amd64), a .deb, a vmlinuz, or `backports` (the newest
         /// bookworm-backports cloud kernel) [default: the newest bookworm
-        /// linux-image-6.1.0-*-cloud-amd64].
+        /// linux-image-6.1.0-*-cloud-amd64]. With --matrix: the one cell to run (5.10, 6.1,
+        /// 6.12).
         #[arg(long, value_name = "FILE|VERSION")]
         kernel: Option<String>,
+        /// Run the kernel matrix, one cell after the other: Debian's 5.10 (kprobe), 6.1
+        /// (kprobe, fentry) and 6.12 (netfilter); print one table of test × kernel × hook and,
+        /// when every cell ran without a test filter, write docs/compat.md.
+        #[arg(long, conflicts_with = "hook")]
+        matrix: bool,
         /// NAT hooks to run the tests with (pktrace --nat-hook; auto: pktrace chooses).
         #[arg(
             long,
@@ -229,17 +235,25 @@ fn run(cli: Cli) -> Result<()> {
         Task::IntegrationTest { args } => runner::integration_test(&args),
         Task::VmTest {
             kernel,
+            matrix,
             hook,
             jobs,
             timeout,
             args,
-        } => xtask::vm::vm_test(&xtask::vm::VmOptions {
-            kernel,
-            hooks: hook,
-            jobs,
-            timeout: Duration::from_secs(timeout),
-            test_args: args,
-        }),
+        } => {
+            let options = xtask::vm::VmOptions {
+                kernel,
+                hooks: hook,
+                jobs,
+                timeout: Duration::from_secs(timeout),
+                test_args: args,
+            };
+            if matrix {
+                xtask::vm::matrix::run(&options, &xtask::workspace_root())
+            } else {
+                xtask::vm::vm_test(&options)
+            }
+        }
         Task::Test => runner::test_all(),
         Task::Dist { arch } => {
             let targets = arch

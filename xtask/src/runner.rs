@@ -115,28 +115,17 @@ const TIERS: [Tier; 6] = [
     },
 ];
 
-/// The bookworm-backports kernel of the VM tier, pinned: every test passed on it (twice, with
-/// `--hook netfilter` and `auto`), while the guest of 6.12.95 (the newest in November 2026)
-/// crashed in the mmap path under TCG twice with netfilter programs and once with fentry ones
-/// (a double fault in `kmem_cache_alloc`, a NULL dereference in the maple tree).
-const VM_BACKPORTS_KERNEL: &str = "6.12.74+deb12-cloud-amd64";
-
-/// The VM tier: Debian's 6.1 with the kprobe and fentry NAT programs, then bookworm-backports'
-/// 6.12 ([`VM_BACKPORTS_KERNEL`]) with the netfilter ones (6.4+: the programs this host also
-/// runs, on another kernel's BTF). One guest at a time in CI: two TCG guests side by side on
-/// two cores once failed to boot ("IO-APIC + timer doesn't work"); `cargo xtask vm-test`
-/// alone may use more.
+/// The VM tier: the whole kernel matrix ([`crate::vm::matrix::CELLS`]: Debian's 5.10 with
+/// the kprobe NAT programs, 6.1 with kprobe and fentry, bookworm-backports' 6.12 with the
+/// netfilter ones), which also writes docs/compat.md. One guest at a time in CI: two TCG
+/// guests side by side on two cores once failed to boot ("IO-APIC + timer doesn't work");
+/// `cargo xtask vm-test` alone may use more.
 fn vm() -> Result<()> {
     let one = crate::vm::VmOptions {
         jobs: 1,
         ..crate::vm::VmOptions::default()
     };
-    crate::vm::vm_test(&one)?;
-    crate::vm::vm_test(&crate::vm::VmOptions {
-        kernel: Some(VM_BACKPORTS_KERNEL.to_owned()),
-        hooks: vec!["netfilter".to_owned()],
-        ..one
-    })
+    crate::vm::matrix::run(&one, &workspace_root())
 }
 
 /// Runs every tier, stopping at the first failure; prints one final line per tier.

@@ -11,11 +11,13 @@
 //! `lockdown=confidentiality`, after the VM with the least to do.
 
 use std::fmt::Write as _;
+pub mod apt;
 pub mod cpio;
 pub mod image;
 pub mod init;
 pub mod initramfs;
 pub mod kernel;
+pub mod matrix;
 pub mod modules;
 pub mod pack;
 pub mod payload;
@@ -98,6 +100,45 @@ struct Vm {
     report: report::Report,
 }
 
+/// What one `vm-test` run found: its kernel, every run's results, pktrace's start-up lines
+/// in the guest, what failed, and how long it all took.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// `uname -r` of the guest.
+    pub kernel: String,
+    /// Every (hook, test binary) run of every boot.
+    pub report: report::Report,
+    /// pktrace's start-up lines in the first guest ([`init::PROBE`]).
+    pub probe: Vec<String>,
+    /// One line per problem (a failed run, a guest that never got to the end).
+    pub failures: Vec<String>,
+    /// From the start to the summary, builds included.
+    pub elapsed: Duration,
+    /// Where the console logs are.
+    pub out_dir: PathBuf,
+}
+
+impl Outcome {
+    /// `Ok` when nothing failed; else the failures, said on stderr.
+    ///
+    /// # Errors
+    /// When a run failed or a guest never got to the end.
+    pub fn verdict(&self) -> Result<()> {
+        if self.failures.is_empty() {
+            eprintln!("vm-test: every run passed");
+            return Ok(());
+        }
+        for failure in &self.failures {
+            eprintln!("vm-test: FAILED {failure}");
+        }
+        bail!(
+            "vm-test failed ({} problem(s); console logs in {})",
+            self.failures.len(),
+            self.out_dir.display()
+        )
+    }
+}
+
 /// Builds everything, boots the guests, runs the tests per hook and prints the summary;
 /// fails if any run failed, or a guest never got to the end.
 ///
@@ -105,6 +146,14 @@ struct Vm {
 /// On an unknown hook, if anything cannot be built or written, or if a run failed or a guest
 /// never got to the end.
 pub fn vm_test(options: &VmOptions) -> Result<()> {
+    run(options)?.verdict()
+}
+
+/// [`vm_test`] without the verdict: what happened, failures included.
+///
+/// # Errors
+/// On an unknown hook, or if anything cannot be built or written.
+pub fn run(options: &VmOptions) -> Result<Outcome> {
     let start = Instant::now();
     check_hooks(&options.hooks)?;
     let kernel = kernel::resolve(options.kernel.as_deref())?;
@@ -185,14 +234,14 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
         }
     }
     let vms = run_vms(lanes, &base, &out_dir);
-    summarize(
+    Ok(summarize(
         &vms,
         &order,
         &kernel.version,
         options,
         [start, prepared, built, packed],
         &out_dir,
-    )
+    ))
 }
 
 /// One boot of the image: its runs and the words it adds to the kernel command line; `tag`
@@ -304,7 +353,7 @@ fn summarize(
     options: &VmOptions,
     [start, prepared, built, packed]: [Instant; 4],
     out_dir: &Path,
-) -> Result<()> {
+) -> Outcome {
     let mut failures = Vec::new();
     let mut all = report::Report::default();
     eprintln!();
@@ -362,18 +411,19 @@ fn summarize(
     if all.runs.iter().all(|r| r.tests.is_empty()) {
         eprintln!("vm-test: warning: no test ran (does the filter match any?)");
     }
-    if failures.is_empty() {
-        eprintln!("vm-test: every run passed");
-        return Ok(());
+    Outcome {
+        kernel: kernel.to_owned(),
+        probe: vms
+            .iter()
+            .map(|vm| &vm.report.probe)
+            .find(|p| !p.is_empty())
+            .cloned()
+            .unwrap_or_default(),
+        report: all,
+        failures,
+        elapsed: start.elapsed(),
+        out_dir: out_dir.to_path_buf(),
     }
-    for failure in &failures {
-        eprintln!("vm-test: FAILED {failure}");
-    }
-    bail!(
-        "vm-test failed ({} problem(s); console logs in {})",
-        failures.len(),
-        out_dir.display()
-    )
 }
 
 /// Removes the console logs of an earlier run (it may have had more VMs).
