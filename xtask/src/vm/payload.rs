@@ -12,12 +12,13 @@ use super::initramfs::Payload;
 use crate::{cmd::describe, target_dir, workspace_root};
 
 /// The test binaries the guest runs: those whose outcome depends on the NAT hook (kprobe,
-/// fentry) or on a kernel without tcx. The rest (pod resolution, lab variants, following
+/// fentry), on a kernel without tcx or on how the kernel reports drops. The rest (pod resolution, lab variants, following
 /// interfaces, the safety suite) exercise user space and the tc path, which the host's
 /// integration tier covers; under TCG they would add tens of minutes per hook.
-pub const VM_TESTS: [&str; 7] = [
+pub const VM_TESTS: [&str; 8] = [
     "tests",
     "journeys",
+    "drops",
     "first_packet",
     "nat_hooks",
     "lifecycle",
