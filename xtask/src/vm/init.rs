@@ -86,16 +86,7 @@ pub fn script(plan: &InitPlan) -> String {
         );
     }
     line(w, "mkdir -p /run/netns /dev/pts /dev/shm");
-    // The kernel loads modules on demand (nft_counter for every iptables-nft rule on 5.10,
-    // where it is not built in) through /proc/sys/kernel/modprobe, /sbin/modprobe by
-    // default: not in the image (merged /usr), so name the real one.
-    line(
-        w,
-        &format!(
-            "echo {} >/proc/sys/kernel/modprobe || echo \"{MARKER} warning: cannot set the kernel's modprobe\"",
-            quote(&paths.modprobe)
-        ),
-    );
+    kernel_modprobe(w, &paths.modprobe);
     marker(w, "init kernel=$(uname -r)");
     let modules = plan.modules.join(" ");
     let modprobe = quote(&paths.modprobe);
@@ -110,18 +101,7 @@ pub fn script(plan: &InitPlan) -> String {
     line(w, &format!("{} link set lo up", quote(&paths.ip)));
     marker(w, &format!("modules count={}", plan.modules.len()));
     line(w, "cd /tmp");
-    // What pktrace makes of this kernel (tc mechanism, the NAT hook `auto` picks, how drops
-    // attach): its start-up lines for one second on `lo`, one marker line each.
-    line(
-        w,
-        &format!(
-            "\"$PKTRACE_BIN\" --pod-ip {PROBE_ADDR} --interfaces lo -d 1 -o json >/dev/null 2>/tmp/probe.txt"
-        ),
-    );
-    line(
-        w,
-        &format!("while read -r l; do echo \"{MARKER} {PROBE} $l\"; done </tmp/probe.txt"),
-    );
+    probe(w);
     let args: Vec<String> = std::iter::once("--test-threads=1".to_owned())
         .chain(std::iter::once("--show-output".to_owned()))
         .chain(plan.test_args.iter().map(|a| quote(a)))
@@ -163,6 +143,34 @@ pub fn script(plan: &InitPlan) -> String {
     marker(w, "done");
     line(w, "poweroff -f");
     s
+}
+
+/// Names the image's modprobe to the kernel. The kernel loads modules on demand (5.10's
+/// `nft_counter` for every iptables-nft rule, built in later) through
+/// `/proc/sys/kernel/modprobe`, `/sbin/modprobe` by default: not in the image (merged /usr).
+fn kernel_modprobe(w: &mut String, modprobe: &str) {
+    line(
+        w,
+        &format!(
+            "echo {} >/proc/sys/kernel/modprobe || echo \"{MARKER} warning: cannot set the kernel's modprobe\"",
+            quote(modprobe)
+        ),
+    );
+}
+
+/// What pktrace makes of this kernel (tc mechanism, the NAT hook `auto` picks, how drops
+/// attach): its start-up lines for one second on `lo`, one marker line each.
+fn probe(w: &mut String) {
+    line(
+        w,
+        &format!(
+            "\"$PKTRACE_BIN\" --pod-ip {PROBE_ADDR} --interfaces lo -d 1 -o json >/dev/null 2>/tmp/probe.txt"
+        ),
+    );
+    line(
+        w,
+        &format!("while read -r l; do echo \"{MARKER} {PROBE} $l\"; done </tmp/probe.txt"),
+    );
 }
 
 fn line(w: &mut String, text: &str) {

@@ -273,11 +273,17 @@ pub fn probed(lines: &[String]) -> Probed {
         if text.starts_with("tracing ")
             && let Some(rest) = text.split_once(" interfaces (").map(|(_, r)| r)
         {
-            found.tc = rest.split(')').next().unwrap_or_default().to_owned();
+            rest.split(')')
+                .next()
+                .unwrap_or_default()
+                .clone_into(&mut found.tc);
         } else if let Some(rest) = text.strip_prefix("NAT hook ")
             && !rest.contains(": skipped")
         {
-            found.auto_hook = rest.split(':').next().unwrap_or_default().to_owned();
+            rest.split(':')
+                .next()
+                .unwrap_or_default()
+                .clone_into(&mut found.auto_hook);
         } else if let Some(rest) = text.strip_prefix("drops: ") {
             found.drops = if rest.contains("location only") {
                 "no (NOT_SPECIFIED)".to_owned()
