@@ -19,8 +19,10 @@ use super::{
 use crate::cmd::capture;
 
 /// Host programs copied into the guest; `true`: required.
-pub const PROGRAMS: [(&str, bool); 23] = [
+pub const PROGRAMS: [(&str, bool); 24] = [
     ("ip", true),
+    // The drop tests read the kernel's SNMP counters with it (iproute2, as `ip` is).
+    ("nstat", true),
     ("bridge", true),
     ("tc", true),
     ("iptables", true),
