@@ -191,7 +191,18 @@ fn attach_raw(ebpf: &mut Ebpf, program: &'static str) -> Result<RawTracePointLin
         .ok_or(DropError::MissingProgram(program))?
         .try_into()
         .map_err(aya)?;
-    prog.load().map_err(aya)?;
+    // The verifier's log is many lines; the warning is one: its last meaningful line.
+    prog.load().map_err(|e| match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => DropError::Refused {
+            program,
+            reason: verifier_reason(&verifier_log.to_string()).to_owned(),
+            errno: io_error,
+        },
+        source => aya(source),
+    })?;
     let id = prog.attach(TRACEPOINT).map_err(aya)?;
     prog.take_link(id).map_err(aya)
 }
