@@ -54,6 +54,13 @@ impl Reasons {
             .map_or_else(|| Rc::from(reason.to_string()), Rc::clone)
     }
 
+    /// Whether the kernel gives drop reasons (its BTF has `enum skb_drop_reason`, 5.17+);
+    /// before, every drop is `NOT_SPECIFIED`.
+    #[must_use]
+    pub fn given(&self) -> bool {
+        !self.names.is_empty()
+    }
+
     /// False for the values that are no drop: `SKB_CONSUMED` (a packet freed after use; from
     /// 6.3 it never reaches `kfree_skb`, but an older kernel's path may) and
     /// `SKB_NOT_DROPPED_YET`.

@@ -15,8 +15,12 @@ use crate::journey::model::{DropStep, Ending, Step, StepKind};
 /// before it (`raw_local_deliver`), so the answer reached the pinger: no failure to show.
 /// Newer kernels free it in `ping_rcv` itself; older ones (6.1) return the reason to
 /// `icmp_rcv`/`icmpv6_rcv`, whose only handler that answers `NO_SOCKET` is `ping_rcv`.
-fn raw_socket_copy(reason: &str, location: &str) -> bool {
-    reason == "NO_SOCKET" && matches!(location, "ping_rcv" | "icmp_rcv" | "icmpv6_rcv")
+/// Kernels without drop reasons (`given` false: before 5.17) free it in `icmp_rcv` as
+/// `NOT_SPECIFIED`, which there cannot be told from the other frees of `icmp_rcv`: none of
+/// them is shown on those kernels.
+fn raw_socket_copy(reason: &str, location: &str, given: bool) -> bool {
+    let no_socket = reason == "NO_SOCKET" || (!given && reason == "NOT_SPECIFIED");
+    no_socket && matches!(location, "ping_rcv" | "icmp_rcv" | "icmpv6_rcv")
 }
 
 /// How many of the newest completed journeys a drop looks through.
@@ -31,7 +35,7 @@ impl Correlator {
             return;
         }
         let (reason, location) = (names.reasons().name(ev.reason), names.location(ev.location));
-        if raw_socket_copy(&reason, &location) {
+        if raw_socket_copy(&reason, &location, names.reasons().given()) {
             return;
         }
         let step = Step {
@@ -76,12 +80,22 @@ mod raw_copy_tests {
 
     #[test]
     fn only_no_socket_from_ping_rcv_is_a_raw_sockets_copy() {
-        assert!(raw_socket_copy("NO_SOCKET", "ping_rcv"));
-        assert!(raw_socket_copy("NO_SOCKET", "icmp_rcv"));
-        assert!(raw_socket_copy("NO_SOCKET", "icmpv6_rcv"));
-        assert!(!raw_socket_copy("NETFILTER_DROP", "icmp_rcv"));
-        assert!(!raw_socket_copy("NO_SOCKET", "__udp4_lib_rcv"));
-        assert!(!raw_socket_copy("NO_SOCKET", "tcp_v4_rcv"));
-        assert!(!raw_socket_copy("NETFILTER_DROP", "ping_rcv"));
+        assert!(raw_socket_copy("NO_SOCKET", "ping_rcv", true));
+        assert!(raw_socket_copy("NO_SOCKET", "icmp_rcv", true));
+        assert!(raw_socket_copy("NO_SOCKET", "icmpv6_rcv", true));
+        assert!(!raw_socket_copy("NETFILTER_DROP", "icmp_rcv", true));
+        assert!(!raw_socket_copy("NO_SOCKET", "__udp4_lib_rcv", true));
+        assert!(!raw_socket_copy("NO_SOCKET", "tcp_v4_rcv", true));
+        assert!(!raw_socket_copy("NETFILTER_DROP", "ping_rcv", true));
+        // A kernel that gives reasons names the other frees of icmp_rcv otherwise.
+        assert!(!raw_socket_copy("NOT_SPECIFIED", "icmp_rcv", true));
+    }
+
+    #[test]
+    fn without_reasons_an_icmp_rcv_free_is_a_raw_sockets_copy() {
+        assert!(raw_socket_copy("NOT_SPECIFIED", "icmp_rcv", false));
+        assert!(raw_socket_copy("NOT_SPECIFIED", "icmpv6_rcv", false));
+        assert!(!raw_socket_copy("NOT_SPECIFIED", "__udp4_lib_rcv", false));
+        assert!(!raw_socket_copy("NOT_SPECIFIED", "nf_hook_slow", false));
     }
 }
