@@ -14,6 +14,7 @@ use std::{
 
 use tests::{
     LabGuard,
+    leftovers::kernel_at_least,
     rawbpf::enter_netns,
     trace::{Pktrace, Trace},
 };
@@ -110,25 +111,14 @@ fn drops_to<'a>(trace: &'a Trace, dst: &str) -> Vec<(&'a JourneyLine, &'a StepLi
         .collect()
 }
 
-/// The first kernel whose `skb:kfree_skb` tracepoint passes a drop reason (5.17).
-const FIRST_WITH_REASONS: (u32, u32) = (5, 17);
-
 /// The reason pktrace must report for a drop the kernel names `reason`: that name on a kernel
-/// that gives reasons, `NOT_SPECIFIED` before (5.10's tracepoint has none; pktrace says so).
+/// whose `skb:kfree_skb` tracepoint gives reasons (5.17+), `NOT_SPECIFIED` before (5.10's has
+/// none; pktrace says so).
 fn expected(reason: &'static str) -> &'static str {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("kernel release");
-    let mut parts = release
-        .trim()
-        .split(['.', '-'])
-        .map(|p| p.parse::<u32>().ok());
-    let version = (
-        parts.next().flatten().unwrap_or_default(),
-        parts.next().flatten().unwrap_or_default(),
-    );
-    if version < FIRST_WITH_REASONS {
-        "NOT_SPECIFIED"
-    } else {
+    if kernel_at_least(5, 17) {
         reason
+    } else {
+        "NOT_SPECIFIED"
     }
 }
 

@@ -39,6 +39,10 @@ struct Kernel {
     fentry: Result<(), i32>,
     /// BPF netfilter links (Linux 6.4+).
     netfilter: bool,
+    /// `nf_nat_manip_pkt`'s BTF is there, for fentry to name: the `nf_nat` module's (5.11+), or
+    /// vmlinux's when `nf_nat` is built in (a built-in module's `/sys/module` entry has no
+    /// `initstate`).
+    nat_btf: bool,
 }
 
 impl Kernel {
@@ -47,13 +51,16 @@ impl Kernel {
             kprobe_pmu: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
             fentry: probe_tracing_load(),
             netfilter: kernel_at_least(6, 4),
+            nat_btf: Path::new("/sys/kernel/btf/nf_nat").exists()
+                || (Path::new("/sys/module/nf_nat").exists()
+                    && !Path::new("/sys/module/nf_nat/initstate").exists()),
         }
     }
 
     /// Whether the kernel has `hook`, by the probes above.
     fn has(&self, hook: &str) -> bool {
         match hook {
-            "fentry" => self.fentry.is_ok(),
+            "fentry" => self.fentry.is_ok() && self.nat_btf,
             "kprobe" => self.kprobe_pmu,
             "netfilter" => self.netfilter,
             // Conntrack's events over netlink: the lab's node loads nf_conntrack_netlink.
@@ -301,9 +308,17 @@ fn fentry_hook_fails_fast_where_tracing_is_refused_and_works_elsewhere() {
     let _lab = LabGuard::new();
     let kernel = Kernel::probe();
     match kernel.fentry {
-        Ok(()) => {
+        Ok(()) if kernel.nat_btf => {
             println!("kernel verifies tracing programs: --nat-hook fentry must work");
             expect_working("fentry", "fentry/fexit on nf_nat_manip_pkt");
+        }
+        Ok(()) => {
+            println!("no BTF for nf_nat_manip_pkt (nf_nat module without BTF: before 5.11)");
+            let err = expect_fail_fast("fentry");
+            assert!(
+                err.contains("nf_nat_manip_pkt is not in the kernel's BTF"),
+                "{err}"
+            );
         }
         Err(errno) => {
             let err = expect_fail_fast("fentry");
