@@ -101,7 +101,11 @@ pub fn run(options: &VmOptions, root: &Path) -> Result<()> {
             hooks: cell.hooks.iter().map(|h| (*h).to_owned()).collect(),
             ..options.clone()
         };
-        results.push((*cell, super::run(&one)));
+        let outcome = super::run(&one);
+        if let Ok(o) = &outcome {
+            keep_logs(&o.out_dir, cell.name);
+        }
+        results.push((*cell, outcome));
     }
     eprintln!();
     eprint!("{}", table(&results));
@@ -170,6 +174,21 @@ pub fn between_markers(text: &str, block: &str) -> Option<String> {
     Some(format!("{}\n{block}\n{}", &text[..start], &text[end..]))
 }
 
+/// Copies the cell's console logs (`console-*.log`, which the next cell's run removes) to
+/// `matrix-<cell>-console-*.log` beside them.
+fn keep_logs(dir: &Path, cell: &str) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("console-") && Path::new(&name).extension().is_some_and(|e| e == "log")
+        {
+            let _ = fs::copy(entry.path(), dir.join(format!("matrix-{cell}-{name}")));
+        }
+    }
+}
+
 /// A column's name: `5.10/x86_64/kprobe`.
 fn column(cell: &Cell, hook: &str) -> String {
     format!("{}/{}/{hook}", cell.name, cell.arch)
@@ -218,11 +237,12 @@ pub fn table(results: &[(Cell, Result<Outcome>)]) -> String {
         let _ = match result {
             Ok(o) => writeln!(
                 out,
-                "{} {}: kernel {}, {}, {:.0} s (builds included)",
+                "{} {}: kernel {}, {}, guests {:.0} s ({:.0} s with the builds)",
                 cell.name,
                 cell.arch,
                 o.kernel,
                 verdict(o),
+                o.guest.as_secs_f64(),
                 o.elapsed.as_secs_f64()
             ),
             Err(e) => writeln!(out, "{} {}: did not run: {e:#}", cell.name, cell.arch),
@@ -310,9 +330,11 @@ pub fn compat(results: &[(Cell, Result<Outcome>)]) -> String {
          guests reported; do not edit by hand. -->\n\nWhat pktrace found on each kernel of the \
          VM tier's matrix (qemu, TCG) in its last whole run: the tc mechanism and the NAT hook \
          `--nat-hook auto` chose and how drops attach, as pktrace's start-up lines in the \
-         guest said them, and the integration tests run there per NAT hook. The development \
+         guest said them, the integration tests run there per NAT hook, and the guests' time \
+         (qemu, one boot after the other, lockdown boot included; CI runs every cell, one \
+         guest at a time). The development \
          host (6.18) runs every test on tcx, netfilter links and `tp_btf` drops.\n\n\
-         | kernel | arch | NAT hooks tested | auto NAT hook | tc | drop reasons | tests | time | \
+         | kernel | arch | NAT hooks tested | auto NAT hook | tc | drop reasons | tests | guest time | \
          kernel package |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for (cell, result) in results {
@@ -348,7 +370,7 @@ pub fn compat(results: &[(Cell, Result<Outcome>)]) -> String {
             p.tc,
             p.drops,
             verdict(o),
-            minutes(o.elapsed),
+            minutes(o.guest),
             cell.source
         );
     }

@@ -114,6 +114,8 @@ pub struct Outcome {
     pub failures: Vec<String>,
     /// From the start to the summary, builds included.
     pub elapsed: Duration,
+    /// The guests' time: qemu's wall-clock time of every boot, one after the other.
+    pub guest: Duration,
     /// Where the console logs are.
     pub out_dir: PathBuf,
 }
@@ -422,6 +424,11 @@ fn summarize(
         report: all,
         failures,
         elapsed: start.elapsed(),
+        guest: vms
+            .iter()
+            .filter_map(|vm| vm.console.as_ref().ok())
+            .map(|c| c.elapsed)
+            .sum(),
         out_dir: out_dir.to_path_buf(),
     }
 }

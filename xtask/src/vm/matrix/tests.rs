@@ -24,7 +24,8 @@ fn outcome(kernel: &str, hook: &str, results: &[(&str, TestOutcome)], probe: &[&
             ..Report::default()
         },
         probe: probe.iter().map(|l| (*l).to_owned()).collect(),
-        elapsed: Duration::from_secs(90),
+        elapsed: Duration::from_secs(400),
+        guest: Duration::from_secs(90),
         ..Outcome::default()
     }
 }
@@ -93,7 +94,7 @@ fn one_table_of_test_by_kernel_arch_and_hook() {
         lines[2].split_whitespace().collect::<Vec<_>>(),
         ["journeys::udp", "FAILED", "-"]
     );
-    assert!(text.contains("5.10 x86_64: kernel 5.10.0-32-cloud-amd64, 1 passed, 1 failed, 90 s"));
+    assert!(text.contains("5.10 x86_64: kernel 5.10.0-32-cloud-amd64, 1 passed, 1 failed, guests 90 s (400 s with the builds)"));
     assert!(text.contains("6.12 x86_64: did not run: no kernel"));
     let md = compat(&results);
     assert!(md.contains(
