@@ -233,7 +233,8 @@ pub struct Args {
     pub trace_all: bool,
 
     /// Show only journeys that ended in a drop (the kernel freed the packet: a closed port, a
-    /// DROP or REJECT rule, no route), with the kernel's reason and where it happened.
+    /// DROP or REJECT rule, no route), with the kernel's reason and where it happened, and
+    /// connections whose first packet left the node and got no answer in 3 s.
     #[arg(long)]
     pub failures: bool,
 

@@ -87,7 +87,8 @@ pub enum Show {
     /// Every journey.
     #[default]
     All,
-    /// `--failures`: only journeys that ended in a drop.
+    /// `--failures`: only journeys that ended in a drop (connections without an answer are
+    /// shown either way).
     Failures,
 }
 

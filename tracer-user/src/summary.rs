@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::journey::{Journey, Point};
+use crate::journey::{Journey, Point, unanswered::Refusals};
 
 /// Sub-buckets per power of two: bucket width is at most 1/64 of its values (≤ 0.8 % error
 /// when reporting the middle of a bucket).
@@ -131,6 +131,14 @@ pub struct Summary {
     transit: Histogram,
     /// Journeys that ended in a drop, by reason.
     drops: BTreeMap<String, u64>,
+    /// Connections reported as unanswered.
+    no_answer: u64,
+    /// Connections still waiting for their answer at exit (for less than the wait).
+    no_answer_waiting: u64,
+    /// Connections answered by a reset or an ICMP error.
+    refusals: Refusals,
+    /// Waiting connections forgotten because their table was full.
+    evicted_connections: u64,
 }
 
 impl Summary {
@@ -168,6 +176,50 @@ impl Summary {
     #[must_use]
     pub const fn drops(&self) -> &BTreeMap<String, u64> {
         &self.drops
+    }
+
+    /// Counts a connection reported as unanswered.
+    pub fn add_no_answer(&mut self) {
+        self.no_answer += 1;
+    }
+
+    /// Connections reported as unanswered.
+    #[must_use]
+    pub const fn no_answer(&self) -> u64 {
+        self.no_answer
+    }
+
+    /// Sets the connections still waiting for their answer at exit.
+    pub fn set_no_answer_waiting(&mut self, n: u64) {
+        self.no_answer_waiting = n;
+    }
+
+    /// Connections still waiting for their answer at exit.
+    #[must_use]
+    pub const fn no_answer_waiting(&self) -> u64 {
+        self.no_answer_waiting
+    }
+
+    /// Sets the connections answered by a reset or an ICMP error.
+    pub fn set_refusals(&mut self, r: Refusals) {
+        self.refusals = r;
+    }
+
+    /// Connections answered by a reset or an ICMP error.
+    #[must_use]
+    pub const fn refusals(&self) -> Refusals {
+        self.refusals
+    }
+
+    /// Sets the total of waiting connections forgotten because their table was full.
+    pub fn set_evicted_connections(&mut self, n: u64) {
+        self.evicted_connections = n;
+    }
+
+    /// Waiting connections forgotten because their table was full.
+    #[must_use]
+    pub const fn evicted_connections(&self) -> u64 {
+        self.evicted_connections
     }
 
     /// Adds events read from the ring buffer.

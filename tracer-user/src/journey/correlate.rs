@@ -18,7 +18,7 @@ use foldhash::fast::RandomState;
 use tracer_common::{FAMILY_IPV4, Fingerprint, NatSeen, Observation, TcHook, TcSeen, Tuple, flag};
 
 use self::conntrack::complete_nat;
-use super::model::{Ending, Journey, NatChange, NatPoint, Step, StepKind};
+use super::model::{Ending, Journey, NatChange, NatPoint, PacketKind, Step, StepKind};
 pub use crate::attach::roles::HostIf;
 use crate::{drop::DropNames, nat::conntrack::NatTable};
 
@@ -227,6 +227,7 @@ impl Correlator {
                 hook: ev.hook,
                 iface: Some(name),
                 time_bound: ev.flags & flag::TC_CLAIMED != 0,
+                packet: PacketKind::of(ev.tuple.proto, &ev.fp),
             },
             tuple: ev.tuple,
             ktime_ns: ev.ktime_ns,

@@ -106,12 +106,74 @@ pub enum StepKind {
         /// emitted when DNAT made it a traced pod's, with the NAT step's start as its time
         /// (`flag::TC_CLAIMED`).
         time_bound: bool,
+        /// What the packet is to its connection (an opening, a reset, an ICMP error…): what
+        /// [`super::unanswered`] pairs connections and their answers by.
+        packet: PacketKind,
     },
     /// A NAT step.
     Nat(NatChange),
     /// The kernel dropped the packet: the journey's last step. Its rule, why and service,
     /// when the drop stage names them, are the step's `attribution`.
     Drop(DropStep),
+}
+
+/// What a packet is to its connection, read from its fingerprint (`tracer_common::parse`:
+/// TCP flags in the low byte of `c`, the ICMP type in bits 8..16 of `a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PacketKind {
+    /// TCP SYN without ACK: a connection's first packet.
+    Syn,
+    /// TCP with RST.
+    Reset,
+    /// Any other TCP segment.
+    Tcp,
+    /// A UDP datagram.
+    Udp,
+    /// ICMP or ICMPv6 echo request.
+    EchoRequest,
+    /// ICMP or ICMPv6 echo reply.
+    EchoReply,
+    /// An ICMP error (destination unreachable, time exceeded, parameter problem; for ICMPv6
+    /// also packet too big) about another packet.
+    IcmpError,
+    /// Anything else.
+    Other,
+}
+
+impl PacketKind {
+    /// The kind of a packet of protocol `proto` with fingerprint `fp`.
+    #[must_use]
+    pub const fn of(proto: u8, fp: &tracer_common::Fingerprint) -> Self {
+        const SYN: u32 = 0x02;
+        const RST: u32 = 0x04;
+        const ACK: u32 = 0x10;
+        let icmp_type = (fp.a >> 8) & 0xff;
+        match proto {
+            PROTO_TCP if fp.c & RST != 0 => Self::Reset,
+            PROTO_TCP if fp.c & (SYN | ACK) == SYN => Self::Syn,
+            PROTO_TCP => Self::Tcp,
+            PROTO_UDP => Self::Udp,
+            PROTO_ICMP => match icmp_type {
+                8 => Self::EchoRequest,
+                0 => Self::EchoReply,
+                3 | 11 | 12 => Self::IcmpError,
+                _ => Self::Other,
+            },
+            PROTO_ICMPV6 => match icmp_type {
+                128 => Self::EchoRequest,
+                129 => Self::EchoReply,
+                1..=4 => Self::IcmpError,
+                _ => Self::Other,
+            },
+            _ => Self::Other,
+        }
+    }
+
+    /// True for a packet that opens a connection: a TCP SYN, a UDP datagram, an echo request.
+    #[must_use]
+    pub const fn opens(self) -> bool {
+        matches!(self, Self::Syn | Self::Udp | Self::EchoRequest)
+    }
 }
 
 /// Why and where the kernel dropped a packet, as names of the running kernel.
@@ -208,6 +270,15 @@ impl Step {
     #[must_use]
     pub fn latency_ns(&self) -> Option<u64> {
         self.nat().and_then(|n| n.latency_ns)
+    }
+
+    /// tc steps: what the packet is to its connection.
+    #[must_use]
+    pub const fn packet_kind(&self) -> Option<PacketKind> {
+        match &self.kind {
+            StepKind::Tc { packet, .. } => Some(*packet),
+            StepKind::Nat(_) | StepKind::Drop(_) => None,
+        }
     }
 
     /// True for a tc step the hook saw at or before `ktime_ns` rather than at it.
@@ -362,6 +433,7 @@ impl Step {
                 hook,
                 iface: iface.map(Into::into),
                 time_bound: false,
+                packet: PacketKind::Other,
             },
             tuple,
             ktime_ns,
@@ -420,6 +492,13 @@ impl Step {
         match &mut self.kind {
             StepKind::Tc { iface, .. } => iface,
             StepKind::Nat(_) | StepKind::Drop(_) => panic!("only a tc step has an interface"),
+        }
+    }
+
+    /// Sets what a tc step's packet is to its connection.
+    pub fn set_packet_kind(&mut self, kind: PacketKind) {
+        if let StepKind::Tc { packet, .. } = &mut self.kind {
+            *packet = kind;
         }
     }
 

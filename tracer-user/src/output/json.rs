@@ -24,12 +24,21 @@ mod write;
 use std::io::{self, Write};
 
 use self::{
-    contract::{EvictedFlowsLine, EvictedLine, Line, LossLine, NatStats, SummaryLine},
+    contract::{
+        EvictedConnectionsLine, EvictedFlowsLine, EvictedLine, Line, LossLine, NatStats,
+        SummaryLine,
+    },
     lines::write_line,
     write::{json_str, write_journey},
 };
-use super::Sink;
-use crate::{journey::Journey, summary::Summary};
+use super::{Sink, no_answer};
+use crate::{
+    journey::{
+        Journey,
+        unanswered::{NoAnswer, Refusals},
+    },
+    summary::Summary,
+};
 
 /// Journey lines are gathered up to this many bytes before they are written: as large as the
 /// output's buffer (`run`'s `BufWriter`), so that a full batch goes past it without a copy.
@@ -40,6 +49,9 @@ pub struct JsonSink {
     out: Box<dyn Write + Send>,
     /// The `pod` field, already a JSON string.
     pod: Vec<u8>,
+    /// The `pod` and `svc` fields, for the lines written through serde.
+    pod_name: String,
+    svc_name: Option<String>,
     /// With `--svc`: the `svc` field, already a JSON string.
     svc: Option<Vec<u8>>,
     /// Journey lines not written yet (written when [`PENDING`] bytes are there, at
@@ -60,6 +72,8 @@ impl JsonSink {
         Self {
             out,
             pod: quoted,
+            pod_name: pod,
+            svc_name: None,
             svc: None,
             buf: Vec::new(),
         }
@@ -71,6 +85,7 @@ impl JsonSink {
         let mut quoted = Vec::new();
         json_str(&mut quoted, svc);
         self.svc = Some(quoted);
+        self.svc_name = Some(svc.to_owned());
         self
     }
 
@@ -91,6 +106,15 @@ impl Drop for JsonSink {
     fn drop(&mut self) {
         let _ = self.write_pending().and_then(|()| self.out.flush());
     }
+}
+
+/// The summary's `refused`: the kinds that answered some connection.
+fn refused(r: Refusals) -> std::collections::BTreeMap<String, u64> {
+    [("reset", r.reset), ("icmp_error", r.icmp_error)]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
 }
 
 impl Sink for JsonSink {
@@ -146,6 +170,23 @@ impl Sink for JsonSink {
         )
     }
 
+    fn no_answer(&mut self, n: &NoAnswer) -> io::Result<()> {
+        self.write_pending()?;
+        let line = no_answer::json_line(n, &self.pod_name, self.svc_name.as_deref());
+        write_line(&mut self.out, &Line::NoAnswer(line))
+    }
+
+    fn evicted_connections(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.write_pending()?;
+        write_line(
+            &mut self.out,
+            &Line::EvictedConnections(EvictedConnectionsLine {
+                connections: new,
+                connections_total: total,
+            }),
+        )
+    }
+
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         self.write_pending()?;
         write_line(
@@ -163,6 +204,10 @@ impl Sink for JsonSink {
                 },
                 transit: s.transit().into(),
                 drops: s.drops().clone(),
+                no_answer: s.no_answer(),
+                no_answer_waiting: s.no_answer_waiting(),
+                refused: refused(s.refusals()),
+                evicted_connections: s.evicted_connections(),
             }),
         )
     }

@@ -31,7 +31,9 @@ use std::{
 
 use super::{Sink, human_ns, text::TextSink};
 use crate::{
-    journey::{Attribution, Ending, Journey, NatPoint, Step, StepKind, endpoint},
+    journey::{
+        Attribution, Ending, Journey, NatPoint, Step, StepKind, endpoint, unanswered::NoAnswer,
+    },
     kernel,
     summary::Summary,
     util::{safe, terminal},
@@ -302,6 +304,14 @@ impl Sink for LineSink {
 
     fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()> {
         self.text.evicted_flows(new, total)
+    }
+
+    fn no_answer(&mut self, n: &NoAnswer) -> io::Result<()> {
+        self.text.no_answer(n)
+    }
+
+    fn evicted_connections(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.text.evicted_connections(new, total)
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {

@@ -4,12 +4,18 @@
 
 pub mod json;
 pub mod line;
+pub mod no_answer;
 pub mod pcapng;
 pub mod text;
+pub mod wall;
 
 use std::io::{self, Write};
 
-use crate::{config::Format, journey::Journey, summary::Summary};
+use crate::{
+    config::Format,
+    journey::{Journey, unanswered::NoAnswer},
+    summary::Summary,
+};
 
 /// Receives what a run produces, in order: journeys and loss reports while tracing, the
 /// summary last. Errors are I/O errors of the output (a broken pipe is one: the caller treats
@@ -49,6 +55,20 @@ pub trait Sink {
     /// # Errors
     /// Writing to the output failed.
     fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()>;
+
+    /// Reports a connection whose first packet left the node and got no answer in time
+    /// (written at once).
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn no_answer(&mut self, n: &NoAnswer) -> io::Result<()>;
+
+    /// Reports waiting connections forgotten because the no-answer table was full: `new` since
+    /// the last report, `total` since the start.
+    ///
+    /// # Errors
+    /// Writing to the output failed.
+    fn evicted_connections(&mut self, new: u64, total: u64) -> io::Result<()>;
 
     /// Writes the summary (the last output of a run).
     ///

@@ -15,9 +15,12 @@ use std::{
     io::{self, Write},
 };
 
-use super::{Sink, human_ns};
+use super::{Sink, human_ns, no_answer};
 use crate::{
-    journey::{Ending, Journey, Point, Step, endpoint},
+    journey::{
+        Ending, Journey, Point, Step, endpoint,
+        unanswered::{NoAnswer, WAIT_NS},
+    },
     summary::{Stats, Summary},
     util::safe,
 };
@@ -201,6 +204,32 @@ fn header(j: &Journey, first: &Step) -> String {
     )
 }
 
+/// The summary's failures: drops by reason, connections without an answer, and refusals.
+fn failure_lines(s: &Summary, block: &mut String) {
+    if !s.drops().is_empty() {
+        let drops: Vec<String> = s.drops().iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let _ = writeln!(block, "  drops: {}", safe(&drops.join(", ")));
+    }
+    let _ = write!(block, "  no answer: {}", s.no_answer());
+    if s.no_answer_waiting() > 0 {
+        let _ = write!(
+            block,
+            " ({} more still waiting at exit, for less than {} s: not reported)",
+            s.no_answer_waiting(),
+            WAIT_NS / 1_000_000_000
+        );
+    }
+    block.push('\n');
+    let r = s.refusals();
+    if r.reset + r.icmp_error > 0 {
+        let _ = writeln!(
+            block,
+            "  refused: reset {}, icmp error {}",
+            r.reset, r.icmp_error
+        );
+    }
+}
+
 fn stats_line(name: &str, s: Stats) -> String {
     format!(
         "  {name:<8}{:>9}{:>10}{:>10}{:>10}\n",
@@ -256,6 +285,20 @@ impl Sink for TextSink {
         self.emit(&format!("{line}\n"))
     }
 
+    fn no_answer(&mut self, n: &NoAnswer) -> io::Result<()> {
+        let line = self.paint(RED, &no_answer::text_line(n));
+        self.emit(&format!("{line}\n"))
+    }
+
+    fn evicted_connections(&mut self, new: u64, total: u64) -> io::Result<()> {
+        let line = format!(
+            "!! stopped waiting for the answer of {new} connections ({total} total): the \
+             no-answer table was full; they are not reported if unanswered"
+        );
+        let line = self.paint(RED, &line);
+        self.emit(&format!("{line}\n"))
+    }
+
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         let title = format!(
             "summary for {}: {} journeys, {} events, {} lost events",
@@ -274,10 +317,7 @@ impl Sink for TextSink {
         block.push_str(&stats_line("dnat", s.dnat()));
         block.push_str(&stats_line("snat", s.snat()));
         block.push_str(&stats_line("transit", s.transit()));
-        if !s.drops().is_empty() {
-            let drops: Vec<String> = s.drops().iter().map(|(r, n)| format!("{r} {n}")).collect();
-            let _ = writeln!(block, "  drops: {}", safe(&drops.join(", ")));
-        }
+        failure_lines(s, &mut block);
         if s.lost_events() > 0 {
             let warn = format!(
                 "!! {} events were lost (ring buffer full): some journeys are incomplete",
@@ -299,6 +339,15 @@ impl Sink for TextSink {
             let warn = format!(
                 "!! {} journeys were closed early (join table full): they may be incomplete",
                 s.evicted_journeys()
+            );
+            block.push_str(&self.paint(RED, &warn));
+            block.push('\n');
+        }
+        if s.evicted_connections() > 0 {
+            let warn = format!(
+                "!! {} connections were no longer awaited (no-answer table full): they are not \
+                 reported if unanswered",
+                s.evicted_connections()
             );
             block.push_str(&self.paint(RED, &warn));
             block.push('\n');
@@ -486,6 +535,7 @@ summary for default/ubuntu: 1 journeys, 3 events, 0 lost events
   dnat            1    2.71µs    2.71µs    2.71µs
   snat            0       0ns       0ns       0ns
   transit         1    9.41µs    9.41µs    9.41µs
+  no answer: 0
 ";
         assert_eq!(got, want);
         s.set_lost(4);

@@ -10,15 +10,25 @@ use crate::{
     diag,
     explain::{DropExplainer, Explainer, Ruleset},
     expr::Filter,
-    journey::{Ending, correlate::Correlator},
+    journey::{
+        Ending, Journey,
+        correlate::Correlator,
+        unanswered::{self, Unanswered},
+    },
     kernel,
     nat::conntrack::{self, Conntrack},
-    output::Sink,
+    output::{Sink, pcapng},
     summary::Summary,
 };
 
 /// Most events joined before their journeys are written (bounds the journeys held at once).
 const DRAIN_BATCH: usize = 1024;
+/// How far behind the latest joined event the no-answer wait is judged: a reply's journey
+/// whose events straddle two batches is whole by then.
+const EVENT_SLACK_NS: u64 = 50_000_000;
+/// How far behind the clock the quiet node's sweep judges the wait: the housekeeping tick
+/// (250 ms) may come before the drain of a reply already in the ring.
+const SWEEP_SLACK_NS: u64 = 250_000_000;
 
 pub(super) struct Session {
     pub(super) correlator: Correlator,
@@ -29,7 +39,8 @@ pub(super) struct Session {
     pub(super) explainer: Explainer,
     /// `-c`: stop after this many journeys.
     limit: Option<u64>,
-    /// `--failures`: only journeys that ended in a drop are written and counted.
+    /// `--failures`: only journeys that ended in a drop are written and counted (connections
+    /// without an answer are followed and written either way).
     pub(super) failures_only: bool,
     /// Names the rule that dropped a packet (drop steps).
     pub(super) drops: DropExplainer,
@@ -44,6 +55,8 @@ pub(super) struct Session {
     filter: Option<Filter>,
     /// Rules re-read since the followed service last looked (`--svc`).
     pub(super) rules_changed: Option<Arc<Ruleset>>,
+    /// Connections whose first packet left the node, waiting for their answer.
+    unanswered: Unanswered,
 }
 
 impl Session {
@@ -66,6 +79,10 @@ impl Session {
             pending: Vec::new(),
             filter: None,
             rules_changed: None,
+            unanswered: Unanswered::new(
+                unanswered::DEFAULT_BYTES,
+                pcapng::wall_offset_ns(kernel::host::monotonic_ns()),
+            ),
         }
     }
 
@@ -90,6 +107,11 @@ impl Session {
         self.correlator.flush();
         self.output(sink)?;
         self.housekeeping(collector, sink)?;
+        // Every event is joined: the wait is judged on the clock as it is.
+        self.unanswered.tick(kernel::host::monotonic_ns());
+        self.no_answers(sink)?;
+        self.summary
+            .set_no_answer_waiting(self.unanswered.waiting());
         self.flow_evictions(collector, sink, true)?;
         sink.summary(&self.summary)
     }
@@ -158,23 +180,56 @@ impl Session {
         let filter = self.filter.as_ref();
         let failures_only = self.failures_only;
         let drops = &mut self.drops;
+        let unanswered = &mut self.unanswered;
+        let mut latest = 0;
         self.correlator.drain_done(|j| {
-            if j.steps.is_empty()
-                || limit.is_some_and(|n| summary.journeys() >= n)
-                || filter.is_some_and(|f| !f.matches_any(j.packets()))
-            {
+            if j.steps.is_empty() || limit.is_some_and(|n| summary.journeys() >= n) {
+                return Ok(());
+            }
+            latest = j.steps.iter().fold(latest, |t, s| t.max(s.ktime_ns));
+            let opening = opens(unanswered, filter, j);
+            if filter.is_some_and(|f| !f.matches_any(j.packets())) {
                 return Ok(());
             }
             if failures_only && j.ending != Ending::Dropped {
+                if opening {
+                    explainer.explain_with_current_rules(j);
+                    unanswered.open(j);
+                }
                 return Ok(());
             }
             explainer.explain_with_current_rules(j);
             drops.explain(j);
+            if opening {
+                unanswered.open(j);
+            }
             summary.record(j);
             wrote = true;
             sink.journey(j)
         })?;
-        if wrote { sink.flush() } else { Ok(()) }
+        if wrote {
+            sink.flush()?;
+        }
+        self.unanswered.tick(latest.saturating_sub(EVENT_SLACK_NS));
+        self.no_answers(sink)
+    }
+
+    /// Writes the connections found unanswered, and reports new evictions from their table.
+    fn no_answers(&mut self, sink: &mut (dyn Sink + Send)) -> io::Result<()> {
+        for n in self.unanswered.take_due() {
+            self.summary.add_no_answer();
+            sink.no_answer(&n)?;
+        }
+        self.summary.set_refusals(self.unanswered.refusals());
+        let (evicted, reported) = (
+            self.unanswered.evicted(),
+            self.summary.evicted_connections(),
+        );
+        if evicted > reported {
+            sink.evicted_connections(evicted - reported, evicted)?;
+            self.summary.set_evicted_connections(evicted);
+        }
+        Ok(())
     }
 
     /// Reports new losses and evictions and closes idle journeys.
@@ -200,8 +255,11 @@ impl Session {
             sink.loss(lost - reported, lost)?;
         }
         self.summary.set_lost(lost);
-        self.correlator.expire(kernel::host::monotonic_ns());
+        let now = kernel::host::monotonic_ns();
+        self.correlator.expire(now);
         self.output(sink)?;
+        self.unanswered.tick(now.saturating_sub(SWEEP_SLACK_NS));
+        self.no_answers(sink)?;
         let (evicted, reported) = (self.correlator.evicted(), self.summary.evicted_journeys());
         if evicted > reported {
             sink.evicted(evicted - reported, evicted)?;
@@ -229,6 +287,19 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// Takes `j` to the no-answer table: a journey back on a waiting connection answers it; else
+/// true when `j` is a connection's first packet that left the node and whose answer the
+/// filter expression, if any, lets through (the kernel may drop the replies it rules out).
+fn opens(unanswered: &mut Unanswered, filter: Option<&Filter>, j: &Journey) -> bool {
+    if unanswered.answer(j) || !unanswered::is_opening(j) {
+        return false;
+    }
+    filter.is_none_or(|f| {
+        let back: Vec<tracer_common::Tuple> = j.packets().map(|t| t.reversed()).collect();
+        f.matches_any(&back)
+    })
 }
 
 /// Says on stderr which of conntrack's losses grew since `before`.

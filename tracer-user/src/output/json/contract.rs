@@ -23,6 +23,10 @@ pub enum Line {
     Evicted(EvictedLine),
     /// Followed flows forgotten because their table was full.
     EvictedFlows(EvictedFlowsLine),
+    /// A connection whose first packet left the node and got no answer in time.
+    NoAnswer(NoAnswerLine),
+    /// Connections no longer awaited because their table was full.
+    EvictedConnections(EvictedConnectionsLine),
     /// Last line of a trace.
     Summary(SummaryLine),
     /// Last line of `pktrace merge`.
@@ -205,6 +209,45 @@ pub struct EvictedFlowsLine {
     pub flows_total: u64,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvictedConnectionsLine {
+    pub connections: u64,
+    pub connections_total: u64,
+}
+
+/// A connection of the traced pod (or to it) whose first packet left the node and got no
+/// answer: no packet back, no reset, no ICMP error, in `waited_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoAnswerLine {
+    /// `tcp`, `udp`, `icmp`, `icmpv6`.
+    pub proto: String,
+    /// As in journey lines.
+    pub pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub svc: Option<String>,
+    /// The first packet as it left the node (after NAT).
+    pub src: String,
+    pub dst: String,
+    /// As it entered the node, when NAT changed it (SNAT: `orig_src`, DNAT: `orig_dst`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orig_src: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orig_dst: Option<String>,
+    /// The interface it left by (`null` when unknown).
+    pub iface: Option<String>,
+    /// When it left, on the wall clock: RFC 3339, UTC, microseconds.
+    pub left_at: String,
+    /// When it left, on the kernel's monotonic clock (journeys' `start_ktime_ns`).
+    pub left_ktime_ns: u64,
+    /// How long pktrace waited for an answer before it wrote this line.
+    pub waited_ms: u64,
+    /// The first packet's NAT rule and service, when named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SummaryLine {
     pub journeys: u64,
@@ -220,6 +263,27 @@ pub struct SummaryLine {
     /// Journeys that ended in a drop, by reason (left out when none did).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drops: BTreeMap<String, u64>,
+    /// Connections reported unanswered (`no_answer` lines).
+    #[serde(default)]
+    pub no_answer: u64,
+    /// Connections still waiting for their answer at exit, for less than the wait: not
+    /// reported (left out when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub no_answer_waiting: u64,
+    /// Connections answered by a refusal, by kind (`reset`, `icmp_error`; left out when none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refused: BTreeMap<String, u64>,
+    /// Waiting connections forgotten because their table was full (left out when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub evicted_connections: u64,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+const fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// NAT steps' `latency_ns`.

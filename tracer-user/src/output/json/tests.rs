@@ -174,13 +174,14 @@ fn loss_summary_and_empty_journey() {
         json!({"type":"summary","journeys":0,"events":0,"lost_events":0,"bad_records":0,
                "evicted_journeys":0,
                "evicted_flows":0,
-               "nat":{"dnat":zero,"snat":zero},"transit":zero}),
+               "nat":{"dnat":zero,"snat":zero},"transit":zero,"no_answer":0}),
         json!({"type":"summary","journeys":1,"events":3,"lost_events":5,"bad_records":7,
                "evicted_journeys":4,
                "evicted_flows":6,
                "nat":{"dnat":{"count":1,"p50_ns":2710,"p99_ns":2710,"max_ns":2710},
                       "snat":zero},
-               "transit":{"count":1,"p50_ns":9410,"p99_ns":9410,"max_ns":9410}}),
+               "transit":{"count":1,"p50_ns":9410,"p99_ns":9410,"max_ns":9410},
+               "no_answer":0}),
     ];
     assert_eq!(out, want);
 }
@@ -393,6 +394,7 @@ fn every_field_design_names_is_written() {
             "lost_events",
             "nat",
             "transit",
+            "no_answer",
         ],
     );
     let stats = ["count", "p50_ns", "p99_ns", "max_ns"];
@@ -416,6 +418,14 @@ fn rare_lines_round_trip() {
     sink.loss(2, 5).unwrap();
     sink.evicted(3, 4).unwrap();
     sink.evicted_flows(2, 6).unwrap();
+    sink.evicted_connections(1, 7).unwrap();
+    summary.add_no_answer();
+    summary.set_no_answer_waiting(2);
+    summary.set_refusals(Refusals {
+        reset: 3,
+        icmp_error: 0,
+    });
+    summary.set_evicted_connections(7);
     sink.summary(&summary).unwrap();
     let got: Vec<Line> = buf
         .text()
@@ -441,6 +451,10 @@ fn rare_lines_round_trip() {
             flows: 2,
             flows_total: 6,
         }),
+        Line::EvictedConnections(EvictedConnectionsLine {
+            connections: 1,
+            connections_total: 7,
+        }),
         Line::Summary(SummaryLine {
             journeys: 1,
             events: 3,
@@ -454,6 +468,10 @@ fn rare_lines_round_trip() {
             },
             transit: stats(9410),
             drops: std::collections::BTreeMap::new(),
+            no_answer: 1,
+            no_answer_waiting: 2,
+            refused: [("reset".to_owned(), 3)].into(),
+            evicted_connections: 7,
         }),
     ];
     assert_eq!(got, want);

@@ -37,7 +37,7 @@ use super::Sink;
 use crate::{
     collect::frames::{Held, Shared},
     diag,
-    journey::{Journey, Step, StepKind},
+    journey::{Journey, Step, StepKind, unanswered::NoAnswer},
     summary::Summary,
 };
 
@@ -221,6 +221,14 @@ impl Sink for PcapSink {
 
     fn evicted_flows(&mut self, new: u64, total: u64) -> io::Result<()> {
         self.inner.evicted_flows(new, total)
+    }
+
+    fn no_answer(&mut self, n: &NoAnswer) -> io::Result<()> {
+        self.inner.no_answer(n)
+    }
+
+    fn evicted_connections(&mut self, new: u64, total: u64) -> io::Result<()> {
+        self.inner.evicted_connections(new, total)
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
