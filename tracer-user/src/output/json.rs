@@ -62,10 +62,6 @@ pub struct JsonSink {
 impl JsonSink {
     /// A sink writing to `out`; `pod` is the `pod` field of every journey.
     #[must_use]
-    #[expect(
-        clippy::needless_pass_by_value,
-        reason = "public constructor taking the pod name owned; kept (a signature change)"
-    )]
     pub fn new(out: Box<dyn Write + Send>, pod: String) -> Self {
         let mut quoted = Vec::new();
         json_str(&mut quoted, &pod);

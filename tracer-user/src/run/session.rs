@@ -297,7 +297,8 @@ fn opens(unanswered: &mut Unanswered, filter: Option<&Filter>, j: &Journey) -> b
         return false;
     }
     filter.is_none_or(|f| {
-        let back: Vec<tracer_common::Tuple> = j.packets().map(|t| t.reversed()).collect();
+        let back: Vec<tracer_common::Tuple> =
+            j.packets().map(tracer_common::Tuple::reversed).collect();
         f.matches_any(&back)
     })
 }

@@ -54,7 +54,7 @@ fn syn() -> (Tuple, Tuple) {
 }
 
 fn table() -> Unanswered {
-    Unanswered::new(DEFAULT_BYTES, 1_000 * S as i128)
+    Unanswered::new(DEFAULT_BYTES, 1_000 * i128::from(S))
 }
 
 #[test]
