@@ -328,3 +328,68 @@ fn report_conntrack_losses(before: &conntrack::Losses, now: &conntrack::Losses) 
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{PROTO_UDP, Tuple};
+
+    use super::*;
+    use crate::{
+        journey::{PacketKind, Point, Step},
+        test_support::t,
+    };
+
+    /// A DNS query from the pod to the DNS ClusterIP, DNATed to the DNS pod, out by its veth.
+    fn query() -> (Journey, Tuple) {
+        let pre = t(PROTO_UDP, "10.13.76.46:40000", "10.0.0.10:53");
+        let post = t(PROTO_UDP, "10.13.76.46:40000", "10.13.76.30:53");
+        let mut steps = vec![
+            Step::tc_at(Point::Ingress, Some("azv1"), pre, 1_000),
+            Step::nat_at(Point::Dnat, pre, post, 2_000),
+            Step::tc_at(Point::Egress, Some("azv3"), post, 3_000),
+        ];
+        for s in &mut steps {
+            s.set_packet_kind(PacketKind::Udp);
+        }
+        let j = Journey {
+            steps,
+            ending: Ending::Left,
+        };
+        (j, post)
+    }
+
+    fn filter(words: &str) -> Filter {
+        let words: Vec<String> = words.split(' ').map(str::to_owned).collect();
+        Filter::parse(&words).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_first_packet_waits_only_when_the_filter_lets_its_answer_through() {
+        let mut u = Unanswered::new(unanswered::DEFAULT_BYTES, 0);
+        let (q, _) = query();
+        assert!(opens(&mut u, None, &q));
+        assert!(opens(&mut u, Some(&filter("udp port 53")), &q));
+        // Matched only as the query went (to the ClusterIP): its answer, from it, may be
+        // left in the kernel by the expression's prefilter.
+        assert!(!opens(&mut u, Some(&filter("dst host 10.0.0.10")), &q));
+    }
+
+    #[test]
+    fn an_answer_opens_nothing() {
+        let mut u = Unanswered::new(unanswered::DEFAULT_BYTES, 0);
+        let (q, post) = query();
+        u.open(&q);
+        let mut back = Step::tc_at(Point::Ingress, Some("azv3"), post.reversed(), 5_000);
+        back.set_packet_kind(PacketKind::Udp);
+        let mut out = back.clone();
+        out.kind = Step::tc_at(Point::Egress, Some("azv1"), post.reversed(), 6_000).kind;
+        out.set_packet_kind(PacketKind::Udp);
+        let answer = Journey {
+            steps: vec![back, out],
+            ending: Ending::Left,
+        };
+        assert!(!opens(&mut u, None, &answer));
+        u.tick(10 * unanswered::WAIT_NS);
+        assert!(u.take_due().is_empty(), "answered");
+    }
+}
