@@ -2,6 +2,7 @@
 //! first packet left the node and got no answer ([`unanswered`]).
 pub mod correlate;
 pub mod model;
+pub mod packet;
 pub mod unanswered;
 
 pub use model::*;

@@ -226,7 +226,7 @@ impl Unanswered {
         if !is_opening(j) {
             return;
         }
-        let (Some(first), Some(last)) = (j.steps.first(), j.steps.last()) else {
+        let (Some(first), Some(last)) = (j.steps.first(), left_by(j)) else {
             return;
         };
         let key = last.tuple;
@@ -337,15 +337,31 @@ impl Unanswered {
 }
 
 /// True for the journey of a connection's first packet (a TCP SYN, a UDP datagram, an echo
-/// request) that left the node by an interface: the uplink or a pod's veth.
+/// request) that left the node by an interface: the uplink or a pod's veth (and was perhaps
+/// dropped beyond it, in a namespace of the same kernel).
 #[must_use]
 pub fn is_opening(j: &Journey) -> bool {
-    j.ending == Ending::Left
-        && j.steps.last().is_some_and(|s| s.point() == Point::Egress)
+    left_by(j).is_some()
         && j.steps
             .iter()
             .find_map(Step::packet_kind)
             .is_some_and(PacketKind::opens)
+}
+
+/// The egress step by which the journey left the node: its last step when it ended `left`,
+/// the one before the drop when it was dropped after leaving.
+fn left_by(j: &Journey) -> Option<&Step> {
+    let (last, before) = match j.steps.as_slice() {
+        [.., before, last] => (last, Some(before)),
+        [last] => (last, None),
+        [] => return None,
+    };
+    let egress = |s: &&Step| s.point() == Point::Egress;
+    match j.ending {
+        Ending::Left => Some(last).filter(egress),
+        Ending::Dropped if last.dropped().is_some_and(|d| d.after_leaving) => before.filter(egress),
+        _ => None,
+    }
 }
 
 /// The packet as it entered: a NAT step's packet before it, else the step's.

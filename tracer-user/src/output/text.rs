@@ -204,6 +204,45 @@ fn header(j: &Journey, first: &Step) -> String {
     )
 }
 
+/// The summary's warnings: what was lost, skipped or closed early.
+fn summary_warnings(s: &Summary) -> Vec<String> {
+    let mut warns = Vec::new();
+    if s.lost_events() > 0 {
+        warns.push(format!(
+            "!! {} events were lost (ring buffer full): some journeys are incomplete",
+            s.lost_events()
+        ));
+    }
+    if s.bad_records() > 0 {
+        warns.push(format!(
+            "!! {} ring-buffer records were not events this pktrace knows (eBPF object and \
+             binary from different builds?): they were skipped",
+            s.bad_records()
+        ));
+    }
+    if s.evicted_journeys() > 0 {
+        warns.push(format!(
+            "!! {} journeys were closed early (join table full): they may be incomplete",
+            s.evicted_journeys()
+        ));
+    }
+    if s.evicted_connections() > 0 {
+        warns.push(format!(
+            "!! {} connections were no longer awaited (no-answer table full): they are not \
+             reported if unanswered",
+            s.evicted_connections()
+        ));
+    }
+    if s.evicted_flows() > 0 {
+        warns.push(format!(
+            "!! {} followed flows (one per direction) were evicted from the kernel's flow table \
+             (full): their packets after NAT may be missing",
+            s.evicted_flows()
+        ));
+    }
+    warns
+}
+
 /// The summary's failures: drops by reason, connections without an answer, and refusals.
 fn failure_lines(s: &Summary, block: &mut String) {
     if !s.drops().is_empty() {
@@ -318,46 +357,7 @@ impl Sink for TextSink {
         block.push_str(&stats_line("snat", s.snat()));
         block.push_str(&stats_line("transit", s.transit()));
         failure_lines(s, &mut block);
-        if s.lost_events() > 0 {
-            let warn = format!(
-                "!! {} events were lost (ring buffer full): some journeys are incomplete",
-                s.lost_events()
-            );
-            block.push_str(&self.paint(RED, &warn));
-            block.push('\n');
-        }
-        if s.bad_records() > 0 {
-            let warn = format!(
-                "!! {} ring-buffer records were not events this pktrace knows (eBPF object \
-                 and binary from different builds?): they were skipped",
-                s.bad_records()
-            );
-            block.push_str(&self.paint(RED, &warn));
-            block.push('\n');
-        }
-        if s.evicted_journeys() > 0 {
-            let warn = format!(
-                "!! {} journeys were closed early (join table full): they may be incomplete",
-                s.evicted_journeys()
-            );
-            block.push_str(&self.paint(RED, &warn));
-            block.push('\n');
-        }
-        if s.evicted_connections() > 0 {
-            let warn = format!(
-                "!! {} connections were no longer awaited (no-answer table full): they are not \
-                 reported if unanswered",
-                s.evicted_connections()
-            );
-            block.push_str(&self.paint(RED, &warn));
-            block.push('\n');
-        }
-        if s.evicted_flows() > 0 {
-            let warn = format!(
-                "!! {} followed flows (one per direction) were evicted from the kernel's flow \
-                 table (full): their packets after NAT may be missing",
-                s.evicted_flows()
-            );
+        for warn in summary_warnings(s) {
             block.push_str(&self.paint(RED, &warn));
             block.push('\n');
         }

@@ -39,7 +39,11 @@ impl Correlator {
             return;
         }
         let step = Step {
-            kind: StepKind::Drop(DropStep { reason, location }),
+            kind: StepKind::Drop(DropStep {
+                reason,
+                location,
+                after_leaving: false,
+            }),
             tuple: ev.tuple,
             ktime_ns: ev.ktime_ns,
             ip_id: ip_id(&ev.tuple, ev.fp),
@@ -62,6 +66,10 @@ impl Correlator {
                     .is_some_and(|s| s.tuple == step.tuple && s.ip_id == step.ip_id)
         });
         if let Some(j) = recent {
+            let mut step = step;
+            if let StepKind::Drop(d) = &mut step.kind {
+                d.after_leaving = true;
+            }
             j.steps.push(step);
             j.ending = Ending::Dropped;
             return;

@@ -62,6 +62,7 @@ fn a_drop_ends_the_open_journey_of_its_packet() {
         (&*d.reason, &*d.location),
         ("NETFILTER_DROP", "nft_do_chain")
     );
+    assert!(!d.after_leaving, "dropped on the node");
     // The other connection's journey is still open: a drop of another packet is not its.
     assert_eq!(c.open_count(), 1);
 }
@@ -79,7 +80,8 @@ fn a_drop_right_after_the_packet_left_into_a_pod_joins_that_journey() {
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(done[0].ending, Ending::Dropped);
     assert_eq!(done[0].steps.len(), 6);
-    assert_eq!(&*done[0].steps[5].dropped().unwrap().reason, "NO_SOCKET");
+    let d = done[0].steps[5].dropped().unwrap();
+    assert_eq!((&*d.reason, d.after_leaving), ("NO_SOCKET", true));
 }
 
 #[test]

@@ -283,3 +283,31 @@ fn packet_kinds_from_the_fingerprint() {
         assert_eq!(PacketKind::of(proto, &fp), want, "{proto} {fp:?}");
     }
 }
+
+#[test]
+fn a_first_packet_dropped_beyond_the_node_waits_from_the_egress_it_left_by() {
+    let (pre, post) = syn();
+    let dropped = |after_leaving| {
+        let mut j = out(pre, post, S, PacketKind::Syn);
+        let mut drop = Step::drop_at("NETFILTER_DROP", "nft_do_chain", post, S + 50);
+        if let crate::journey::StepKind::Drop(d) = &mut drop.kind {
+            d.after_leaving = after_leaving;
+        }
+        j.steps.push(drop);
+        j.ending = Ending::Dropped;
+        j
+    };
+    let mut u = table();
+    // Dropped on the node, before it left: no connection went out.
+    u.open(&dropped(false));
+    u.tick(10 * S);
+    assert!(u.take_due().is_empty());
+    u.open(&dropped(true));
+    u.tick(20 * S);
+    let due = u.take_due();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        (due[0].left, due[0].iface.as_deref(), due[0].left_ktime_ns),
+        (post, Some("eth0"), S)
+    );
+}
