@@ -6,8 +6,9 @@
 //! comes back to that tuple, so the reply's journey as it entered the node, reversed, is the
 //! key (NAT undoes its translation after that; the join table needs no help). A TCP reset or any
 //! other packet back answers it, and so does an ICMP error from the destination (matched by
-//! addresses only: the error's quoted header is not in the fingerprint, so an error answers
-//! every connection waiting between those two hosts). Answered and reported connections are
+//! addresses: the error's quoted header is not in the fingerprint, so an error answers the
+//! connection between those two hosts whose packet went out last, if it is waiting). Answered
+//! and reported connections are
 //! remembered for [`REMEMBER_NS`], so that a SYN's retransmits or a one-way UDP stream are
 //! reported once; an answered UDP or echo flow waits again at its next packet out, so each
 //! request of a request/answer exchange is followed.
@@ -80,6 +81,8 @@ struct Entry {
     entered: Tuple,
     iface: Option<Rc<str>>,
     left_ktime_ns: u64,
+    /// When its latest packet left (a retransmit, the next datagram).
+    last_out_ktime_ns: u64,
     attribution: Option<Arc<Attribution>>,
 }
 
@@ -194,30 +197,33 @@ impl Unanswered {
         }
     }
 
-    /// An ICMP error back to a host with waiting connections to the error's sender answers
-    /// them all.
+    /// An ICMP error from the destination of connections of the host it goes to answers the
+    /// one whose packet went out last (the one that made the error), when it is waiting.
     fn icmp_error(&mut self, j: &Journey) -> bool {
         let (Some(first), Some(last)) = (j.steps.first(), j.steps.last()) else {
             return false;
         };
         let from = entered(first);
         let (sender, to_node, to_pod) = (from.saddr, from.daddr, last.tuple.daddr);
-        let hit: Vec<Tuple> = self
+        let latest = self
             .table
             .iter()
             .filter(|(left, e)| {
-                e.state == State::Waiting
-                    && left.family == from.family
+                left.family == from.family
                     && (left.daddr == sender || e.entered.daddr == sender)
                     && (left.saddr == to_node || e.entered.saddr == to_pod)
             })
-            .map(|(left, _)| *left)
-            .collect();
-        for key in &hit {
-            self.refusals.icmp_error += 1;
-            self.answered(*key, last.ktime_ns);
+            .max_by_key(|(_, e)| e.last_out_ktime_ns)
+            .map(|(left, e)| (*left, e.state));
+        match latest {
+            Some((key, State::Waiting)) => {
+                self.refusals.icmp_error += 1;
+                self.answered(key, last.ktime_ns);
+                true
+            }
+            Some(_) => true,
+            None => false,
         }
-        !hit.is_empty()
     }
 
     /// Takes a journey that is shown: a connection's first packet that left the node starts
@@ -239,8 +245,12 @@ impl Unanswered {
                 e.state = State::Waiting;
                 e.seq = seq;
                 e.left_ktime_ns = last.ktime_ns;
+                e.last_out_ktime_ns = last.ktime_ns;
             }
-            Some(_) => return,
+            Some(e) => {
+                e.last_out_ktime_ns = e.last_out_ktime_ns.max(last.ktime_ns);
+                return;
+            }
             None => {
                 self.table.insert(
                     key,
@@ -250,6 +260,7 @@ impl Unanswered {
                         entered: *entered(first),
                         iface: last.shared_iface().cloned(),
                         left_ktime_ns: last.ktime_ns,
+                        last_out_ktime_ns: last.ktime_ns,
                         attribution: nat_attribution(j),
                     },
                 );

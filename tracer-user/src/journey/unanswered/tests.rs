@@ -311,3 +311,30 @@ fn a_first_packet_dropped_beyond_the_node_waits_from_the_egress_it_left_by() {
         (post, Some("eth0"), S)
     );
 }
+
+#[test]
+fn an_icmp_error_answers_only_the_connection_that_sent_to_its_host_last() {
+    let (pre, post) = syn();
+    let udp_pre = t(PROTO_UDP, "10.13.76.46:5000", "203.0.113.80:82");
+    let udp_post = t(PROTO_UDP, "10.13.76.4:5000", "203.0.113.80:82");
+    let mut u = table();
+    u.open(&out(pre, post, S, PacketKind::Syn));
+    u.open(&out(udp_pre, udp_post, 2 * S, PacketKind::Udp));
+    let err_wire = t(PROTO_ICMP, "203.0.113.80", "10.13.76.4");
+    let err_in = t(PROTO_ICMP, "203.0.113.80", "10.13.76.46");
+    assert!(u.answer(&back(err_wire, err_in, 2 * S + 100, PacketKind::IcmpError)));
+    // The SYN's retransmit is the latest packet to that host now.
+    u.open(&out(pre, post, 3 * S, PacketKind::Syn));
+    u.tick(4 * S + 1);
+    let due = u.take_due();
+    assert_eq!(due.len(), 1, "the SYN still waited: {due:?}");
+    assert_eq!(due[0].left, post);
+    assert_eq!(u.refusals().icmp_error, 1);
+    // The datagram waits again; an error made by the reported SYN's retransmit is not its.
+    u.open(&out(udp_pre, udp_post, 5 * S, PacketKind::Udp));
+    u.open(&out(pre, post, 6 * S, PacketKind::Syn));
+    assert!(u.answer(&back(err_wire, err_in, 6 * S + 100, PacketKind::IcmpError)));
+    u.tick(9 * S);
+    assert_eq!(u.take_due().len(), 1, "the datagram got no answer");
+    assert_eq!(u.refusals().icmp_error, 1);
+}
