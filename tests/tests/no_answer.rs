@@ -156,7 +156,12 @@ fn no_answers(trace: &Trace) -> Vec<&NoAnswerLine> {
 }
 
 /// The one `no_answer` line of `proto` to the silent port; checks its fields but the ports.
-fn silent<'a>(found: &[&'a NoAnswerLine], proto: &str, window: (u128, u128)) -> &'a NoAnswerLine {
+fn silent<'a>(
+    found: &[&'a NoAnswerLine],
+    proto: &str,
+    window: (u128, u128),
+    masquerade: &str,
+) -> &'a NoAnswerLine {
     let dst = inet(SILENT_PORT).to_string();
     let mine: Vec<_> = found.iter().filter(|n| n.proto == proto).collect();
     assert_eq!(
@@ -177,7 +182,12 @@ fn silent<'a>(found: &[&'a NoAnswerLine], proto: &str, window: (u128, u128)) -> 
         "the pod's own: {n:?}"
     );
     assert_eq!(n.iface.as_deref(), Some("eth0"), "{n:?}");
-    assert_eq!(n.rule, None, "a masquerade names no service: {n:?}");
+    assert_eq!(
+        n.rule.as_deref(),
+        Some(masquerade),
+        "the SNAT's rule: {n:?}"
+    );
+    assert_eq!(n.service, None, "a masquerade names no service: {n:?}");
     assert!((3_000..10_000).contains(&n.waited_ms), "{n:?}");
     let left = wall_ms(&n.left_at);
     assert!(
@@ -229,7 +239,7 @@ fn assert_conntrack_agrees(n: &NoAnswerLine, proto: &str) {
 /// shows the same two and only dropped journeys; `-o line` says it in one line.
 #[test]
 fn a_connection_dropped_beyond_eth0_is_one_no_answer_and_answered_ones_none() {
-    let _lab = LabGuard::new();
+    let lab = LabGuard::new();
     let _silent = SilentPort::add();
     let all = Pktrace::start(&["--pod", "ubuntu"]);
     let failures = Pktrace::start(&["--pod", "ubuntu", "--failures"]);
@@ -248,8 +258,9 @@ fn a_connection_dropped_beyond_eth0_is_one_no_answer_and_answered_ones_none() {
         "exactly the two silent connections:\n{}",
         trace.dump()
     );
-    let tcp = silent(&found, "tcp", (before, after));
-    let udp = silent(&found, "udp", (before, after));
+    let masquerade = lab.variant().masquerade_chain();
+    let tcp = silent(&found, "tcp", (before, after), masquerade);
+    let udp = silent(&found, "udp", (before, after), masquerade);
     assert_eq!(
         udp.orig_src,
         Some(format!("{}:{udp_port}", UBUNTU.ip)),
