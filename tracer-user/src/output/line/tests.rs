@@ -183,6 +183,7 @@ fn a_rule_without_a_service_stays_and_a_drop_gives_up_its_function() {
     drop.kind = StepKind::Drop(crate::journey::DropStep {
         reason: "NETFILTER_DROP".into(),
         location: "nft_do_chain".into(),
+        after_leaving: false,
     });
     drop.attribution = Some(rule("KUBE-SERVICES", Some("default/web-gone")));
     let mut masq = nat(Point::Snat, a, a, 1_001_500, None);
