@@ -1,4 +1,4 @@
-//! A connection that got no answer ([`crate::journey::unanswered::NoAnswer`]) as the text line (`-o text`, `-o line`) and
+//! A connection that got no answer (`journey::unanswered::NoAnswer`) as the text line (`-o text`, `-o line`) and
 //! as the JSON line's type ([`NoAnswerLine`]).
 //!
 //! ```text
