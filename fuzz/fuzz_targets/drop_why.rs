@@ -50,6 +50,8 @@ struct Input<'a> {
     state: Option<u8>,
     traversal: Option<u8>,
     local: bool,
+    /// Whether the neighbour is known (the destination).
+    next_hop: bool,
     /// The dump (the rest of the input).
     text: &'a str,
 }
@@ -86,6 +88,7 @@ fuzz_target!(|input: Input<'_>| {
             .map(|l| LOCATIONS[usize::from(l) % LOCATIONS.len()].to_owned()),
         in_iface: input.in_iface.clone(),
         out_iface: input.out_iface.clone(),
+        next_hop: input.next_hop.then_some(dst),
         traversal: input.traversal.map(|t| match t % 3 {
             0 => Traversal::LocalIn,
             1 => Traversal::Forward,
