@@ -29,7 +29,11 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use super::{Sink, human_ns, text::TextSink};
+use super::{
+    Sink, human_ns,
+    text::TextSink,
+    wall::{time_of_day_ms, time_of_day_us},
+};
 use crate::{
     journey::{
         Attribution, Ending, Journey, NatPoint, Step, StepKind, endpoint, unanswered::NoAnswer,
@@ -102,26 +106,6 @@ impl LineSink {
             line: String::new(),
         }
     }
-}
-
-/// `HH:MM:SS.uuuuuu` (UTC) of a wall-clock time in nanoseconds since the epoch.
-fn clock(wall_ns: i128) -> String {
-    let micros = wall_ns.max(0) / 1_000;
-    let (secs, micro) = (micros / 1_000_000, micros % 1_000_000);
-    let day = secs % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}.{micro:06}",
-        day / 3600,
-        day / 60 % 60,
-        day % 60
-    )
-}
-
-/// `HH:MM:SS.mmm` (UTC) of a wall-clock time in nanoseconds since the epoch.
-fn clock_ms(wall_ns: i128) -> String {
-    let mut c = clock(wall_ns);
-    c.truncate(c.len() - 3);
-    c
 }
 
 /// `src > dst` of a packet.
@@ -232,12 +216,18 @@ fn journey_line(
     let start = entered(first);
     let wall_ns = wall_offset_ns + i128::from(first.ktime_ns);
     if detail < Detail::Brief {
-        let _ = write!(out, "{} {} {}", clock(wall_ns), j.proto(), packet(start));
+        let _ = write!(
+            out,
+            "{} {} {}",
+            time_of_day_us(wall_ns),
+            j.proto(),
+            packet(start)
+        );
         if last.tuple != *start {
             let _ = write!(out, " → {}", changed(start, &last.tuple));
         }
     } else {
-        let (time, packet) = (clock_ms(wall_ns), translated(start, &last.tuple));
+        let (time, packet) = (time_of_day_ms(wall_ns), translated(start, &last.tuple));
         let _ = write!(out, "{time} {} {packet}", j.proto());
     }
     let iface = |s: Option<&Step>| s.and_then(Step::iface).map_or_else(|| "?".to_owned(), safe);

@@ -16,18 +16,26 @@ pub fn rfc3339(unix_ns: i128) -> String {
     )
 }
 
-/// `23:50:01.123`: the time of day, UTC, milliseconds.
+/// `23:50:01.123456`: the time of day, UTC, microseconds.
 #[must_use]
-pub fn time_of_day_ms(unix_ns: i128) -> String {
-    let millis = unix_ns.max(0) / 1_000_000;
-    let (secs, milli) = (millis / 1_000, millis % 1_000);
+pub fn time_of_day_us(unix_ns: i128) -> String {
+    let micros = unix_ns.max(0) / 1_000;
+    let (secs, micro) = (micros / 1_000_000, micros % 1_000_000);
     let day = secs % 86_400;
     format!(
-        "{:02}:{:02}:{:02}.{milli:03}",
+        "{:02}:{:02}:{:02}.{micro:06}",
         day / 3600,
         day / 60 % 60,
         day % 60
     )
+}
+
+/// `23:50:01.123`: the time of day, UTC, milliseconds (cut, as `date +%T.%3N` does).
+#[must_use]
+pub fn time_of_day_ms(unix_ns: i128) -> String {
+    let mut t = time_of_day_us(unix_ns);
+    t.truncate(t.len() - 3);
+    t
 }
 
 /// Year, month, day of `days` since 1970-01-01 (proleptic Gregorian; H. Hinnant's

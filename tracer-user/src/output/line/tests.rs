@@ -135,13 +135,13 @@ fn the_summary_is_the_text_summary() {
 
 #[test]
 fn clock_is_utc_time_of_day_in_microseconds() {
-    assert_eq!(clock(0), "00:00:00.000000");
-    assert_eq!(clock(86_399_999_999_999), "23:59:59.999999");
+    assert_eq!(time_of_day_us(0), "00:00:00.000000");
+    assert_eq!(time_of_day_us(86_399_999_999_999), "23:59:59.999999");
     assert_eq!(
-        clock(86_400_000_000_000 + 3_723_000_456_000),
+        time_of_day_us(86_400_000_000_000 + 3_723_000_456_000),
         "01:02:03.000456"
     );
-    assert_eq!(clock(-5), "00:00:00.000000");
+    assert_eq!(time_of_day_us(-5), "00:00:00.000000");
 }
 
 #[test]
