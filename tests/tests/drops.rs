@@ -15,7 +15,7 @@ use std::{
 use tests::{
     LabGuard,
     leftovers::kernel_at_least,
-    rawbpf::enter_netns,
+    rawbpf::in_netns,
     trace::{Pktrace, Trace},
 };
 use tracer_user::output::json::contract::{Ending, JourneyLine, Point, StepLine};
@@ -37,13 +37,7 @@ const SETTLE: Duration = Duration::from_millis(500);
 
 /// Runs `f` on a thread inside the client pod's namespace.
 fn in_client<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let ns = UBUNTU.netns();
-    thread::spawn(move || {
-        enter_netns(&ns);
-        f()
-    })
-    .join()
-    .expect("client thread")
+    in_netns(&UBUNTU.netns(), f)
 }
 
 /// Sends [`DATAGRAMS`] UDP datagrams to `dst` from the client pod (no reply expected).
@@ -120,6 +114,27 @@ fn expected(reason: &'static str) -> &'static str {
     } else {
         "NOT_SPECIFIED"
     }
+}
+
+/// Checks that `drops` are netfilter drops (as [`assert_drops`]) and as many as the rule's
+/// own packet counter, `counted` (more than none).
+fn assert_netfilter_drops_counted(
+    drops: &[(&JourneyLine, &StepLine)],
+    counted: u64,
+    trace: &Trace,
+) {
+    assert_drops(
+        drops,
+        "NETFILTER_DROP",
+        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
+    );
+    assert!(counted > 0, "the rule counted nothing:\n{}", trace.dump());
+    assert_eq!(
+        drops.len() as u64,
+        counted,
+        "the rule counted {counted}:\n{}",
+        trace.dump()
+    );
 }
 
 /// Checks every drop step's shape: it is the journey's last step, the journey ended
@@ -223,24 +238,13 @@ fn a_service_without_endpoints_is_a_drop_by_kube_proxys_reject() {
         &["REJECT", NO_ENDPOINTS_IP, NO_ENDPOINTS_COMMENT],
     );
     let drops = drops_to(&trace, &dst);
-    assert_drops(
-        &drops,
-        "NETFILTER_DROP",
-        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
-    );
+    assert_netfilter_drops_counted(&drops, counted, &trace);
     // The explain stage names kube-proxy's rule and the service it belongs to.
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert!(rule.contains("has no endpoints"), "rule {rule:?}: {j:?}");
         assert_eq!(d.service.as_deref(), Some("default/web-gone"), "{j:?}");
     }
-    assert!(counted > 0, "the REJECT rule counted nothing");
-    assert_eq!(
-        drops.len() as u64,
-        counted,
-        "the rule counted {counted}:\n{}",
-        trace.dump()
-    );
     assert_working_connection_clean(&trace);
 }
 
@@ -258,18 +262,8 @@ fn an_admin_drop_rule_with_failures_shows_only_the_drops() {
     let trace = pk.stop();
     let counted = rule_packets("FORWARD", &["DROP", "udp", ADMIN_DROP_HOST]);
     let drops = drops_to(&trace, &dst);
-    assert_drops(
-        &drops,
-        "NETFILTER_DROP",
-        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
-    );
     assert_eq!(counted, DATAGRAMS as u64);
-    assert_eq!(
-        drops.len() as u64,
-        counted,
-        "the rule counted {counted}:\n{}",
-        trace.dump()
-    );
+    assert_netfilter_drops_counted(&drops, counted, &trace);
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert!(
@@ -334,18 +328,7 @@ fn a_calico_policy_drop_names_the_rule_and_the_network_policy() {
     let trace = pk.stop();
     let counted = rule_packets(CALICO_DENIED_CHAIN, &["DROP", CALICO_DENY_COMMENT]);
     let drops = drops_to(&trace, &denied);
-    assert_drops(
-        &drops,
-        "NETFILTER_DROP",
-        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
-    );
-    assert!(counted > 0, "the policy's DROP counted nothing");
-    assert_eq!(
-        drops.len() as u64,
-        counted,
-        "the rule counted {counted}:\n{}",
-        trace.dump()
-    );
+    assert_netfilter_drops_counted(&drops, counted, &trace);
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert_eq!(
@@ -462,13 +445,7 @@ fn a_reject_added_while_tracing_is_named() {
     let port = format!("dpt:{ADMIN_REJECT_PORT}");
     let counted = rule_packets("FORWARD", &["REJECT", ADMIN_DROP_HOST, &port]);
     let drops = drops_to(&trace, &dst);
-    assert_drops(
-        &drops,
-        "NETFILTER_DROP",
-        &["nft_do_chain", "nf_hook_slow", "ipt_do_table"],
-    );
-    assert!(counted > 0, "the REJECT counted nothing");
-    assert_eq!(drops.len() as u64, counted, "{}", trace.dump());
+    assert_netfilter_drops_counted(&drops, counted, &trace);
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert!(

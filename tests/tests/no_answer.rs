@@ -18,7 +18,7 @@ use std::{
 
 use tests::{
     LabGuard,
-    rawbpf::enter_netns,
+    rawbpf::in_netns,
     trace::{Pktrace, Trace, conntrack},
 };
 use tracer_user::output::json::contract::{Ending, Line, NoAnswerLine, Point};
@@ -87,13 +87,7 @@ impl Drop for SilentPort {
 
 /// Runs `f` on a thread inside the client pod's namespace.
 fn in_client<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let ns = UBUNTU.netns();
-    thread::spawn(move || {
-        enter_netns(&ns);
-        f()
-    })
-    .join()
-    .expect("client thread")
+    in_netns(&UBUNTU.netns(), f)
 }
 
 fn inet(port: u16) -> SocketAddr {
