@@ -557,6 +557,34 @@ mod safety {
         (sent, received.load(Ordering::Relaxed), rate)
     }
 
+    /// The largest RSS of a process, sampled every 50 ms on a thread of its own until stopped.
+    struct PeakRss {
+        sampling: Arc<AtomicBool>,
+        sampler: thread::JoinHandle<u64>,
+    }
+
+    impl PeakRss {
+        fn start(pid: i32) -> Self {
+            let sampling = Arc::new(AtomicBool::new(true));
+            let flag = sampling.clone();
+            let sampler = thread::spawn(move || {
+                let mut max = 0;
+                while flag.load(Ordering::SeqCst) {
+                    max = max.max(rss_kb(pid));
+                    sleep(Duration::from_millis(50));
+                }
+                max
+            });
+            Self { sampling, sampler }
+        }
+
+        /// The largest RSS seen, KiB.
+        fn stop(self) -> u64 {
+            self.sampling.store(false, Ordering::SeqCst);
+            self.sampler.join().expect("sampler")
+        }
+    }
+
     /// `VmRSS` of a process in KiB.
     fn rss_kb(pid: i32) -> u64 {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -589,24 +617,12 @@ mod safety {
         );
         let pid = pk.pid();
         let rss_before = rss_kb(pid);
-        let sampling = Arc::new(AtomicBool::new(true));
-        let sampler = {
-            let sampling = sampling.clone();
-            thread::spawn(move || {
-                let mut max = 0;
-                while sampling.load(Ordering::SeqCst) {
-                    max = max.max(rss_kb(pid));
-                    sleep(Duration::from_millis(50));
-                }
-                max
-            })
-        };
+        let sampler = PeakRss::start(pid);
         let (sent, got, rate) = flood();
         // Live reports, read while pktrace still runs.
         sleep(Duration::from_millis(500));
         let live = json_lines(&pk.stdout_so_far());
-        sampling.store(false, Ordering::SeqCst);
-        let rss_max = sampler.join().expect("sampler");
+        let rss_max = sampler.stop();
         let trace = pk.stop();
         assert!(trace.status.success(), "{}", trace.dump());
         let summary = trace.summary();
@@ -712,24 +728,12 @@ mod safety {
         let _ = lab::client_tcp(&UBUNTU.netns(), "203.0.113.80:80");
         sleep(Duration::from_millis(300));
         let rss_before = rss_kb(pid);
-        let sampling = Arc::new(AtomicBool::new(true));
-        let sampler = {
-            let sampling = sampling.clone();
-            thread::spawn(move || {
-                let mut max = 0;
-                while sampling.load(Ordering::SeqCst) {
-                    max = max.max(rss_kb(pid));
-                    sleep(Duration::from_millis(50));
-                }
-                max
-            })
-        };
+        let sampler = PeakRss::start(pid);
         let bytes = stream_to_the_node();
         // Past the idle time-out (1 s) and a housekeeping tick: every journey is out.
         sleep(Duration::from_millis(1500));
         let live = json_lines(&pk.stdout_so_far());
-        sampling.store(false, Ordering::SeqCst);
-        let rss_max = sampler.join().expect("sampler");
+        let rss_max = sampler.stop();
         let trace = pk.stop();
         assert!(trace.status.success(), "{}", trace.dump());
         let summary = trace.summary();
