@@ -11,8 +11,10 @@ use crate::cmd::{find_program, is_root, run};
 /// static builds of `cargo xtask dist`, and the aarch64 linker; `python3-venv`: the
 /// kubernetes-validate virtualenv; `qemu-system-x86`, `kmod`, `lz4`: `cargo xtask vm-test`
 /// boots a Debian kernel, indexes its modules with depmod and packs the initramfs; `tshark`:
-/// the integration test of `-w` reads the pcapng file back).
-pub const PACKAGES: [&str; 19] = [
+/// the integration test of `-w` reads the pcapng file back; `netbase`: `/etc/protocols`, which
+/// `iptables-restore` reads for protocol names such as Calico's `-p ipencap`, on the host and in
+/// the VM guests).
+pub const PACKAGES: [&str; 20] = [
     "iptables",
     "conntrack",
     "ipset",
@@ -31,6 +33,7 @@ pub const PACKAGES: [&str; 19] = [
     "qemu-system-x86",
     "kmod",
     "lz4",
+    "netbase",
     // libFuzzer, which cargo-fuzz builds, is C++.
     "g++",
 ];

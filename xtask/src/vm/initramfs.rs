@@ -148,6 +148,7 @@ pub fn assemble(
     add_modules(&mut image, kernel, modules)?;
     add_skeleton(&mut image);
     add_loader_cache(&mut image)?;
+    add_protocols(&mut image)?;
 
     let host_path = |name: &str| {
         found
@@ -232,6 +233,16 @@ fn add_skeleton(image: &mut Image) {
         0o644,
     );
     image.data("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644);
+}
+
+/// The host's `/etc/protocols`: `iptables-restore` resolves protocol names in rules with it
+/// (Calico's `-p ipencap`), as on a node.
+fn add_protocols(image: &mut Image) -> Result<()> {
+    let protocols = Path::new("/etc/protocols");
+    if protocols.is_file() {
+        image.host_file_at(protocols, protocols)?;
+    }
+    Ok(())
 }
 
 /// The host's `/etc/ld.so.cache`, so that the dynamic loader finds each library at once

@@ -46,6 +46,13 @@ pub fn explain(drop: &DropFacts) -> Option<String> {
     }
     if reason.is_empty() || reason == "NOT_SPECIFIED" {
         let at = drop.location.as_deref()?;
+        if let Some(implied) = implied_by(at) {
+            let line = family(drop, implied).or_else(|| exact(drop, implied))?;
+            return Some(line.replace(
+                &format!("({implied})"),
+                &format!("(the kernel gave no reason: {at} freed it)"),
+            ));
+        }
         return Some(format!(
             "the kernel gave no reason; {} was freed in {at}",
             packet(drop)
@@ -57,6 +64,17 @@ pub fn explain(drop: &DropFacts) -> Option<String> {
         packet(drop),
         at(drop)
     ))
+}
+
+/// The reason a kernel without drop reasons (before 5.17) implies by the function that freed
+/// the packet: the neighbour code frees the packets queued for a neighbour that never
+/// answered.
+fn implied_by(location: &str) -> Option<&'static str> {
+    matches!(
+        location,
+        "neigh_invalidate" | "arp_error_report" | "__neigh_event_send"
+    )
+    .then_some("NEIGH_FAILED")
 }
 
 fn at(drop: &DropFacts) -> String {

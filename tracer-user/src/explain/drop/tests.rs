@@ -765,6 +765,16 @@ fn other_reasons_fill_in_the_packet() {
         got.starts_with("no NDP answer from 2001:db8::9 on eth0:"),
         "{got}"
     );
+    // A kernel without drop reasons (5.10): the neighbour code that freed it says as much.
+    drop.reason = "NOT_SPECIFIED".into();
+    drop.location = Some("neigh_invalidate".into());
+    let got = why(&rules, &drop).unwrap().why;
+    assert!(
+        got.starts_with("no NDP answer from 2001:db8::9 on eth0:")
+            && got.contains("(the kernel gave no reason: neigh_invalidate freed it)")
+            && !got.contains("NEIGH_FAILED"),
+        "{got}"
+    );
 }
 
 #[test]
