@@ -106,7 +106,7 @@ const TIERS: [Tier; 6] = [
         run: || integration_test(&[]),
     },
     Tier {
-        name: "vm (qemu: 6.1 kprobe, fentry; 6.12 netfilter; lockdown on each)",
+        name: "vm (qemu, the kernel matrix: 5.10 kprobe; 6.1 kprobe, fentry; 6.12 netfilter; lockdown on each)",
         run: vm,
     },
     Tier {
