@@ -26,6 +26,27 @@ pub fn conntrack_hook() -> bool {
     std::env::var(NAT_HOOK_ENV).is_ok_and(|h| h == "conntrack")
 }
 
+/// How long [`tcp_request`] holds a connection open after the reply with `--nat-hook
+/// conntrack`: half of [`EARLY_WITHIN_NS`], the most the tests allow pktrace to take to read
+/// conntrack's report.
+pub const CONNTRACK_HOLD: Duration = Duration::from_millis(500);
+
+/// One TCP request from namespace `ns` to `addr` for a test that checks a connection's path.
+/// With `--nat-hook conntrack` the connection is held open [`CONNTRACK_HOLD`] after the reply,
+/// so that its last packets (the client's FIN and its answer) come after pktrace has read
+/// conntrack's report and are seen whole: on a loaded machine the whole exchange (under a
+/// millisecond in the lab) can otherwise be over before pktrace is scheduled.
+///
+/// # Errors
+/// If the request fails ([`xtask::lab::client_tcp`]).
+pub fn tcp_request(ns: &str, addr: &str) -> anyhow::Result<String> {
+    if conntrack_hook() {
+        xtask::lab::client_tcp_holding(ns, addr, CONNTRACK_HOLD)
+    } else {
+        xtask::lab::client_tcp(ns, addr)
+    }
+}
+
 /// Environment variable choosing how every pktrace of the tests enters the lab namespace:
 /// `nsenter` or `ip-netns-exec` (unset: `ip netns exec`).
 pub const ENTRY_ENV: &str = "PKTRACE_TEST_ENTRY";

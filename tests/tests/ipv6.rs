@@ -8,7 +8,7 @@ use tests::{
     LabGuard,
     trace::{
         CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, conntrack_hook, ct_entry,
-        nat_steps,
+        nat_steps, tcp_request,
     },
 };
 use tracer_user::output::json::contract::{JourneyLine, Point};
@@ -41,7 +41,7 @@ fn client(proto: &str, addr: &str) -> String {
     let reply = if proto == "udp" {
         lab::client_udp(&UBUNTU.netns(), addr)
     } else {
-        lab::client_tcp(&UBUNTU.netns(), addr)
+        tcp_request(&UBUNTU.netns(), addr)
     };
     reply.unwrap_or_else(|e| panic!("{proto} {addr}: {e:#}"))
 }

@@ -8,7 +8,7 @@ use tests::{
     LabGuard,
     trace::{
         CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, conntrack_hook, ct_entry,
-        nat_steps, shape,
+        nat_steps, shape, tcp_request,
     },
 };
 use tracer_user::output::json::contract::{JourneyLine, Point};
@@ -146,7 +146,7 @@ fn traced(traffic: impl FnOnce()) -> Trace {
 }
 
 fn tcp(addr: &str) -> String {
-    lab::client_tcp(&UBUNTU.netns(), addr).unwrap_or_else(|e| panic!("tcp {addr}: {e:#}"))
+    tcp_request(&UBUNTU.netns(), addr).unwrap_or_else(|e| panic!("tcp {addr}: {e:#}"))
 }
 
 #[test]

@@ -12,6 +12,7 @@ use tests::{
     LabGuard,
     trace::{
         CtEntry, Pktrace, Trace, assert_masqueraded, assert_path, ct_entry, nat_steps, point_name,
+        tcp_request,
     },
 };
 use tracer_user::output::json::contract::JourneyLine;
@@ -150,7 +151,7 @@ fn assert_attribution(journeys: &[&JourneyLine], point: &str, rule: &str, servic
 }
 
 fn tcp_from(ns: &str, addr: &str) -> String {
-    lab::client_tcp(ns, addr).unwrap_or_else(|e| panic!("tcp {addr} from {ns}: {e:#}"))
+    tcp_request(ns, addr).unwrap_or_else(|e| panic!("tcp {addr} from {ns}: {e:#}"))
 }
 
 /// pod → ClusterIP: DNAT to a backend by its KUBE-SEP chain, no SNAT; the backend sees the pod.

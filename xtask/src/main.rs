@@ -197,6 +197,9 @@ enum LabAction {
         /// Give up after this many milliseconds.
         #[arg(long, default_value_t = 3000)]
         timeout_ms: u64,
+        /// TCP: keep the connection open this many milliseconds after the reply, then close.
+        #[arg(long, default_value_t = 0)]
+        hold_ms: u64,
     },
 }
 
@@ -342,10 +345,13 @@ fn run_lab(action: LabAction) -> Result<()> {
             tcp,
             udp,
             timeout_ms,
+            hold_ms,
         } => {
             let timeout = Duration::from_millis(timeout_ms);
             let reply = match (tcp, udp) {
-                (Some(addr), _) => lab::client::tcp(addr, timeout)?,
+                (Some(addr), _) => {
+                    lab::client::tcp_holding(addr, timeout, Duration::from_millis(hold_ms))?
+                }
                 (None, Some(addr)) => lab::client::udp(addr, timeout)?,
                 (None, None) => unreachable!("clap requires --tcp or --udp"),
             };

@@ -23,6 +23,16 @@ const MAX_REPLY: u64 = 4096;
 /// # Errors
 /// If the connection or the read fails, or times out.
 pub fn tcp(addr: SocketAddr, timeout: Duration) -> Result<String> {
+    tcp_holding(addr, timeout, Duration::ZERO)
+}
+
+/// [`tcp`], keeping the connection open for `hold` after the server's reply and close before
+/// closing it: the connection's last packets (the client's FIN and its answer) come `hold`
+/// after its first.
+///
+/// # Errors
+/// As [`tcp`].
+pub fn tcp_holding(addr: SocketAddr, timeout: Duration, hold: Duration) -> Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)
         .with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(timeout))?;
@@ -31,6 +41,8 @@ pub fn tcp(addr: SocketAddr, timeout: Duration) -> Result<String> {
         .take(MAX_REPLY)
         .read_to_string(&mut reply)
         .with_context(|| format!("reading the reply of {addr}"))?;
+    std::thread::sleep(hold);
+    drop(stream);
     first_line(&reply, addr)
 }
 
@@ -72,7 +84,19 @@ fn first_line(reply: &str, addr: SocketAddr) -> Result<String> {
 /// # Errors
 /// If the client cannot be run in `from_ns`, or it fails.
 pub fn client_tcp(from_ns: &str, addr: impl Display) -> Result<String> {
-    client_in(from_ns, "--tcp", &addr.to_string())
+    client_in(from_ns, &["--tcp", &addr.to_string()])
+}
+
+/// [`client_tcp`], the connection held open for `hold` after the reply ([`tcp_holding`]).
+///
+/// # Errors
+/// As [`client_tcp`].
+pub fn client_tcp_holding(from_ns: &str, addr: impl Display, hold: Duration) -> Result<String> {
+    let hold_ms = hold.as_millis().to_string();
+    client_in(
+        from_ns,
+        &["--tcp", &addr.to_string(), "--hold-ms", &hold_ms],
+    )
 }
 
 /// Runs `xtask lab client --udp addr` inside namespace `from_ns` and returns the reply line.
@@ -80,12 +104,13 @@ pub fn client_tcp(from_ns: &str, addr: impl Display) -> Result<String> {
 /// # Errors
 /// If the client cannot be run in `from_ns`, or it fails.
 pub fn client_udp(from_ns: &str, addr: impl Display) -> Result<String> {
-    client_in(from_ns, "--udp", &addr.to_string())
+    client_in(from_ns, &["--udp", &addr.to_string()])
 }
 
-fn client_in(ns: &str, proto: &str, addr: &str) -> Result<String> {
+fn client_in(ns: &str, args: &[&str]) -> Result<String> {
     let exe = xtask_exe()?;
-    let out = output(&mut in_ns(ns, exe, ["lab", "client", proto, addr]))
-        .with_context(|| format!("{proto} request to {addr} from {ns}"))?;
+    let full = [&["lab", "client"][..], args].concat();
+    let out = output(&mut in_ns(ns, exe, full))
+        .with_context(|| format!("request {} from {ns}", args.join(" ")))?;
     Ok(out.trim().to_owned())
 }

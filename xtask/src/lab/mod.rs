@@ -30,7 +30,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 pub use self::{
-    client::{client_tcp, client_udp},
+    client::{client_tcp, client_tcp_holding, client_udp},
     netns::in_ns,
     status::{LabStatus, status},
     topology::{LAB_DIR, NODE_NS, PODS, STATE_FILE, UBUNTU, VARIANT_FILE, VARIANTS, Variant},
