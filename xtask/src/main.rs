@@ -123,6 +123,10 @@ enum Task {
         /// per-hook cost under the streams (hooks) and the tc program alone (micro).
         #[arg(long, value_name = "PKTRACE")]
         baseline: Option<PathBuf>,
+        /// A build of pktrace leaving one part of the traced path out, as NAME=PKTRACE
+        /// (repeatable): `--only variants` measures each beside this one, under the streams.
+        #[arg(long = "variant", value_name = "NAME=PKTRACE", value_parser = parse_bench_variant)]
+        variants: Vec<xtask::bench::Variant>,
     },
 }
 
@@ -280,6 +284,7 @@ fn run(cli: Cli) -> Result<()> {
             no_write,
             only,
             baseline,
+            variants,
         } => xtask::bench::bench(&xtask::bench::BenchOptions {
             short,
             runs: runs.and_then(|n| usize::try_from(n).ok()),
@@ -290,8 +295,13 @@ fn run(cli: Cli) -> Result<()> {
                 .map(xtask::bench::Phases::parse)
                 .transpose()?,
             baseline,
+            variants,
         }),
     }
+}
+
+fn parse_bench_variant(spec: &str) -> Result<xtask::bench::Variant, String> {
+    xtask::bench::Variant::parse(spec).map_err(|e| format!("{e:#}"))
 }
 
 fn parse_variant(name: &str) -> Result<lab::Variant, String> {

@@ -30,6 +30,7 @@ mod targets;
 mod throughput;
 mod tracer;
 mod unpinned;
+mod variants;
 
 use std::{
     env, fs,
@@ -39,6 +40,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
+pub use variants::Variant;
 
 use crate::{
     PKTRACE_BIN_ENV,
@@ -62,6 +64,9 @@ pub struct BenchOptions {
     /// Another pktrace that the `paired`, `hooks` and `micro` phases measure alongside, round by
     /// round.
     pub baseline: Option<PathBuf>,
+    /// Builds of pktrace that each leave one part of the traced path out, for the `variants`
+    /// phase.
+    pub variants: Vec<Variant>,
 }
 
 /// Which phases to measure (`--only hooks,collector`): for before/after comparisons of one
@@ -76,6 +81,8 @@ pub struct Phases {
     pub collector: bool,
     pub startup: bool,
     pub unpinned: bool,
+    /// Not in [`Phases::ALL`]: it needs `--variant` builds.
+    pub variants: bool,
 }
 
 impl Phases {
@@ -88,6 +95,7 @@ impl Phases {
         collector: true,
         startup: true,
         unpinned: true,
+        variants: false,
     };
 
     /// Parses a comma-separated list of phase names.
@@ -105,9 +113,10 @@ impl Phases {
                 "collector" => p.collector = true,
                 "startup" => p.startup = true,
                 "unpinned" => p.unpinned = true,
+                "variants" => p.variants = true,
                 other => bail!(
                     "unknown bench phase {other:?}: use throughput, paired, hooks, micro, \
-                     collector, startup or unpinned"
+                     collector, startup, unpinned or variants"
                 ),
             }
         }
@@ -188,6 +197,10 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
     if let Some(b) = &opts.baseline {
         ensure!(b.is_file(), "--baseline {}: no such file", b.display());
     }
+    ensure!(
+        opts.only.is_none_or(|p| !p.variants) || !opts.variants.is_empty(),
+        "--only variants needs at least one --variant NAME=PKTRACE"
+    );
     let (pktrace, origin) = pktrace_binary()?;
     let _lock = lock()?;
     let stale = net::remove_stale()?;
@@ -204,19 +217,15 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         seconds,
     };
     let start = Instant::now();
-    let results = crate::cmd::with_sigint_flag(|| {
-        measure(
-            &ctx,
-            opts.only.unwrap_or(Phases::ALL),
-            opts.baseline.as_deref(),
-        )
-    });
+    let results =
+        crate::cmd::with_sigint_flag(|| measure(&ctx, opts.only.unwrap_or(Phases::ALL), opts));
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
     report(&machine, opts, &results)
 }
 
-fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results> {
+fn measure(ctx: &Ctx, phases: Phases, opts: &BenchOptions) -> Result<Results> {
+    let baseline = opts.baseline.as_deref();
     let mut net = net::BenchNet::build()?;
     let servers = iperf::Servers::start(&ctx.dir)?;
     eprintln!("bench: warming up (1 s per stream, untraced)");
@@ -265,6 +274,10 @@ fn measure(ctx: &Ctx, phases: Phases, baseline: Option<&Path>) -> Result<Results
     } else {
         Vec::new()
     };
+    proc::set_phase("variants");
+    if phases.variants {
+        variants::run(ctx, &opts.variants)?;
+    }
     Ok(Results {
         runs: ctx.runs,
         seconds: ctx.seconds,
@@ -413,6 +426,8 @@ mod tests {
             Phases::parse("throughput,paired,hooks,micro,collector,startup,unpinned").unwrap(),
             Phases::ALL
         );
+        let v = Phases::parse("variants").unwrap();
+        assert!(v.variants && !Phases::ALL.variants);
         assert!(Phases::parse("hook").is_err());
         assert!(Phases::parse(" , ").is_err());
     }
