@@ -32,12 +32,7 @@ mod tracer;
 mod unpinned;
 mod variants;
 
-use std::{
-    env, fs,
-    os::fd::AsRawFd as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{env, fs, os::fd::AsRawFd as _, path::PathBuf, time::Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 pub use variants::Variant;
@@ -221,6 +216,15 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         crate::cmd::with_sigint_flag(|| measure(&ctx, opts.only.unwrap_or(Phases::ALL), opts));
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
+    if opts.only
+        == Some(Phases {
+            variants: true,
+            ..Phases::default()
+        })
+    {
+        // The variants phase printed its own table; the results block would be empty.
+        return Ok(());
+    }
     report(&machine, opts, &results)
 }
 
