@@ -245,6 +245,24 @@ fn a_service_without_endpoints_is_a_drop_by_kube_proxys_reject() {
         assert!(rule.contains("has no endpoints"), "rule {rule:?}: {j:?}");
         assert_eq!(d.service.as_deref(), Some("default/web-gone"), "{j:?}");
     }
+    // The ICMP error reached the pod: the copy its connect kept in the socket's error queue
+    // (freed from that queue when the socket closed) is no drop.
+    let purged: Vec<_> = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| {
+            j.steps.iter().any(|s| {
+                s.reason.as_deref() == Some("QUEUE_PURGE")
+                    || s.location
+                        .as_deref()
+                        .is_some_and(|l| l.starts_with("skb_queue_purge"))
+            })
+        })
+        .collect();
+    assert!(
+        purged.is_empty(),
+        "a queue purge shown as a drop: {purged:?}"
+    );
     assert_working_connection_clean(&trace);
 }
 

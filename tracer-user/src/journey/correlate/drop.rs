@@ -23,6 +23,20 @@ fn raw_socket_copy(reason: &str, location: &str, given: bool) -> bool {
     no_socket && matches!(location, "ping_rcv" | "icmp_rcv" | "icmpv6_rcv")
 }
 
+/// True for a free from a queue that was flushed (`QUEUE_PURGE` in `skb_queue_purge_reason`;
+/// without reasons, a free in `skb_queue_purge`). Of a packet no open journey holds, that is
+/// a packet the node already delivered, purged from the receiving socket's queue when it was
+/// closed unread: the ICMP error a TCP connect in `SYN_SENT` keeps in its error queue
+/// (`ip_icmp_error`) and the data an application never read. No failure of the path; a flush
+/// while the packet still crosses the node (an open journey holds it) is shown.
+fn socket_queue_purge(reason: &str, location: &str, given: bool) -> bool {
+    if given {
+        reason == "QUEUE_PURGE"
+    } else {
+        reason == "NOT_SPECIFIED" && matches!(location, "skb_queue_purge" | "__skb_queue_purge")
+    }
+}
+
 /// How many of the newest completed journeys a drop looks through.
 const RECENT: usize = 64;
 
@@ -35,9 +49,11 @@ impl Correlator {
             return;
         }
         let (reason, location) = (names.reasons().name(ev.reason), names.location(ev.location));
-        if raw_socket_copy(&reason, &location, names.reasons().given()) {
+        let given = names.reasons().given();
+        if raw_socket_copy(&reason, &location, given) {
             return;
         }
+        let purged = socket_queue_purge(&reason, &location, given);
         let step = Step {
             kind: StepKind::Drop(DropStep {
                 reason,
@@ -57,6 +73,9 @@ impl Correlator {
             let id = self.append(key, idx, step, ev.tuple, None);
             let open = self.remove(key, id);
             self.done.push(finish(open, Ending::Dropped));
+            return;
+        }
+        if purged {
             return;
         }
         let recent = self.done.iter_mut().rev().take(RECENT).find(|j| {
@@ -84,7 +103,27 @@ impl Correlator {
 
 #[cfg(test)]
 mod raw_copy_tests {
-    use super::raw_socket_copy;
+    use super::{raw_socket_copy, socket_queue_purge};
+
+    #[test]
+    fn a_queue_purge_is_told_by_its_reason_or_without_reasons_by_its_function() {
+        assert!(socket_queue_purge(
+            "QUEUE_PURGE",
+            "skb_queue_purge_reason",
+            true
+        ));
+        assert!(!socket_queue_purge(
+            "NOT_SPECIFIED",
+            "skb_queue_purge",
+            true
+        ));
+        assert!(socket_queue_purge(
+            "NOT_SPECIFIED",
+            "skb_queue_purge",
+            false
+        ));
+        assert!(!socket_queue_purge("NOT_SPECIFIED", "nf_hook_slow", false));
+    }
 
     #[test]
     fn only_no_socket_from_ping_rcv_is_a_raw_sockets_copy() {

@@ -18,6 +18,7 @@ fn correlator() -> Correlator {
         (1, "SKB_CONSUMED".into()),
         (3, "SKB_DROP_REASON_NO_SOCKET".into()),
         (6, "SKB_DROP_REASON_NETFILTER_DROP".into()),
+        (9, "SKB_DROP_REASON_QUEUE_PURGE".into()),
     ]);
     let symbols =
         Symbols::parse("ffffffff81a00000 T tcp_v4_rcv\nffffffff81b00000 t nft_do_chain\n").unwrap();
@@ -105,4 +106,29 @@ fn without_names_drops_are_ignored() {
     c.push(&dropped(pkt, fp(5), 3, 200));
     assert!(take(&mut c).is_empty());
     assert_eq!(c.open_count(), 1);
+}
+
+#[test]
+fn a_queue_purge_of_a_delivered_packet_is_no_drop_but_one_on_the_node_is() {
+    let mut c = correlator();
+    let events = clusterip_packet(41234, fp(6), 1_000);
+    for e in &events {
+        c.push(e);
+    }
+    // Delivered into the pod, purged when its socket closed unread: the journey stays whole.
+    let post = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
+    c.push(&dropped(post, fp(6), 9, 7_000));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].ending, Ending::Left);
+    // Alone, long after: nothing.
+    c.push(&dropped(post, fp(6), 9, 9_000_000));
+    assert!(take(&mut c).is_empty());
+    // Flushed while the packet crosses the node: a drop.
+    let pkt = t(PROTO_TCP, "10.13.76.46:41236", "10.13.76.4:9");
+    c.push(&tc(kind::TC_INGRESS, AZV_CLIENT, pkt, fp(7), 10_000_000));
+    c.push(&dropped(pkt, fp(7), 9, 10_000_100));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].ending, Ending::Dropped);
 }
