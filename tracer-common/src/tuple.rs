@@ -1,7 +1,10 @@
 //! A packet's addresses, ports and protocol at one point ([`Tuple`]) and the fields NAT leaves
 //! alone that recognise the same packet at every hook ([`Fingerprint`]).
 
-use core::mem::size_of;
+use core::{
+    hash::{Hash, Hasher},
+    mem::size_of,
+};
 
 /// Address family of a [`Tuple`].
 pub const FAMILY_IPV4: u8 = 4;
@@ -23,7 +26,7 @@ pub const PROTO_ICMPV6: u8 = 58;
 /// zero. Ports are in host order. For ICMP echo both ports hold the echo identifier (as
 /// conntrack does); for other ICMP messages both are zero.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Tuple {
     pub saddr: [u8; 16],
     pub daddr: [u8; 16],
@@ -38,6 +41,34 @@ pub struct Tuple {
     pub _pad: [u8; 2],
 }
 const _: () = assert!(size_of::<Tuple>() == 40);
+
+/// Every byte of the tuple (the same bytes `Eq` compares) as three words: the user-space tables
+/// keyed by tuples hash one per packet or more, and the derived field-by-field hash (a length
+/// and a byte slice per address, then each small field) was the collector's largest single
+/// cost after the JSON writer.
+impl Hash for Tuple {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let Self {
+            saddr,
+            daddr,
+            sport,
+            dport,
+            proto,
+            family,
+            _pad: pad,
+        } = *self;
+        state.write_u128(u128::from_ne_bytes(saddr));
+        state.write_u128(u128::from_ne_bytes(daddr));
+        state.write_u64(
+            u64::from(sport)
+                | u64::from(dport) << 16
+                | u64::from(proto) << 32
+                | u64::from(family) << 40
+                | u64::from(u16::from_ne_bytes(pad)) << 48,
+        );
+    }
+}
 
 impl Tuple {
     /// The same flow seen from the other end.
@@ -65,7 +96,7 @@ impl Tuple {
 /// hook: IP id (IPv4) plus TCP seq/ack/flags/window, ICMP type/code/sequence and leading
 /// payload, or UDP length and leading payload bytes.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Fingerprint {
     pub ip_id: u32,
     pub a: u32,
@@ -73,3 +104,19 @@ pub struct Fingerprint {
     pub c: u32,
 }
 const _: () = assert!(size_of::<Fingerprint>() == 16);
+
+/// Every field as one word, as [`Tuple`]'s hash does.
+impl Hash for Fingerprint {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u128(
+            u128::from(self.ip_id)
+                | u128::from(self.a) << 32
+                | u128::from(self.b) << 64
+                | u128::from(self.c) << 96,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
