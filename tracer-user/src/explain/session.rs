@@ -8,7 +8,6 @@
 //! explained. The collector never waits for a tool.
 
 use std::{
-    collections::HashMap,
     net::IpAddr,
     rc::Rc,
     sync::{
@@ -20,9 +19,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use foldhash::fast::RandomState;
 use tracer_common::Tuple;
 
+use self::cache::Cache;
 use super::{Attribute, PacketCtx, genid, read::legacy_in_use, ruleset::fingerprint};
 use crate::{
     explain::Ruleset,
@@ -34,8 +33,6 @@ use crate::{
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
 /// How often the nftables generation is asked (and the poller looks whether to stop).
 const GENERATION_EVERY: Duration = Duration::from_millis(200);
-/// Most cached attributions (one per distinct connection and direction).
-const CACHE: usize = 4096;
 
 /// The NAT steps of a journey (point, reply, before, after), and for a journey without SNAT
 /// its first tuple and the interface it left by.
@@ -62,7 +59,8 @@ pub struct Update {
 /// Attribution for one session.
 pub struct Explainer {
     rules: Option<Arc<Ruleset>>,
-    cache: HashMap<Key, Answers, RandomState>,
+    /// Answers per connection and direction (bounded: [`cache`]).
+    cache: Cache<Key, Answers>,
     /// The key of the journey being explained, built here so that a cached answer costs no
     /// allocation.
     key: Key,
@@ -127,7 +125,7 @@ impl Explainer {
     ) -> Self {
         Self {
             rules,
-            cache: HashMap::default(),
+            cache: Cache::default(),
             key: Key::default(),
             ctx: PacketCtx {
                 mark: 0,
@@ -236,9 +234,6 @@ impl Explainer {
             return;
         }
         rules.attribute_journey(j, &self.ctx);
-        if self.cache.len() >= CACHE {
-            self.cache.clear();
-        }
         let steps = j
             .steps
             .iter()
@@ -341,6 +336,8 @@ fn spawn_poller(first: u64, seen: Seen, uses_ipsets: bool, moves: Arc<AtomicU64>
     }
     (rx, stop)
 }
+
+mod cache;
 
 #[cfg(test)]
 mod tests {
