@@ -116,17 +116,21 @@ enum Task {
         #[arg(long)]
         no_write: bool,
         /// Measure only these phases, comma-separated: throughput, paired, hooks, micro,
-        /// collector, startup, unpinned (implies --no-write).
+        /// collector, startup, unpinned; variants and soak run only when named (implies
+        /// --no-write).
         #[arg(long, value_name = "PHASES")]
         only: Option<String>,
         /// Another pktrace binary to measure side by side with this one, in the same rounds:
-        /// per-hook cost under the streams (hooks) and the tc program alone (micro).
+        /// per-hook cost under the streams (hooks), the tc program alone (micro), TCP beside the
+        /// twin (paired) and the collector's capacity (collector).
         #[arg(long, value_name = "PKTRACE")]
         baseline: Option<PathBuf>,
         /// A build of pktrace leaving one part of the traced path out, as NAME=PKTRACE
         /// (repeatable): `--only variants` measures each beside this one, under the streams.
         #[arg(long = "variant", value_name = "NAME=PKTRACE", value_parser = parse_bench_variant)]
         variants: Vec<xtask::bench::Variant>,
+        #[command(flatten)]
+        soak: xtask::bench::soak::SoakArgs,
     },
 }
 
@@ -285,6 +289,7 @@ fn run(cli: Cli) -> Result<()> {
             only,
             baseline,
             variants,
+            soak,
         } => xtask::bench::bench(&xtask::bench::BenchOptions {
             short,
             runs: runs.and_then(|n| usize::try_from(n).ok()),
@@ -296,6 +301,7 @@ fn run(cli: Cli) -> Result<()> {
                 .transpose()?,
             baseline,
             variants,
+            soak: soak.options()?,
         }),
     }
 }

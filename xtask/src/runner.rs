@@ -79,7 +79,7 @@ const NAT_HOOK_ENV: &str = "PKTRACE_TEST_NAT_HOOK";
 const CONNTRACK_TESTS: [&str; 3] = ["journeys", "variants", "ipv6"];
 
 /// Held for the whole of an integration run (outside the lab's own directory).
-const INTEGRATION_LOCK: &str = "/run/pktrace-integration.lock";
+pub(crate) const INTEGRATION_LOCK: &str = "/run/pktrace-integration.lock";
 
 /// One tier of `cargo xtask test`.
 struct Tier {

@@ -4,17 +4,20 @@
 //! other CPU, paced at 100,000 datagrams/s with the streaming pod traced, then as fast as it
 //! goes with `--trace-all`. Last, [`Scenario::Synthetic`]: pktrace's own `tc_egress` run by
 //! the kernel as fast as it goes ([`super::synthetic`]), which real traffic from one CPU no
-//! longer matches: the collector's ceiling, on one-step journeys.
+//! longer matches: the collector's ceiling, on one-step journeys. With `--baseline` each
+//! scenario of a round runs under both binaries in turn (the first alternating round by round),
+//! so that a change is judged by ratios taken within rounds, not across a busy machine's moods.
 //!
 //! [`TRACER_CPU`]: super::proc::TRACER_CPU
 
-use std::{fs, thread, time::Duration};
+use std::{fs, path::Path, thread, time::Duration};
 
 use anyhow::Result;
 
 use super::{
     Ctx,
     iperf::{self, Rate, Stream},
+    micro::Binary,
     proc::Memory,
     synthetic,
     tracer::{Condition, JsonTotals, Launch, Output, Tracer, json_totals, output_path},
@@ -77,6 +80,8 @@ impl Scenario {
 pub struct CollectorSample {
     pub round: usize,
     pub scenario: Scenario,
+    /// Which pktrace ran.
+    pub binary: Binary,
     pub sent_pps: f64,
     /// Events the kernel emitted per second of stream.
     pub emitted_per_s: f64,
@@ -95,44 +100,65 @@ pub struct CollectorSample {
     pub memory_end: Memory,
 }
 
-/// Runs both scenarios `ctx.runs` times, interleaved.
-pub fn run(ctx: &Ctx) -> Result<Vec<CollectorSample>> {
+/// Runs every scenario `ctx.runs` times, interleaved; with a `baseline`, each scenario under
+/// both binaries in turn (the measured one first in even rounds).
+pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Vec<CollectorSample>> {
+    let mut binaries = vec![(Binary::Measured, ctx.pktrace.as_path())];
+    if let Some(b) = baseline {
+        binaries.push((Binary::Baseline, b));
+    }
     let mut out = Vec::new();
     for round in 0..ctx.runs {
+        let mut order = binaries.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
         for scenario in Scenario::ALL {
-            super::check_interrupted()?;
-            eprintln!(
-                "bench: collector round {}/{}: {}",
-                round + 1,
-                ctx.runs,
-                scenario.label()
-            );
-            let sample = one(ctx, round, scenario)?;
-            eprintln!(
-                "bench:   {:.0} kpps sent, {:.0} k events/s emitted, {} lost in the kernel, pktrace \
-                 {:.0} % CPU, {:.0} k events per CPU-second, {} loss lines",
-                sample.sent_pps / 1e3,
-                sample.emitted_per_s / 1e3,
-                sample.kernel_lost,
-                sample.cpu_pct,
-                sample.events_per_cpu_s / 1e3,
-                sample.totals.loss_lines
-            );
-            out.push(sample);
+            for &(binary, pktrace) in &order {
+                super::check_interrupted()?;
+                eprintln!(
+                    "bench: collector round {}/{}: {} ({})",
+                    round + 1,
+                    ctx.runs,
+                    scenario.label(),
+                    binary.key()
+                );
+                let sample = one(ctx, round, scenario, (binary, pktrace))?;
+                report_sample(&sample);
+                out.push(sample);
+            }
         }
     }
     Ok(out)
 }
 
+fn report_sample(sample: &CollectorSample) {
+    eprintln!(
+        "bench:   {:.0} kpps sent, {:.0} k events/s emitted, {} lost in the kernel, pktrace \
+                 {:.0} % CPU, {:.0} k events per CPU-second, {} loss lines",
+        sample.sent_pps / 1e3,
+        sample.emitted_per_s / 1e3,
+        sample.kernel_lost,
+        sample.cpu_pct,
+        sample.events_per_cpu_s / 1e3,
+        sample.totals.loss_lines
+    );
+}
+
 #[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
-fn one(ctx: &Ctx, round: usize, scenario: Scenario) -> Result<CollectorSample> {
+fn one(
+    ctx: &Ctx,
+    round: usize,
+    scenario: Scenario,
+    (binary, pktrace): (Binary, &Path),
+) -> Result<CollectorSample> {
     let path = output_path(&ctx.dir, scenario.key());
     let condition = scenario.condition();
     let launch = Launch {
         out: Output::File(&path),
         ..Launch::default()
     };
-    let tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &launch)?;
+    let tracer = Tracer::start(condition, &ctx.dir, pktrace, &launch)?;
     let Some(mut tracer) = tracer else {
         unreachable!("collector scenarios run pktrace")
     };
@@ -170,6 +196,7 @@ fn one(ctx: &Ctx, round: usize, scenario: Scenario) -> Result<CollectorSample> {
     Ok(CollectorSample {
         round,
         scenario,
+        binary,
         sent_pps,
         emitted_per_s: counters.emitted as f64 / secs,
         kernel_lost: counters.ringbuf_full,

@@ -201,7 +201,8 @@ pub fn raw(machine: &Machine, results: &Results) -> Value {
         })).collect::<Vec<_>>(),
         "micro_baseline": results.micro.baseline.as_ref().map(|b| b.display().to_string()),
         "collector": results.collector.iter().map(|c| json!({
-            "round": c.round, "scenario": c.scenario.key(), "sent_pps": c.sent_pps,
+            "round": c.round, "scenario": c.scenario.key(), "binary": c.binary.key(),
+            "sent_pps": c.sent_pps,
             "emitted_per_s": c.emitted_per_s, "kernel_lost": c.kernel_lost, "cpu_pct": c.cpu_pct,
             "events_per_cpu_s": c.events_per_cpu_s, "events": c.totals.events,
             "journeys": c.totals.journeys, "lost_events": c.totals.lost_events,

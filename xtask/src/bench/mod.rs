@@ -4,7 +4,8 @@
 //! `throughput` retention under five conditions (and, with less of the machine's noise, TCP
 //! retention against an untraced stream beside it: `paired`), the `hooks`' cost per packet from
 //! BPF run-time statistics, the tc program's own cost by `BPF_PROG_TEST_RUN` (`micro`; these two
-//! side by side with a `--baseline` binary when given), the `collector`'s capacity on one CPU,
+//! side by side with a `--baseline` binary when given), the `collector`'s capacity on one CPU
+//! (also side by side),
 //! and pktrace's memory and `startup` time. Traffic runs on CPU 0, the tracer's user space on
 //! CPU 1; the `unpinned` phase also runs the traced pod's TCP streams with everything free on
 //! every CPU, beside the same streams pinned. Every pktrace's peak memory is noted by phase. Prints the tables and (full runs) updates `BENCHMARKS.md` and writes the raw samples
@@ -23,6 +24,7 @@ mod net;
 mod paired;
 mod proc;
 mod report;
+pub mod soak;
 mod startup;
 mod stats;
 mod synthetic;
@@ -32,7 +34,12 @@ mod tracer;
 mod unpinned;
 mod variants;
 
-use std::{env, fs, os::fd::AsRawFd as _, path::PathBuf, time::Instant};
+use std::{
+    env, fs,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use anyhow::{Context as _, Result, bail, ensure};
 pub use variants::Variant;
@@ -56,12 +63,14 @@ pub struct BenchOptions {
     pub no_write: bool,
     /// Measure only these phases (none: all); implies `no_write`.
     pub only: Option<Phases>,
-    /// Another pktrace that the `paired`, `hooks` and `micro` phases measure alongside, round by
-    /// round.
+    /// Another pktrace that the `paired`, `hooks`, `micro` and `collector` phases measure
+    /// alongside, round by round (and the `soak` beside the measured one, at the same time).
     pub baseline: Option<PathBuf>,
     /// Builds of pktrace that each leave one part of the traced path out, for the `variants`
     /// phase.
     pub variants: Vec<Variant>,
+    /// The soak's length and activities (`--only soak`).
+    pub soak: soak::SoakOptions,
 }
 
 /// Which phases to measure (`--only hooks,collector`): for before/after comparisons of one
@@ -78,6 +87,8 @@ pub struct Phases {
     pub unpinned: bool,
     /// Not in [`Phases::ALL`]: it needs `--variant` builds.
     pub variants: bool,
+    /// Never part of a default run: it takes an hour and the lab.
+    pub soak: bool,
 }
 
 impl Phases {
@@ -91,6 +102,7 @@ impl Phases {
         startup: true,
         unpinned: true,
         variants: false,
+        soak: false,
     };
 
     /// Parses a comma-separated list of phase names.
@@ -109,9 +121,10 @@ impl Phases {
                 "startup" => p.startup = true,
                 "unpinned" => p.unpinned = true,
                 "variants" => p.variants = true,
+                "soak" => p.soak = true,
                 other => bail!(
                     "unknown bench phase {other:?}: use throughput, paired, hooks, micro, \
-                     collector, startup, unpinned or variants"
+                     collector, startup, unpinned, variants or soak"
                 ),
             }
         }
@@ -197,13 +210,7 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         "--only variants needs at least one --variant NAME=PKTRACE"
     );
     let (pktrace, origin) = pktrace_binary()?;
-    let _lock = lock()?;
-    let stale = net::remove_stale()?;
-    if stale > 0 {
-        eprintln!("bench: removed {stale} namespace(s) left by an earlier bench");
-    }
-    let mut machine = doc::Machine::now(&workspace_root());
-    machine.pktrace = origin;
+    let phases = opts.only.unwrap_or(Phases::ALL);
     let scratch = Scratch::new()?;
     let ctx = Ctx {
         pktrace,
@@ -211,13 +218,31 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         runs,
         seconds,
     };
+    if phases.soak {
+        // In the lab, under the lab's lock, and measuring memory, not time: it neither needs
+        // the bench's lock nor its node.
+        soak_phase(&ctx, &opts.soak, opts.baseline.as_deref())?;
+    }
+    let phases = Phases {
+        soak: false,
+        ..phases
+    };
+    if phases == Phases::default() {
+        return Ok(());
+    }
+    let _lock = lock()?;
+    let stale = net::remove_stale()?;
+    if stale > 0 {
+        eprintln!("bench: removed {stale} namespace(s) left by an earlier bench");
+    }
+    let mut machine = doc::Machine::now(&workspace_root());
+    machine.pktrace = origin;
     let start = Instant::now();
-    let results =
-        crate::cmd::with_sigint_flag(|| measure(&ctx, opts.only.unwrap_or(Phases::ALL), opts));
+    let results = crate::cmd::with_sigint_flag(|| measure(&ctx, phases, opts));
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
-    if opts.only
-        == Some(Phases {
+    if phases
+        == (Phases {
             variants: true,
             ..Phases::default()
         })
@@ -226,6 +251,24 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         return Ok(());
     }
     report(&machine, opts, &results)
+}
+
+impl Results {
+    /// The collector samples of the measured binary (not `--baseline`'s).
+    pub fn measured_collector(&self) -> impl Iterator<Item = &collector::CollectorSample> {
+        self.collector
+            .iter()
+            .filter(|s| s.binary == micro::Binary::Measured)
+    }
+
+    /// [`Self::measured_collector`] under one load.
+    pub fn collector_of(
+        &self,
+        scenario: collector::Scenario,
+    ) -> impl Iterator<Item = &collector::CollectorSample> {
+        self.measured_collector()
+            .filter(move |s| s.scenario == scenario)
+    }
 }
 
 fn measure(ctx: &Ctx, phases: Phases, opts: &BenchOptions) -> Result<Results> {
@@ -262,7 +305,7 @@ fn measure(ctx: &Ctx, phases: Phases, opts: &BenchOptions) -> Result<Results> {
     };
     proc::set_phase("collector");
     let collector = if phases.collector {
-        collector::run(ctx)?
+        collector::run(ctx, baseline)?
     } else {
         Vec::new()
     };
@@ -294,6 +337,26 @@ fn measure(ctx: &Ctx, phases: Phases, opts: &BenchOptions) -> Result<Results> {
         unpinned,
         peaks: proc::peaks(&ctx.pktrace),
     })
+}
+
+/// The soak: printed, its samples written to `target/bench/`.
+fn soak_phase(ctx: &Ctx, opts: &soak::SoakOptions, baseline: Option<&Path>) -> Result<()> {
+    let measured =
+        crate::cmd::with_sigint_flag(|| soak::run(&ctx.pktrace, baseline, &ctx.dir, opts));
+    let measured = measured?;
+    println!("{}", soak::report(opts, &measured));
+    let raw_dir = target_dir().join("bench");
+    fs::create_dir_all(&raw_dir)?;
+    let stamp = doc::Machine::now(&workspace_root())
+        .date
+        .replace([' ', ':'], "-");
+    let raw = raw_dir.join(format!("soak-{stamp}.json"));
+    fs::write(
+        &raw,
+        serde_json::to_string_pretty(&soak::raw(opts, &measured))?,
+    )?;
+    eprintln!("bench: soak samples in {}", raw.display());
+    Ok(())
 }
 
 fn report(machine: &doc::Machine, opts: &BenchOptions, results: &Results) -> Result<()> {
@@ -432,6 +495,11 @@ mod tests {
         );
         let v = Phases::parse("variants").unwrap();
         assert!(v.variants && !Phases::ALL.variants);
+        let soak = Phases::parse("soak").unwrap();
+        assert!(
+            soak.soak && !Phases::ALL.soak,
+            "the soak runs only when named"
+        );
         assert!(Phases::parse("hook").is_err());
         assert!(Phases::parse(" , ").is_err());
     }

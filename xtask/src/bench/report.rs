@@ -279,7 +279,8 @@ fn per_hook(h: &Hooks) -> Table {
 }
 
 fn collector(samples: &[CollectorSample]) -> Table {
-    let mut table = Table::new([
+    let side_by_side = samples.iter().any(|s| s.binary == Binary::Baseline);
+    let mut header = vec![
         "load (pktrace on 1 CPU)",
         "kpps sent",
         "k events/s emitted",
@@ -289,30 +290,72 @@ fn collector(samples: &[CollectorSample]) -> Table {
         "`loss` lines",
         "summary lost_events",
         "JSON MB/s",
-    ]);
+    ];
+    if side_by_side {
+        header.push("events per CPU-second vs baseline (within rounds)");
+    }
+    let mut table = Table::new(header);
     for scenario in Scenario::ALL {
-        let runs: Vec<&CollectorSample> =
-            samples.iter().filter(|s| s.scenario == scenario).collect();
-        let d = |f: &dyn Fn(&CollectorSample) -> f64| Dist::of(runs.iter().map(|s| f(s)));
-        let per_run = |f: &dyn Fn(&CollectorSample) -> u64| {
-            runs.iter()
-                .map(|s| f(s).to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        table.row([
-            scenario.label().to_owned(),
-            show(d(&|s| s.sent_pps / 1e3), 0),
-            show(d(&|s| s.emitted_per_s / 1e3), 0),
-            show(d(&|s| s.cpu_pct), 0),
-            show(d(&|s| s.events_per_cpu_s / 1e3), 0),
-            per_run(&|s| s.kernel_lost),
-            per_run(&|s| s.totals.loss_lines),
-            per_run(&|s| s.totals.lost_events),
-            show(d(&|s| s.output_bytes_per_s / 1e6), 1),
-        ]);
+        for binary in [Binary::Measured, Binary::Baseline] {
+            let runs: Vec<&CollectorSample> = samples
+                .iter()
+                .filter(|s| s.scenario == scenario && s.binary == binary)
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let mut row = collector_row(scenario, binary, &runs);
+            if side_by_side {
+                row.push(match binary {
+                    Binary::Measured => collector_vs_baseline(samples, scenario)
+                        .map_or_else(|| "–".into(), |d| d.show_ratio()),
+                    Binary::Baseline => String::new(),
+                });
+            }
+            table.row(row);
+        }
     }
     table
+}
+
+fn collector_row(scenario: Scenario, binary: Binary, runs: &[&CollectorSample]) -> Vec<String> {
+    let d = |f: &dyn Fn(&CollectorSample) -> f64| Dist::of(runs.iter().map(|s| f(s)));
+    let per_run = |f: &dyn Fn(&CollectorSample) -> u64| {
+        runs.iter()
+            .map(|s| f(s).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let label = match binary {
+        Binary::Measured => scenario.label().to_owned(),
+        Binary::Baseline => format!("{} (baseline)", scenario.label()),
+    };
+    vec![
+        label,
+        show(d(&|s| s.sent_pps / 1e3), 0),
+        show(d(&|s| s.emitted_per_s / 1e3), 0),
+        show(d(&|s| s.cpu_pct), 0),
+        show(d(&|s| s.events_per_cpu_s / 1e3), 0),
+        per_run(&|s| s.kernel_lost),
+        per_run(&|s| s.totals.loss_lines),
+        per_run(&|s| s.totals.lost_events),
+        show(d(&|s| s.output_bytes_per_s / 1e6), 1),
+    ]
+}
+
+/// The measured binary's events per CPU-second over the baseline's, in each round.
+fn collector_vs_baseline(samples: &[CollectorSample], scenario: Scenario) -> Option<Dist> {
+    let of = |binary: Binary, round: usize| {
+        samples
+            .iter()
+            .find(|s| s.scenario == scenario && s.binary == binary && s.round == round)
+            .map(|s| s.events_per_cpu_s)
+    };
+    let rounds = samples.iter().map(|s| s.round).max()?;
+    Dist::of(
+        (0..=rounds)
+            .filter_map(|round| Some(of(Binary::Measured, round)? / of(Binary::Baseline, round)?)),
+    )
 }
 
 #[expect(
@@ -363,16 +406,14 @@ fn footprint(r: &Results) -> Table {
         table.row([format!("VmHWM, MiB: {}", c.label()), show(hwm, 1)]);
     }
     for scenario in Scenario::ALL {
-        let runs = || r.collector.iter().filter(move |s| s.scenario == scenario);
-        let mids: Vec<Memory> = runs().map(|s| s.memory_mid).collect();
+        let runs: Vec<&CollectorSample> = r.collector_of(scenario).collect();
+        let mids: Vec<Memory> = runs.iter().map(|s| s.memory_mid).collect();
         table.row([
             format!("VmRSS [anonymous] under load, MiB: {}", scenario.label()),
             rss_cell(&mids),
         ]);
-        table.row([
-            format!("VmHWM, MiB: {}", scenario.label()),
-            show(Dist::of(runs().map(|s| mib(s.memory_end.hwm))), 1),
-        ]);
+        let hwm = Dist::of(runs.iter().map(|s| mib(s.memory_end.hwm)));
+        table.row([format!("VmHWM, MiB: {}", scenario.label()), show(hwm, 1)]);
     }
     let mut configs: Vec<(usize, Attach, &str)> = r
         .startup
@@ -636,7 +677,8 @@ pub fn tables(r: &Results) -> String {
     }
     section(
         "Collector capacity",
-        "Per-run values are listed in run order.\n\n",
+        "Per-run values are listed in run order. With a baseline binary, each scenario ran \
+         under both binaries in turn in every round (the measured one first in even rounds).\n\n",
         collector(&r.collector),
     );
     section("Footprint and start-up", "", footprint(r));

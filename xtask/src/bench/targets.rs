@@ -170,13 +170,16 @@ pub fn targets(r: &Results) -> Table {
         );
     }
     let flood = Dist::of(
-        r.collector
-            .iter()
+        r.measured_collector()
             .filter(|s| s.scenario == Scenario::Flood)
             .map(|s| s.events_per_cpu_s),
     );
     let of = |scenario: Scenario, f: fn(&CollectorSample) -> f64| {
-        Dist::of(r.collector.iter().filter(|s| s.scenario == scenario).map(f))
+        Dist::of(
+            r.measured_collector()
+                .filter(|s| s.scenario == scenario)
+                .map(f),
+        )
     };
     let synthetic = of(Scenario::Synthetic, |s| s.events_per_cpu_s)
         .zip(of(Scenario::Synthetic, |s| s.cpu_pct))
@@ -201,8 +204,7 @@ pub fn targets(r: &Results) -> Table {
         flood.map(|d| d.median >= 1e6),
     );
     let paced: Vec<&CollectorSample> = r
-        .collector
-        .iter()
+        .measured_collector()
         .filter(|s| s.scenario == Scenario::Paced)
         .collect();
     let lost: u64 = paced
@@ -301,8 +303,7 @@ fn steady_memory(r: &Results) -> (Option<(String, Dist)>, Option<u64>) {
     }
     for scenario in Scenario::ALL {
         let mids = r
-            .collector
-            .iter()
+            .measured_collector()
             .filter(|s| s.scenario == scenario)
             .map(|s| mib(s.memory_mid.rss));
         if let Some(d) = Dist::of(mids) {
@@ -318,7 +319,7 @@ fn steady_memory(r: &Results) -> (Option<(String, Dist)>, Option<u64>) {
         .iter()
         .filter(|x| x.condition.is_pktrace())
         .map(|x| x.memory.hwm)
-        .chain(r.collector.iter().map(|s| s.memory_end.hwm))
+        .chain(r.measured_collector().map(|s| s.memory_end.hwm))
         .chain(r.peaks.iter().map(|(_, kib)| *kib))
         .max();
     (steady, hwm)
