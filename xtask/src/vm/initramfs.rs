@@ -1,6 +1,6 @@
 //! What the guest's initramfs holds: busybox (as `/init`'s shell, its applets in `/busybox`,
-//! last on PATH so they never shadow the real tools), the host's iproute2, iptables (nft and
-//! legacy, with their xtables extensions), conntrack, procps, iputils, util-linux `setpriv`,
+//! last on PATH so they never shadow the real tools), the host's iproute2, iptables and
+//! ip6tables (nft and legacy, with their xtables extensions), conntrack, procps, iputils, util-linux `setpriv`,
 //! bpftool and kmod with their shared libraries, the kernel modules, and the test payload.
 
 use std::{
@@ -19,7 +19,7 @@ use super::{
 use crate::cmd::capture;
 
 /// Host programs copied into the guest; `true`: required.
-pub const PROGRAMS: [(&str, bool); 24] = [
+pub const PROGRAMS: [(&str, bool); 30] = [
     ("ip", true),
     // The drop tests read the kernel's SNMP counters with it (iproute2, as `ip` is).
     ("nstat", true),
@@ -34,6 +34,13 @@ pub const PROGRAMS: [(&str, bool); 24] = [
     ("iptables-legacy", false),
     ("iptables-legacy-save", false),
     ("iptables-legacy-restore", false),
+    // The dual-stack lab's IPv6 nat table (tests/tests/ipv6.rs).
+    ("ip6tables", true),
+    ("ip6tables-save", true),
+    ("ip6tables-restore", true),
+    ("ip6tables-nft", false),
+    ("ip6tables-nft-save", false),
+    ("ip6tables-nft-restore", false),
     ("nft", false),
     ("conntrack", true),
     // The lab's calico variant (its tests fail without it, the others do not need it).

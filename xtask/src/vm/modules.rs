@@ -1,5 +1,5 @@
 //! The kernel modules the guest loads: what the lab (veth, bridge, `br_netfilter`, iptables nat
-//! in both its nft and legacy flavours, the kube-proxy matches) and pktrace (clsact, `cls_bpf`,
+//! in both its nft and legacy flavours, for IPv4 and IPv6, the kube-proxy matches) and pktrace (clsact, `cls_bpf`,
 //! conntrack over netlink) need, with their dependencies from `modules.dep`, resolved on the
 //! host with `modprobe -d ROOT -S VERSION --show-depends`.
 
@@ -15,7 +15,7 @@ use super::kernel::{Kernel, find_sbin};
 use crate::cmd::capture;
 
 /// Modules `/init` loads, in this order (`modprobe -a`).
-pub const MODULES: [&str; 27] = [
+pub const MODULES: [&str; 29] = [
     "veth",
     "bridge",
     "br_netfilter",
@@ -30,6 +30,9 @@ pub const MODULES: [&str; 27] = [
     "ip_tables",
     "iptable_nat",
     "iptable_filter",
+    // The dual-stack lab: ip6tables' nat table (legacy; the nft flavour uses nft_chain_nat).
+    "ip6_tables",
+    "ip6table_nat",
     "xt_statistic",
     "xt_comment",
     "xt_mark",
