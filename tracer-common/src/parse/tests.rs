@@ -273,6 +273,34 @@ fn ipv6_with_extension_headers() {
     assert_eq!(p.tuple.daddr[15], 2);
 }
 
+/// `ipv6` with its source address's last byte set to `src` (what SNAT rewrites).
+fn ipv6_from(src: u8, next: u8, payload: &[u8]) -> Vec<u8> {
+    let mut p = ipv6(next, payload);
+    p[8 + 15] = src;
+    p
+}
+
+#[test]
+fn an_ipv6_packets_wire_hash_survives_nat_and_tells_its_neighbours_apart() {
+    // The same segment before and after MASQUERADE (source address and port), then the next
+    // segment of the flow, and a UDP datagram and its successor with other payloads.
+    let seg = |sport, seq| tcp(sport, 80, seq, 7, 0x18, 502);
+    let hash = |pkt: &[u8]| Parsed::from_l3(pkt).unwrap().fp.wire_hash();
+    let before = ipv6_from(0x2e, PROTO_TCP, &seg(41234, 1000));
+    let after = ipv6_from(0x04, PROTO_TCP, &seg(50000, 1000));
+    let next = ipv6_from(0x2e, PROTO_TCP, &seg(41234, 1100));
+    assert_eq!(hash(&before), hash(&after));
+    assert_ne!(hash(&before), hash(&next));
+    let dns = |id: u8, sport| udp(sport, 53, &[id, 0x2a, 1, 0, 0, 1, 0, 0]);
+    let (q1, q1_nat, q2) = (
+        ipv6_from(0x2e, PROTO_UDP, &dns(1, 5353)),
+        ipv6_from(0x04, PROTO_UDP, &dns(1, 6000)),
+        ipv6_from(0x2e, PROTO_UDP, &dns(2, 5353)),
+    );
+    assert_eq!(hash(&q1), hash(&q1_nat));
+    assert_ne!(hash(&q1), hash(&q2));
+}
+
 #[test]
 fn ipv6_later_fragment_has_no_ports() {
     // Fragment header: next = UDP, offset 8 (in 8-byte units), identification 0x01020304.

@@ -142,9 +142,12 @@ pub struct Step {
     pub tuple: Tuple,
     /// Kernel monotonic time of the observation.
     pub ktime_ns: u64,
-    /// IPv4 identification of the packet (unchanged by NAT; with the tuple on the wire it
-    /// joins one node's uplink egress to the next node's ingress in `pktrace merge`).
-    pub ip_id: Option<u32>,
+    /// The packet's identity on the wire, which NAT leaves alone: IPv4 its identification
+    /// field; IPv6 (no IP id outside fragments) [`tracer_common::Fingerprint::wire_hash`], a
+    /// digest of its TCP sequence numbers, or its UDP or ICMPv6 length and leading payload.
+    /// With the tuple it joins a drop to the journey that just left with that packet, and one
+    /// node's uplink egress to the next node's ingress in `pktrace merge`.
+    pub wire_id: Option<u32>,
     /// Which rule did it: a NAT step's rule, or on the last egress step the rule that left the
     /// packet untranslated. Shared with the attribution cache: every packet of a connection
     /// gets the same answer without a copy of its text.
@@ -384,7 +387,7 @@ impl Step {
             },
             tuple,
             ktime_ns,
-            ip_id: None,
+            wire_id: None,
             attribution: None,
         }
     }
@@ -406,7 +409,7 @@ impl Step {
             }),
             tuple,
             ktime_ns,
-            ip_id: None,
+            wire_id: None,
             attribution: None,
         }
     }
@@ -422,7 +425,7 @@ impl Step {
             }),
             tuple,
             ktime_ns,
-            ip_id: None,
+            wire_id: None,
             attribution: None,
         }
     }

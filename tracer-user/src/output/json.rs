@@ -4,10 +4,10 @@
 //! Lines: `{"type":"journey",…}` per journey, `{"type":"loss",…}` when events were lost, and
 //! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending`, `transit_ns` and
 //! `start_ktime_ns` (the kernel's monotonic clock at the first step), steps carry `ip_id`
-//! (IPv4), `t_at_or_before: true` when the hook saw the packet at or before `t_ns` (the uplink
+//! (IPv4) or `wire_hash` (IPv6: [`crate::journey::Step::wire_id`]), `t_at_or_before: true` when the hook saw the packet at or before `t_ns` (the uplink
 //! ingress of a connection's first packet, emitted at its DNAT), and NAT steps `why` when
 //! attribution explains itself. `start_ktime_ns` and `ip_id`
-//! are what `pktrace merge` joins nodes by.
+//! or `wire_hash` are what `pktrace merge` joins nodes by.
 //!
 //! The lines are typed in [`contract`], which readers (`merge`, the integration tests) parse
 //! with. Journey lines, one per traced packet, are written by hand into one reused buffer (no

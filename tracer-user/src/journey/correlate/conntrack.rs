@@ -15,7 +15,7 @@
 
 use tracer_common::{TcSeen, Tuple};
 
-use super::{Correlator, JoinKey, Open, ip_id};
+use super::{Correlator, JoinKey, Open, wire_id};
 use crate::{
     journey::model::{Journey, NatChange, NatPoint, Step, StepKind},
     nat::conntrack::{Chain, NatTable, Translation},
@@ -42,7 +42,7 @@ fn steps_between(chain: &Chain, from: usize, to: usize, ktime: u64, ip: Option<u
             }),
             tuple: chain.tuples[i + 1],
             ktime_ns: ktime,
-            ip_id: ip,
+            wire_id: ip,
             attribution: None,
         })
         .collect()
@@ -56,7 +56,7 @@ pub(super) fn complete_nat(table: Option<&NatTable>, o: &mut Open) {
     if pos + 1 >= chain.len {
         return;
     }
-    let ip = o.steps.last().and_then(|s| s.ip_id);
+    let ip = o.steps.last().and_then(|s| s.wire_id);
     o.steps
         .extend(steps_between(&chain, pos, chain.len - 1, o.last_ktime, ip));
     o.current = chain.tuples[chain.len - 1];
@@ -82,7 +82,7 @@ impl Correlator {
             .rev()
             .find_map(|j| Some((j, self.find(key, &chain.tuples[j])?)))?;
         let open = self.open.get_mut(&key)?.get_mut(idx)?;
-        for step in steps_between(&chain, from, pos, ev.ktime_ns, ip_id(&ev.tuple, ev.fp)) {
+        for step in steps_between(&chain, from, pos, ev.ktime_ns, wire_id(&ev.tuple, ev.fp)) {
             let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
             open.steps.insert(at, step);
         }
@@ -95,7 +95,7 @@ impl Correlator {
     pub(super) fn nat_steps_before(&self, ev: &TcSeen) -> Vec<Step> {
         match self.nat_table.as_ref().and_then(|t| t.place(&ev.tuple)) {
             Some((chain, pos)) if pos > 0 => {
-                steps_between(&chain, 0, pos, ev.ktime_ns, ip_id(&ev.tuple, ev.fp))
+                steps_between(&chain, 0, pos, ev.ktime_ns, wire_id(&ev.tuple, ev.fp))
             }
             _ => Vec::new(),
         }

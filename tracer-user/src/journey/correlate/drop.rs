@@ -7,7 +7,7 @@
 
 use tracer_common::DropSeen;
 
-use super::{Correlator, JoinKey, finish, ip_id};
+use super::{Correlator, JoinKey, finish, wire_id};
 use crate::journey::model::{DropStep, Ending, Step, StepKind};
 
 /// True for the free of an ICMP echo reply that no ICMP datagram ("ping") socket wanted:
@@ -62,7 +62,7 @@ impl Correlator {
             }),
             tuple: ev.tuple,
             ktime_ns: ev.ktime_ns,
-            ip_id: ip_id(&ev.tuple, ev.fp),
+            wire_id: wire_id(&ev.tuple, ev.fp),
             attribution: None,
         };
         let key = JoinKey {
@@ -82,7 +82,7 @@ impl Correlator {
             j.ending == Ending::Left
                 && j.steps
                     .last()
-                    .is_some_and(|s| s.tuple == step.tuple && s.ip_id == step.ip_id)
+                    .is_some_and(|s| s.tuple == step.tuple && s.wire_id == step.wire_id)
         });
         if let Some(j) = recent {
             let mut step = step;

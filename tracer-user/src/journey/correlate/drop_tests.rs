@@ -1,11 +1,11 @@
 //! The join of drops: a drop ends the open journey of its packet, joins the journey that just
 //! left into a pod, or stands alone; consumed packets are no drops.
 
-use tracer_common::{DropSeen, Observation, PROTO_TCP, kind};
+use tracer_common::{DropSeen, Fingerprint, Observation, PROTO_TCP, PROTO_UDP, kind};
 
 use super::{
     Correlator, Limits,
-    tests::{AZURE0, AZV_CLIENT, clusterip_packet, fp, ifaces, t, take, tc},
+    tests::{AZURE0, AZV_BACKEND, AZV_CLIENT, clusterip_packet, fp, ifaces, t, take, tc},
 };
 use crate::{
     drop::{DropNames, Reasons, names::Symbols},
@@ -26,12 +26,7 @@ fn correlator() -> Correlator {
     c
 }
 
-fn dropped(
-    tuple: tracer_common::Tuple,
-    f: tracer_common::Fingerprint,
-    reason: u32,
-    at: u64,
-) -> Observation {
+fn dropped(tuple: tracer_common::Tuple, f: Fingerprint, reason: u32, at: u64) -> Observation {
     Observation::Drop(DropSeen {
         ifindex: AZURE0,
         ktime_ns: at,
@@ -83,6 +78,44 @@ fn a_drop_right_after_the_packet_left_into_a_pod_joins_that_journey() {
     assert_eq!(done[0].steps.len(), 6);
     let d = done[0].steps[5].dropped().unwrap();
     assert_eq!((&*d.reason, d.after_leaving), ("NO_SOCKET", true));
+}
+
+#[test]
+fn an_ipv6_drop_after_leaving_joins_its_own_datagrams_journey_not_the_newest_of_its_flow() {
+    // Two datagrams of one IPv6 flow (one flow label: IPv6 has no IP id) leave into the
+    // backend pod; its stack drops the first. Only the payload tells the two apart.
+    let mut c = correlator();
+    let pkt = t(PROTO_UDP, "[fd13:76::2e]:5353", "[fd13:76::1a]:53");
+    let datagram = |payload: u32| Fingerprint {
+        ip_id: 0x000a_bcde,
+        a: 16,
+        b: payload,
+        c: 0,
+    };
+    let (first, second) = (datagram(0x0101_0100), datagram(0x0202_0100));
+    for (f, at) in [(first, 100), (second, 150)] {
+        c.push(&tc(kind::TC_INGRESS, AZV_CLIENT, pkt, f, at));
+        c.push(&tc(kind::TC_EGRESS, AZV_BACKEND, pkt, f, at + 10));
+    }
+    c.push(&dropped(pkt, first, 3, 300));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 2, "{done:?}");
+    let ends: Vec<(Ending, u64)> = done
+        .iter()
+        .map(|j| (j.ending, j.steps[0].ktime_ns))
+        .collect();
+    assert_eq!(ends, [(Ending::Dropped, 100), (Ending::Left, 150)]);
+    assert_eq!(done[0].steps.len(), 3);
+    assert_eq!(
+        done[0].steps[2].wire_id,
+        Some(first.wire_hash()),
+        "{done:?}"
+    );
+    // A drop of a datagram no journey carried is a journey of its own.
+    c.push(&dropped(pkt, datagram(0x0303_0100), 3, 400));
+    let alone = take(&mut c);
+    assert_eq!(alone.len(), 1);
+    assert_eq!(alone[0].steps.len(), 1);
 }
 
 #[test]

@@ -130,6 +130,12 @@ pub struct StepLine {
     /// IPv4: the packet's IP id (what `merge` joins nodes by).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip_id: Option<u32>,
+    /// IPv6: the digest of what the wire keeps of the packet, which NAT leaves alone
+    /// (`tracer_common::Fingerprint::wire_hash`: the flow label with the TCP sequence numbers,
+    /// flags and window, or the UDP or ICMPv6 length and leading payload); what `merge` joins
+    /// IPv6 packets by, having no IP id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_hash: Option<u32>,
     /// Attribution, when known: the rule (chain and rule), the Kubernetes service, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
@@ -167,6 +173,7 @@ impl StepLine {
             t_ns,
             t_at_or_before: false,
             ip_id: None,
+            wire_hash: None,
             rule: None,
             service: None,
             why: None,

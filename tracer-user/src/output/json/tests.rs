@@ -44,7 +44,7 @@ fn contract_journey() -> Journey {
         tc(Point::Egress, "azva4124965a9b", post, 1_009_410),
     ];
     for s in &mut steps {
-        s.ip_id = Some(0xbeef);
+        s.wire_id = Some(0xbeef);
     }
     Journey {
         steps,
@@ -85,7 +85,14 @@ fn step_variants() {
     *no_iface.iface_mut() = None;
     let mut claimed = tc(Point::Ingress, "eth0", icmp, 10);
     claimed.set_time_bound();
+    let mut v6_wire = tc(Point::Egress, "eth0", v6, 80);
+    v6_wire.wire_id = Some(0x6969_1905);
     let cases: Vec<(Step, Value)> = vec![
+        (
+            v6_wire,
+            json!({"point":"egress","iface":"eth0","src":"[fd00::2e]:5353",
+                   "dst":"[fd00::a]:53","t_ns":70,"wire_hash":0x6969_1905_u32}),
+        ),
         (
             claimed,
             json!({"point":"ingress","iface":"eth0","src":"10.13.76.46",
@@ -199,6 +206,7 @@ fn serde_cases() -> [Journey; 7] {
     }));
     let mut no_iface = tc(Point::Egress, "", v6, 70);
     *no_iface.iface_mut() = None;
+    no_iface.wire_id = Some(u32::MAX);
     let mut other_proto = tc(Point::Ingress, "azv\u{1b}[31m", icmp, 5);
     other_proto.tuple.proto = 47;
     let edges = t(PROTO_TCP, "0.0.0.0:0", "255.255.255.255:65535");
@@ -340,6 +348,7 @@ fn check_parsed(line: &contract::JourneyLine, j: &Journey, pod: &str) {
         assert_eq!(got.reply, nat.then_some(v.reply));
         assert_eq!(got.latency_ns, nat.then_some(v.latency_ns));
         assert_eq!((got.t_at_or_before, got.ip_id), (v.time_bound, v.ip_id));
+        assert_eq!(got.wire_hash, v.wire_hash);
         assert_eq!(got.rule.as_deref(), v.rule);
         assert_eq!(got.service.as_deref(), v.service);
         assert_eq!(got.why.as_deref(), v.why);

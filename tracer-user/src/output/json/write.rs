@@ -24,6 +24,8 @@ pub(super) struct StepView<'a> {
     pub(super) ktime_ns: u64,
     pub(super) time_bound: bool,
     pub(super) ip_id: Option<u32>,
+    /// IPv6: the packet's [`Step::wire_id`], written as `wire_hash`.
+    pub(super) wire_hash: Option<u32>,
     /// An empty rule is left out.
     pub(super) rule: Option<&'a str>,
     pub(super) service: Option<&'a str>,
@@ -44,7 +46,8 @@ impl<'a> StepView<'a> {
             drop: step.dropped(),
             ktime_ns: step.ktime_ns,
             time_bound: step.time_bound(),
-            ip_id: step.ip_id,
+            ip_id: step.wire_id.filter(|_| step.tuple.family != FAMILY_IPV6),
+            wire_hash: step.wire_id.filter(|_| step.tuple.family == FAMILY_IPV6),
             rule: attribution
                 .map(|a| a.rule.as_str())
                 .filter(|r| !r.is_empty()),
@@ -275,6 +278,10 @@ pub(super) fn write_step(buf: &mut Vec<u8>, step: &StepView, start_ns: u64, writ
     if let Some(id) = step.ip_id {
         key!(buf, "ip_id");
         num(buf, u64::from(id));
+    }
+    if let Some(hash) = step.wire_hash {
+        key!(buf, "wire_hash");
+        num(buf, u64::from(hash));
     }
     for (k, v) in [
         (&b",\"rule\":"[..], step.rule),
