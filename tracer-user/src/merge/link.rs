@@ -1,7 +1,9 @@
 //! Joining one node's journeys to another's: a journey that leaves node A on an uplink
 //! (last step `egress` on e.g. `eth0`) continues as the journey that enters node B on its
 //! uplink (first step `ingress`) with the same packet on the wire: protocol, `src`, `dst` and
-//! IP id. Candidates found by that key also give the clocks' offsets ([`super::clock`]); once
+//! the packet's identity, which NAT leaves alone: the IP id for IPv4, `wire_hash` for IPv6
+//! (which has no IP id outside fragments: the digest of its TCP sequence numbers, or of its
+//! UDP or ICMPv6 length and leading payload). Candidates found by that key also give the clocks' offsets ([`super::clock`]); once
 //! the clocks are aligned, each departure is linked to at most one arrival, closest in time.
 
 use std::collections::HashMap;
@@ -9,13 +11,14 @@ use std::collections::HashMap;
 use super::{candidate::Candidate, clock::NodeClock, input::NodeJourney};
 use crate::{output::json::contract::Point, util::iface_matches};
 
-/// The packet as seen on the wire between nodes.
+/// The packet as seen on the wire between nodes. `id` is an IPv4 packet's IP id or an IPv6
+/// packet's `wire_hash`: the addresses tell the two apart.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct WireKey {
     proto: String,
     src: String,
     dst: String,
-    ip_id: u32,
+    id: u32,
 }
 
 /// The wire key of step `i` of `j` when it is `point` on an uplink.
@@ -28,7 +31,7 @@ fn wire_key(j: &NodeJourney, i: usize, point: Point, uplinks: &[String]) -> Opti
         proto: j.line.proto.clone(),
         src: step.src.clone(),
         dst: step.dst.clone(),
-        ip_id: step.ip_id?,
+        id: step.ip_id.or(step.wire_hash)?,
     })
 }
 

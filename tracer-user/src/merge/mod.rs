@@ -1,13 +1,16 @@
 //! `pktrace merge`: journeys that cross nodes, from the `-o json` output of pktrace on each.
 //!
 //! [`input`] reads each node's journey lines; [`link`] finds which journey leaving one node
-//! on its uplink is which journey entering another (the packet on the wire and its IP id);
+//! on its uplink is which journey entering another (the packet on the wire and its IP id, or
+//! for IPv6 the digest of what the wire keeps of it: `wire_hash`);
 //! [`clock`] aligns the nodes' clocks from those pairs, NTP-style; [`chain`] strings linked
 //! journeys together and writes them, one JSON line each, with a `node` on every step, then
 //! a `{"type":"merge",…}` line with the clock offsets and counts.
 //!
-//! Limits: IPv4 only (the join needs the IP id), and nodes must see the same packet on the
-//! wire (Azure CNI, kubenet routes; not an overlay that encapsulates it).
+//! Limits: nodes must see the same packet on the wire (Azure CNI, kubenet routes; not an
+//! overlay that encapsulates it). An IPv6 packet's `wire_hash` is the same for a TCP
+//! retransmit as for the segment it repeats (IPv4's IP id tells them apart): the clocks then
+//! pick the closer in time.
 
 pub mod candidate;
 pub mod chain;
@@ -184,5 +187,7 @@ fn merge_line(
     }
 }
 
+#[cfg(test)]
+mod ipv6_tests;
 #[cfg(test)]
 mod tests;

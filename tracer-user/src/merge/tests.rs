@@ -111,7 +111,7 @@ fn inputs(names: &[&str]) -> Vec<NodeInput> {
     clippy::cast_possible_truncation,
     reason = "a letter per node; the tests merge a few nodes"
 )]
-fn merged(per_node: &[Vec<String>]) -> (Vec<JourneyLine>, MergeLine) {
+pub(super) fn merged(per_node: &[Vec<String>]) -> (Vec<JourneyLine>, MergeLine) {
     let names: Vec<String> = (0..per_node.len())
         .map(|i| ((b'a' + i as u8) as char).to_string())
         .collect();
@@ -135,11 +135,11 @@ fn merged(per_node: &[Vec<String>]) -> (Vec<JourneyLine>, MergeLine) {
     (journeys, last)
 }
 
-fn nodes_of(j: &JourneyLine) -> Vec<&str> {
+pub(super) fn nodes_of(j: &JourneyLine) -> Vec<&str> {
     j.steps.iter().map(|s| s.node.as_deref().unwrap()).collect()
 }
 
-fn check_times(j: &JourneyLine) {
+pub(super) fn check_times(j: &JourneyLine) {
     let t: Vec<u64> = j.steps.iter().map(|s| s.t_ns).collect();
     assert_eq!(t[0], 0, "{j:?}");
     assert!(
@@ -478,7 +478,7 @@ fn merge_reads_lines_written_by_the_json_sink() {
     let post = t(PROTO_TCP, POD_A, POD_B);
     let with_id = |mut steps: Vec<Step>| {
         for s in &mut steps {
-            s.ip_id = Some(77);
+            s.wire_id = Some(77);
         }
         Journey {
             steps,
