@@ -231,7 +231,7 @@ impl Correlator {
             },
             tuple: ev.tuple,
             ktime_ns: ev.ktime_ns,
-            wire_id: wire_id(&ev.tuple, ev.fp),
+            wire_id: Some(wire_id(&ev.tuple, ev.fp)),
             attribution: None,
         };
         let hop = Some((ev.ktime_ns, ev.ifindex));
@@ -460,7 +460,7 @@ fn nat_step(ev: &NatSeen) -> Step {
         }),
         tuple: ev.after,
         ktime_ns: ev.ktime_ns,
-        wire_id: wire_id(&ev.after, ev.fp),
+        wire_id: Some(wire_id(&ev.after, ev.fp)),
         attribution: None,
     }
 }
@@ -468,12 +468,12 @@ fn nat_step(ev: &NatSeen) -> Step {
 /// The packet's identity on the wire ([`Step::wire_id`]): IPv4 its identification field (the
 /// fingerprint's `ip_id`); IPv6, whose fingerprint holds the flow label there, the digest of
 /// the whole fingerprint.
-fn wire_id(tuple: &Tuple, fp: Fingerprint) -> Option<u32> {
-    Some(if tuple.family == FAMILY_IPV4 {
+fn wire_id(tuple: &Tuple, fp: Fingerprint) -> u32 {
+    if tuple.family == FAMILY_IPV4 {
         fp.ip_id
     } else {
         fp.wire_hash()
-    })
+    }
 }
 
 pub mod budget;

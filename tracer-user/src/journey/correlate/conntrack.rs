@@ -82,7 +82,13 @@ impl Correlator {
             .rev()
             .find_map(|j| Some((j, self.find(key, &chain.tuples[j])?)))?;
         let open = self.open.get_mut(&key)?.get_mut(idx)?;
-        for step in steps_between(&chain, from, pos, ev.ktime_ns, wire_id(&ev.tuple, ev.fp)) {
+        for step in steps_between(
+            &chain,
+            from,
+            pos,
+            ev.ktime_ns,
+            Some(wire_id(&ev.tuple, ev.fp)),
+        ) {
             let at = open.steps.partition_point(|s| s.ktime_ns <= step.ktime_ns);
             open.steps.insert(at, step);
         }
@@ -95,7 +101,7 @@ impl Correlator {
     pub(super) fn nat_steps_before(&self, ev: &TcSeen) -> Vec<Step> {
         match self.nat_table.as_ref().and_then(|t| t.place(&ev.tuple)) {
             Some((chain, pos)) if pos > 0 => {
-                steps_between(&chain, 0, pos, ev.ktime_ns, wire_id(&ev.tuple, ev.fp))
+                steps_between(&chain, 0, pos, ev.ktime_ns, Some(wire_id(&ev.tuple, ev.fp)))
             }
             _ => Vec::new(),
         }

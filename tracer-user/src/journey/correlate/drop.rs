@@ -62,7 +62,7 @@ impl Correlator {
             }),
             tuple: ev.tuple,
             ktime_ns: ev.ktime_ns,
-            wire_id: wire_id(&ev.tuple, ev.fp),
+            wire_id: Some(wire_id(&ev.tuple, ev.fp)),
             attribution: None,
         };
         let key = JoinKey {
