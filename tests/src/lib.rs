@@ -19,6 +19,7 @@
 
 pub mod capture;
 pub mod leftovers;
+pub mod merge;
 pub mod property;
 pub mod rawbpf;
 pub mod trace;
@@ -60,6 +61,20 @@ impl LabGuard {
         let variant = xtask::lab::Variant::default();
         if let Err(err) = xtask::lab::up_nodes(variant, 2) {
             panic!("bringing the lab up with two nodes failed: {err:#}");
+        }
+        Self(variant)
+    }
+
+    /// Brings the default lab up with both nodes dual-stack
+    /// (`xtask::lab::up_two_nodes_dual_stack`).
+    ///
+    /// # Panics
+    /// If the lab cannot be brought up (not root, tools missing, a step failed).
+    pub fn two_nodes_dual_stack() -> Self {
+        require_runner();
+        let variant = xtask::lab::Variant::default();
+        if let Err(err) = xtask::lab::up_two_nodes_dual_stack(variant) {
+            panic!("bringing the lab up with two dual-stack nodes failed: {err:#}");
         }
         Self(variant)
     }

@@ -5,13 +5,14 @@
 //! hops (pod veth in, the DNAT by the KUBE-SEP rule, out of eth0) then node 2's (in on eth0,
 //! out of the backend's veth), each NAT step on the node where it happened; replies too.
 
-use std::{fs, path::Path, process::Command, sync::OnceLock};
+use std::sync::OnceLock;
 
 use tests::{
-    LabGuard, pktrace_bin,
+    LabGuard,
+    merge::merge,
     trace::{Pktrace, Trace},
 };
-use tracer_user::output::json::contract::{JourneyLine, Line, MergeLine, Point, StepLine};
+use tracer_user::output::json::contract::{JourneyLine, MergeLine, Point, StepLine};
 use xtask::lab::{
     self, UBUNTU,
     node2::{NODE2_NS, REMOTE_BACKEND, REMOTE_CLUSTER_IP, REMOTE_SEP_CHAIN},
@@ -20,11 +21,6 @@ use xtask::lab::{
 /// Connections the test makes (each several packets each way).
 const CONNECTIONS: usize = 5;
 const UPLINK: &str = "eth0";
-
-fn write_jsonl(path: &Path, trace: &Trace) {
-    let text: Vec<String> = trace.lines.iter().map(ToString::to_string).collect();
-    fs::write(path, text.join("\n") + "\n").unwrap();
-}
 
 /// Steps of a merged journey that happened on `node`.
 fn on<'a>(journey: &'a JourneyLine, node: &str) -> Vec<&'a StepLine> {
@@ -103,41 +99,6 @@ fn trace_both_nodes() -> Run {
         merge,
         text,
     }
-}
-
-/// `pktrace merge node1=… node2=…` of the two traces: its journeys, its merge line (which
-/// must come last) and its stdout.
-fn merge(t1: &Trace, t2: &Trace) -> (Vec<JourneyLine>, MergeLine, String) {
-    let dir = std::env::temp_dir().join(format!("pktrace-twonode-merge-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let (a, b) = (dir.join("node1.jsonl"), dir.join("node2.jsonl"));
-    write_jsonl(&a, t1);
-    write_jsonl(&b, t2);
-    let out = Command::new(pktrace_bin())
-        .arg("merge")
-        .arg(format!("node1={}", a.display()))
-        .arg(format!("node2={}", b.display()))
-        .output()
-        .expect("pktrace merge");
-    fs::remove_dir_all(&dir).ok();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "merge failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut merged: Vec<JourneyLine> = Vec::new();
-    let mut merge: Option<MergeLine> = None;
-    for l in text.lines() {
-        assert!(merge.is_none(), "the merge line must come last: {text}");
-        match Line::parse(l).unwrap_or_else(|e| panic!("{e}: {l}")) {
-            Line::Journey(j) => merged.push(j),
-            Line::Merge(m) => merge = Some(m),
-            other => panic!("merge wrote {other:?}"),
-        }
-    }
-    let merge = merge.unwrap_or_else(|| panic!("no merge line: {text}"));
-    (merged, merge, text)
 }
 
 impl Run {

@@ -13,6 +13,7 @@ pub mod drops;
 pub mod dualstack;
 pub mod netns;
 pub mod node2;
+pub mod node2_dualstack;
 pub mod pods;
 pub mod serve;
 pub mod servers;
@@ -146,6 +147,18 @@ pub fn up_dual_stack(variant: Variant) -> Result<()> {
     require_programs(&NEEDED_DUAL_STACK, "the lab's --dual-stack")?;
     let _lock = lock()?;
     dualstack::up(variant)
+}
+
+/// Brings the lab of `variant` up with both nodes dual-stack: node 1's IPv6 half
+/// ([`dualstack`]) and node 2's ([`node2_dualstack`]).
+///
+/// # Errors
+/// As [`up_nodes`], [`up_dual_stack`] and [`node2_dualstack::up`].
+pub fn up_two_nodes_dual_stack(variant: Variant) -> Result<()> {
+    up_nodes(variant, 2)?;
+    up_dual_stack(variant)?;
+    let _lock = lock()?;
+    node2_dualstack::up()
 }
 
 /// Takes the lab down: kills every process in its namespaces, deletes them and `LAB_DIR`.
