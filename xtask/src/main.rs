@@ -148,7 +148,8 @@ enum LabAction {
         #[arg(long, value_name = "N", default_value_t = 1)]
         nodes: u8,
         /// Make the node dual-stack (azure-bridge only): IPv6 pod addresses, service IPs and
-        /// MASQUERADE by ip6tables, servers answering over IPv6 too.
+        /// MASQUERADE by ip6tables, servers answering over IPv6 too; with --nodes 2, node 2
+        /// and its backend pod get IPv6 addresses too.
         #[arg(long)]
         dual_stack: bool,
     },
@@ -323,13 +324,11 @@ fn run_lab(action: LabAction) -> Result<()> {
             variant,
             nodes,
             dual_stack,
-        } => {
-            lab::up_nodes(variant, nodes)?;
-            if dual_stack {
-                lab::up_dual_stack(variant)?;
-            }
-            Ok(())
-        }
+        } => match (nodes, dual_stack) {
+            (2, true) => lab::up_two_nodes_dual_stack(variant),
+            (_, true) => lab::up_nodes(variant, nodes).and_then(|()| lab::up_dual_stack(variant)),
+            _ => lab::up_nodes(variant, nodes),
+        },
         LabAction::Down => lab::down(),
         LabAction::Status => {
             let text = lab::status()?.to_string();
