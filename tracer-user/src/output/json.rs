@@ -4,7 +4,8 @@
 //! Lines: `{"type":"journey",…}` per journey, `{"type":"loss",…}` when events were lost, and
 //! `{"type":"summary",…}` last. Beyond the contract, journeys carry `ending`, `transit_ns` and
 //! `start_ktime_ns` (the kernel's monotonic clock at the first step), steps carry `ip_id`
-//! (IPv4) or `wire_hash` (IPv6: [`crate::journey::Step::wire_id`]), `t_at_or_before: true` when the hook saw the packet at or before `t_ns` (the uplink
+//! (IPv4) or `wire_hash` (IPv6: the journey step's `wire_id`, a digest of what the wire
+//! keeps), `t_at_or_before: true` when the hook saw the packet at or before `t_ns` (the uplink
 //! ingress of a connection's first packet, emitted at its DNAT), and NAT steps `why` when
 //! attribution explains itself. `start_ktime_ns` and `ip_id`
 //! or `wire_hash` are what `pktrace merge` joins nodes by.
