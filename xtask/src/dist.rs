@@ -122,7 +122,6 @@ pub fn build(target: &DistTarget) -> Result<PathBuf> {
             target.triple
         );
     }
-    let env_triple = target.triple.replace('-', "_");
     let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cargo
         .current_dir(workspace_root())
@@ -135,14 +134,8 @@ pub fn build(target: &DistTarget) -> Result<PathBuf> {
             "-p",
             "tracer-user",
         ])
-        .args(BINARIES.iter().flat_map(|b| ["--bin", b]))
-        .env(format!("CC_{env_triple}"), target.cc);
-    if let Some(linker) = target.linker {
-        cargo.env(
-            format!("CARGO_TARGET_{}_LINKER", env_triple.to_uppercase()),
-            linker,
-        );
-    }
+        .args(BINARIES.iter().flat_map(|b| ["--bin", b]));
+    cross_env(&mut cargo, target);
     run(&mut cargo).with_context(|| {
         format!(
             "building for {}; if rustc lacks the target, run `cargo xtask setup`",
@@ -165,6 +158,19 @@ pub fn build(target: &DistTarget) -> Result<PathBuf> {
     let image = dist_dir().join(format!("image/linux-{}/pktrace", target.image_arch));
     copy(&built.join("pktrace"), &image)?;
     Ok(dist_path("pktrace", target))
+}
+
+/// Points cargo's C compiler and linker for `target` at Debian's (`CC_<triple>`,
+/// `CARGO_TARGET_<TRIPLE>_LINKER`), as every cross build of the workspace needs.
+pub fn cross_env(cargo: &mut Command, target: &DistTarget) {
+    let env_triple = target.triple.replace('-', "_");
+    cargo.env(format!("CC_{env_triple}"), target.cc);
+    if let Some(linker) = target.linker {
+        cargo.env(
+            format!("CARGO_TARGET_{}_LINKER", env_triple.to_uppercase()),
+            linker,
+        );
+    }
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Result;
 use clap::{ArgGroup, Parser, Subcommand};
-use xtask::{demo::DemoOptions, lab, runner};
+use xtask::{demo::DemoOptions, lab, runner, vm::arch::Arch};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "pktrace's task runner", version)]
@@ -46,13 +46,15 @@ enum Task {
         /// Kernel: a version (6.1.0-41-cloud-amd64, or from bookworm-backports
         /// 6.12.74+deb12-cloud-amd64), a .deb, a vmlinuz, or `backports` (the newest
         /// bookworm-backports cloud kernel) [default: the newest bookworm
-        /// linux-image-6.1.0-*-cloud-amd64]. With --matrix: the one cell to run (5.10, 6.1,
-        /// 6.12).
+        /// linux-image-6.1.0-*-cloud-amd64; with --arch arm64, of
+        /// linux-image-6.1.0-*-cloud-arm64]. With --matrix: the cells to run (5.10, 6.1, 6.12;
+        /// with --arch, of that architecture).
         #[arg(long, value_name = "FILE|VERSION")]
         kernel: Option<String>,
         /// Run the kernel matrix, one cell after the other: Debian's 5.10 (kprobe), 6.1
-        /// (kprobe, fentry) and 6.12 (netfilter); print one table of test × kernel × hook and,
-        /// when every cell ran without a test filter, write docs/compat.md.
+        /// (kprobe, fentry), 6.12 (netfilter) on x86_64 and 6.1 (kprobe) on arm64; print one
+        /// table of test × kernel × arch × hook and, without a test filter, write the rows of
+        /// the cells run into docs/compat.md.
         #[arg(long, conflicts_with = "hook")]
         matrix: bool,
         /// NAT hooks to run the tests with (pktrace --nat-hook; auto: pktrace chooses).
@@ -70,6 +72,11 @@ enum Task {
         /// Kill a VM when one (hook, test binary) run in it takes more than this many seconds.
         #[arg(long, value_name = "SECONDS", default_value_t = xtask::vm::DEFAULT_TIMEOUT.as_secs())]
         timeout: u64,
+        /// Guest architecture: x86_64, or arm64 (Debian's arm64 cloud kernel and tools, the
+        /// aarch64 musl binaries, qemu-system-aarch64). With --matrix: the cells of that
+        /// architecture only [default: x86_64; with --matrix, every cell].
+        #[arg(long, value_name = "ARCH")]
+        arch: Option<String>,
         /// Arguments for the test harness (e.g. a test name filter), after `--`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -251,17 +258,20 @@ fn run(cli: Cli) -> Result<()> {
             hook,
             jobs,
             timeout,
+            arch,
             args,
         } => {
+            let arch = arch.as_deref().map(Arch::parse).transpose()?;
             let options = xtask::vm::VmOptions {
                 kernel,
                 hooks: hook,
                 jobs,
                 timeout: Duration::from_secs(timeout),
                 test_args: args,
+                arch: arch.unwrap_or_default(),
             };
             if matrix {
-                xtask::vm::matrix::run(&options, &xtask::workspace_root())
+                xtask::vm::matrix::run(&options, arch, &xtask::workspace_root())
             } else {
                 xtask::vm::vm_test(&options)
             }

@@ -125,7 +125,7 @@ fn vm() -> Result<()> {
         jobs: 1,
         ..crate::vm::VmOptions::default()
     };
-    crate::vm::matrix::run(&one, &workspace_root())
+    crate::vm::matrix::run(&one, None, &workspace_root())
 }
 
 /// Runs every tier, stopping at the first failure; prints one final line per tier.

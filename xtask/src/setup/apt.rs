@@ -10,11 +10,11 @@ use crate::cmd::{find_program, is_root, run};
 /// `musl-tools`, `gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross`: the C code of ring in the
 /// static builds of `cargo xtask dist`, and the aarch64 linker; `python3-venv`: the
 /// kubernetes-validate virtualenv; `qemu-system-x86`, `kmod`, `lz4`: `cargo xtask vm-test`
-/// boots a Debian kernel, indexes its modules with depmod and packs the initramfs; `tshark`:
+/// boots a Debian kernel (`qemu-system-arm`: its `qemu-system-aarch64` boots the arm64 one), indexes its modules with depmod and packs the initramfs; `tshark`:
 /// the integration test of `-w` reads the pcapng file back; `netbase`: `/etc/protocols`, which
 /// `iptables-restore` reads for protocol names such as Calico's `-p ipencap`, on the host and in
 /// the VM guests).
-pub const PACKAGES: [&str; 20] = [
+pub const PACKAGES: [&str; 21] = [
     "iptables",
     "conntrack",
     "ipset",
@@ -31,6 +31,7 @@ pub const PACKAGES: [&str; 20] = [
     "libc6-dev-arm64-cross",
     "python3-venv",
     "qemu-system-x86",
+    "qemu-system-arm",
     "kmod",
     "lz4",
     "netbase",

@@ -1,5 +1,5 @@
 //! Private apt configurations of the VM tier: one per Debian suite the machine's own apt
-//! sources do not have (bookworm-backports, bullseye), each with its sources, lists and
+//! sources do not have (bookworm-backports, bullseye, bookworm for arm64), each with its sources, lists and
 //! package cache under `~/.cache/pktrace/vm/apt-<name>`, so that `apt-get download` fetches
 //! a kernel package from that suite while the machine's apt sources stay as they are.
 
@@ -19,6 +19,9 @@ pub struct Suite {
     pub sources: &'static str,
     /// Extended regular expression of the cloud kernel packages' names (`apt-cache search`).
     pub pattern: &'static str,
+    /// A foreign architecture (`arm64`) this configuration alone knows: apt takes it as the
+    /// native one here, with an empty package status (the machine's dpkg stays as it is).
+    pub architecture: Option<&'static str>,
 }
 
 /// bookworm-backports: the 6.12 cloud kernels (`linux-image-6.12.74+deb12-cloud-amd64`).
@@ -27,6 +30,7 @@ pub const BOOKWORM_BACKPORTS: Suite = Suite {
     sources: "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\n\
               Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
     pattern: "^linux-image-[0-9.]+\\+deb12-cloud-amd64$",
+    architecture: None,
 };
 
 /// bullseye (Debian 11): the 5.10 cloud kernels (`linux-image-5.10.0-32-cloud-amd64`).
@@ -35,6 +39,21 @@ pub const BULLSEYE: Suite = Suite {
     sources: "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bullseye\n\
               Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
     pattern: "^linux-image-5\\.10\\.0-[0-9]+-cloud-amd64$",
+    architecture: None,
+};
+
+/// bookworm (with its updates and security suites) for arm64: the 6.1 arm64 cloud kernels
+/// (`linux-image-6.1.0-56-cloud-arm64`) and the arm64 tools and libraries of the guest.
+pub const BOOKWORM_ARM64: Suite = Suite {
+    name: "arm64",
+    sources: "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n\
+              Components: main\nArchitectures: arm64\n\
+              Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+              Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n\
+              Components: main\nArchitectures: arm64\n\
+              Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+    pattern: "^linux-image-6\\.1\\.0-[0-9]+-cloud-arm64$",
+    architecture: Some("arm64"),
 };
 
 /// How old a suite's index may be before `apt-get update` fetches it again.
@@ -59,12 +78,20 @@ impl Suite {
             self.sources,
         )?;
         fs::write(apt.join("empty.list"), "")?;
-        let options = vec![
+        let mut options = vec![
             format!("Dir::Etc::SourceList={}", apt.join("empty.list").display()),
             format!("Dir::Etc::SourceParts={}", apt.join("sources.d").display()),
             format!("Dir::State::Lists={}", lists.display()),
             format!("Dir::Cache={}", apt.join("cache").display()),
         ];
+        if let Some(arch) = self.architecture {
+            fs::write(apt.join("status"), "")?;
+            options.extend([
+                format!("APT::Architecture={arch}"),
+                format!("APT::Architectures={arch}"),
+                format!("Dir::State::status={}", apt.join("status").display()),
+            ]);
+        }
         let stamp = lists.join(".updated");
         let fresh = fs::metadata(&stamp)
             .and_then(|m| m.modified())

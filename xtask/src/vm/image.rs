@@ -118,6 +118,17 @@ impl Image {
     /// If `path` is not absolute, cannot be resolved (or too many symlinks), or what it ends at
     /// cannot be read.
     pub fn mirror(&mut self, path: &Path) -> Result<PathBuf> {
+        self.mirror_in(Path::new("/"), path)
+    }
+
+    /// [`Self::mirror`] from the tree at host directory `root` (an unpacked arm64 userland):
+    /// guest path `path` is read at `root` + `path`, absolute links resolve inside `root`.
+    /// Returns the host path of what it ends at.
+    ///
+    /// # Errors
+    /// As [`Self::mirror`].
+    pub fn mirror_in(&mut self, root: &Path, path: &Path) -> Result<PathBuf> {
+        let host = |guest: &Path| root.join(guest.strip_prefix("/").unwrap_or(guest));
         if !path.is_absolute() {
             bail!("{} is not an absolute path", path.display());
         }
@@ -130,8 +141,9 @@ impl Image {
                 continue;
             }
             let next = current.join(&name);
-            let meta = fs::symlink_metadata(&next)
-                .with_context(|| format!("{} (resolving {})", next.display(), path.display()))?;
+            let meta = fs::symlink_metadata(host(&next)).with_context(|| {
+                format!("{} (resolving {})", host(&next).display(), path.display())
+            })?;
             if !meta.file_type().is_symlink() {
                 current = next;
                 continue;
@@ -140,7 +152,7 @@ impl Image {
             if links > MAX_LINKS {
                 bail!("too many symlinks resolving {}", path.display());
             }
-            let target = fs::read_link(&next)?;
+            let target = fs::read_link(host(&next))?;
             self.symlink(&next, &target.to_string_lossy());
             if target.is_absolute() {
                 current = PathBuf::from("/");
@@ -149,13 +161,14 @@ impl Image {
                 pending.push_front(part);
             }
         }
-        let meta = fs::metadata(&current)?;
+        let real = host(&current);
+        let meta = fs::metadata(&real)?;
         if meta.is_dir() {
             self.insert(&current, Node::Dir);
         } else {
-            self.host_file_at(&current, &current)?;
+            self.host_file_at(&current, &real)?;
         }
-        Ok(current)
+        Ok(real)
     }
 
     /// Where `path` lands in the guest once the tree's own directory symlinks are followed
@@ -269,6 +282,29 @@ mod tests {
             Some(Node::HostFile { .. })
         ));
         assert_eq!(link("usr/lib"), Some(Node::Dir));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn mirror_in_a_tree_resolves_absolute_links_inside_it() {
+        let root = scratch("mirror-in");
+        fs::create_dir_all(root.join("usr/sbin")).unwrap();
+        fs::write(root.join("usr/sbin/xtables-nft-multi"), "elf").unwrap();
+        symlink("/usr/sbin/xtables-nft-multi", root.join("usr/sbin/iptables")).unwrap();
+
+        let mut image = Image::default();
+        let real = image
+            .mirror_in(&root, Path::new("/usr/sbin/iptables"))
+            .unwrap();
+        assert_eq!(real, root.join("usr/sbin/xtables-nft-multi"));
+        assert!(matches!(
+            image.get(Path::new("/usr/sbin/iptables")),
+            Some(Node::Symlink { .. })
+        ));
+        assert!(matches!(
+            image.get(Path::new("/usr/sbin/xtables-nft-multi")),
+            Some(Node::HostFile { source, .. }) if *source == real
+        ));
         fs::remove_dir_all(&root).unwrap();
     }
 

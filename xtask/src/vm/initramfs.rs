@@ -15,6 +15,7 @@ use super::{
     image::{Image, Node},
     kernel::{Kernel, find_sbin},
     modules::ModuleSet,
+    sysroot,
 };
 use crate::cmd::capture;
 
@@ -79,6 +80,9 @@ pub struct Payload {
     pub dist: Option<PathBuf>,
     /// Integration test binaries as (target name, host path).
     pub tests: Vec<(String, PathBuf)>,
+    /// The tree the guest's tools and libraries come from ([`sysroot::arm64`]; `None`: the
+    /// host's own).
+    pub sysroot: Option<PathBuf>,
 }
 
 /// Guest paths `/init` uses.
@@ -104,34 +108,24 @@ pub fn assemble(
 ) -> Result<(Image, GuestPaths)> {
     let mut image = Image::default();
     let mut elves: Vec<PathBuf> = Vec::new();
-    let mut program = |image: &mut Image, name: &str| -> Result<Option<PathBuf>> {
-        let Some(host) = find_sbin(name) else {
-            return Ok(None);
-        };
-        let real = image.mirror(&host)?;
-        elves.push(real);
-        Ok(Some(host))
+    let root = payload.sysroot.as_deref();
+    let found = add_programs(&mut image, root, &mut elves)?;
+    let xtables: Vec<PathBuf> = match root {
+        Some(_) => vec![PathBuf::from(sysroot::XTABLES_DIR)],
+        None => XTABLES_DIRS.iter().map(PathBuf::from).collect(),
     };
-    let mut found = Vec::new();
-    for (name, required) in PROGRAMS {
-        match program(&mut image, name)? {
-            Some(host) => found.push((name, host)),
-            None if required => bail!(
-                "{name} not found on this host: the VM tier copies it into the guest; run \
-                 `cargo xtask setup`"
-            ),
-            None => {}
-        }
-    }
-    for dir in XTABLES_DIRS.iter().map(Path::new).filter(|d| d.is_dir()) {
-        for entry in std::fs::read_dir(dir)?.filter_map(Result::ok) {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "so") {
-                elves.push(image.mirror(&path)?);
+    let host_root = root.unwrap_or(Path::new("/"));
+    for dir in xtables {
+        let Ok(entries) = std::fs::read_dir(host_root.join(dir.strip_prefix("/")?)) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            if Path::new(&entry.file_name()).extension().is_some_and(|e| e == "so") {
+                elves.push(image.mirror_in(host_root, &dir.join(entry.file_name()))?);
             }
         }
     }
-    add_busybox(&mut image)?;
+    add_busybox(&mut image, root)?;
 
     // At `/bin/…` as the tests are told, wherever `/bin` leads (`usr/bin` on merged hosts).
     let guest_pktrace = image.resolve(Path::new(PKTRACE));
@@ -149,12 +143,17 @@ pub fn assemble(
         elves.push(host.clone());
         tests.push((name.clone(), guest.display().to_string()));
     }
-    for library in shared_libraries(&elves)? {
-        image.mirror(&library)?;
+    match root {
+        Some(root) => sysroot::add_libraries(&mut image, root, &elves)?,
+        None => {
+            for library in shared_libraries(&elves)? {
+                image.mirror(&library)?;
+            }
+            add_loader_cache(&mut image)?;
+        }
     }
     add_modules(&mut image, kernel, modules)?;
     add_skeleton(&mut image);
-    add_loader_cache(&mut image)?;
     add_protocols(&mut image)?;
 
     let host_path = |name: &str| {
@@ -174,9 +173,38 @@ pub fn assemble(
     Ok((image, paths))
 }
 
+/// The [`PROGRAMS`] found on the host (`root`: in that tree instead), mirrored into `image`,
+/// their real files added to `elves`; returns (name, path) of each.
+fn add_programs(
+    image: &mut Image,
+    root: Option<&Path>,
+    elves: &mut Vec<PathBuf>,
+) -> Result<Vec<(&'static str, PathBuf)>> {
+    let mut found = Vec::new();
+    for (name, required) in PROGRAMS {
+        let path = match root {
+            Some(root) => sysroot::find(root, name),
+            None => find_sbin(name),
+        };
+        match path {
+            Some(path) => {
+                elves.push(image.mirror_in(root.unwrap_or(Path::new("/")), &path)?);
+                found.push((name, path));
+            }
+            None if required => bail!(
+                "{name} not found on this host: the VM tier copies it into the guest; run \
+                 `cargo xtask setup`"
+            ),
+            None => {}
+        }
+    }
+    Ok(found)
+}
+
 /// busybox at `/busybox/busybox` with a link per applet next to it, and `/bin/sh` when the
-/// host's shell is not packed.
-fn add_busybox(image: &mut Image) -> Result<()> {
+/// host's shell is not packed. From the tree at `root` when given (its applets named by the
+/// host's busybox-static, the same Debian build for another architecture).
+fn add_busybox(image: &mut Image, root: Option<&Path>) -> Result<()> {
     let host = find_sbin("busybox")
         .context("busybox not found: install busybox-static (`cargo xtask setup` does)")?;
     let out = capture(Command::new(&host).arg("--list"))?;
@@ -184,7 +212,11 @@ fn add_busybox(image: &mut Image) -> Result<()> {
         bail!("`{} --list` failed", host.display());
     }
     let dir = Path::new(BUSYBOX_DIR);
-    image.host_file_at(dir.join("busybox"), &host)?;
+    let binary = match root {
+        Some(root) => sysroot::busybox(root)?,
+        None => host,
+    };
+    image.host_file_at(dir.join("busybox"), &binary)?;
     for applet in String::from_utf8_lossy(&out.stdout).split_whitespace() {
         if applet != "busybox" && !applet.contains('/') {
             image.symlink(dir.join(applet), "busybox");

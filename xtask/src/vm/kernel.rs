@@ -7,7 +7,8 @@
 //! programs exist (6.4+), a bullseye version (`5.10.0-32-cloud-amd64`) or [`BULLSEYE`]: the
 //! newest 5.10 cloud kernel, the oldest line pktrace supports. Those two suites are fetched
 //! through apt configurations of the VM tier's own ([`super::apt`]; the machine's apt
-//! sources stay as they are).
+//! sources stay as they are), as are the arm64 kernels ([`resolve_for`]: bookworm's
+//! `linux-image-6.1.0-<N>-cloud-arm64`, whose vmlinuz is an `Image` qemu boots as is).
 
 use std::{
     env,
@@ -19,7 +20,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::apt;
+use super::{apt, arch::Arch};
 use crate::cmd::{describe, find_program, is_root, output, run};
 
 /// The package family the default kernel comes from (Debian bookworm's cloud flavour).
@@ -73,6 +74,31 @@ pub fn cache_dir() -> PathBuf {
         .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(|| PathBuf::from("/root/.cache"));
     base.join("pktrace/vm")
+}
+
+/// The package names of bookworm's arm64 cloud kernels end so.
+const ARM64_SUFFIX: &str = "-cloud-arm64";
+
+/// [`resolve`] for a guest of `arch`: arm64 takes its kernel from bookworm's arm64 cloud
+/// kernels (`spec`: a version like `6.1.0-56-cloud-arm64`, a `.deb` or a vmlinuz; `None`:
+/// the newest).
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_for(spec: Option<&str>, arch: Arch) -> Result<Kernel> {
+    match (arch, spec) {
+        (Arch::X86_64, _) => resolve(spec),
+        (Arch::Arm64, None) => from_suite(&apt::BOOKWORM_ARM64, None, |listing| {
+            newest_abi_of(listing, DEFAULT_PREFIX, ARM64_SUFFIX)
+        }),
+        (Arch::Arm64, Some(v)) if v.ends_with(ARM64_SUFFIX) && !v.contains('/') => {
+            from_suite(&apt::BOOKWORM_ARM64, Some(v), |_| None)
+        }
+        (Arch::Arm64, Some(v)) if Path::new(v).is_file() => resolve(spec),
+        (Arch::Arm64, Some(v)) => {
+            bail!("--arch arm64 --kernel {v}: give an arm64 cloud kernel like 6.1.0-56{ARM64_SUFFIX}, a .deb or a vmlinuz")
+        }
+    }
 }
 
 /// Finds or fetches the kernel `spec` names (`None`: the newest bookworm cloud kernel).
@@ -177,13 +203,18 @@ pub fn newest_in(listing: &str) -> Option<String> {
 /// The highest ABI number among `<prefix><N>-cloud-amd64` package names starting lines of
 /// `listing`, as a kernel version.
 fn newest_abi(listing: &str, prefix: &str) -> Option<String> {
+    newest_abi_of(listing, prefix, DEFAULT_SUFFIX)
+}
+
+/// [`newest_abi`] of the package names ending in `suffix` (`-cloud-arm64`).
+fn newest_abi_of(listing: &str, prefix: &str, suffix: &str) -> Option<String> {
     package_names(listing)
         .filter_map(|name| {
-            let abi = name.strip_prefix(prefix)?.strip_suffix(DEFAULT_SUFFIX)?;
+            let abi = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
             abi.parse::<u32>().ok()
         })
         .max()
-        .map(|abi| format!("{}{abi}{DEFAULT_SUFFIX}", &prefix["linux-image-".len()..]))
+        .map(|abi| format!("{}{abi}{suffix}", &prefix["linux-image-".len()..]))
 }
 
 /// A bookworm-backports cloud kernel, `version` (`6.12.74+deb12-cloud-amd64`) or the newest:
@@ -499,6 +530,19 @@ mod tests {
             Some("5.10.0-32-cloud-amd64")
         );
         assert_eq!(newest_abi(listing, DEFAULT_PREFIX), None);
+    }
+
+    #[test]
+    fn picks_the_highest_abi_of_the_arm64_cloud_flavour() {
+        let listing = "linux-image-6.1.0-9-cloud-arm64 - Linux 6.1 for arm64 cloud (signed)\n\
+                       linux-image-6.1.0-56-cloud-arm64 - Linux 6.1 for arm64 cloud (signed)\n\
+                       linux-image-6.1.0-60-arm64 - Linux 6.1 for 64-bit ARMv8 machines\n\
+                       linux-image-6.1.0-61-cloud-amd64 - Linux 6.1 for x86-64 cloud\n";
+        assert_eq!(
+            newest_abi_of(listing, DEFAULT_PREFIX, ARM64_SUFFIX).as_deref(),
+            Some("6.1.0-56-cloud-arm64")
+        );
+        assert_eq!(newest_in(listing).as_deref(), Some("6.1.0-61-cloud-amd64"));
     }
 
     #[test]

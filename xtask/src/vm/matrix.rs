@@ -1,5 +1,6 @@
 //! `cargo xtask vm-test --matrix`: the VM tier on each kernel of the matrix, one cell after
-//! the other (Debian's cloud kernels 5.10, 6.1 and 6.12, each with the NAT hooks it has), one
+//! the other (Debian's cloud kernels 5.10, 6.1 and 6.12 on x86_64, and 6.1 on arm64, each
+//! with the NAT hooks it has), one
 //! table of test × cell, each cell's time, and the compatibility table (`docs/compat.md`)
 //! written from what the guests reported when the whole matrix ran.
 
@@ -7,14 +8,14 @@ use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path, time::Duration
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{Outcome, VmOptions, kernel, report::Outcome as TestOutcome};
+use super::{Outcome, VmOptions, arch::Arch, kernel, report::Outcome as TestOutcome};
 
 /// One cell of the matrix: a kernel on an architecture, and the NAT hooks run on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cell {
     /// What `--kernel` names it by with `--matrix` (`5.10`).
     pub name: &'static str,
-    pub arch: &'static str,
+    pub arch: Arch,
     /// The `--kernel` value that fetches it.
     pub kernel: &'static str,
     /// The NAT hooks the kernel has (each one round of the tests).
@@ -31,67 +32,85 @@ pub const BACKPORTS_KERNEL: &str = "6.12.74+deb12-cloud-amd64";
 
 /// The matrix, oldest kernel first. 5.10 has no fentry on module functions (`nf_nat` is a
 /// module; module BTF came in 5.11), no BPF netfilter links (6.4) and no tcx (6.6): kprobe and
-/// clsact. 6.1 has fentry on modules but neither links nor tcx; 6.12 has both.
-pub const CELLS: [Cell; 3] = [
+/// clsact. 6.1 has fentry on modules but neither links nor tcx; 6.12 has both. The arm64
+/// 6.1 kernel runs the kprobe programs, which read `pt_regs` the arm64 way (the aarch64
+/// build's eBPF object); it has no fentry: attaching a BPF trampoline to a kernel function
+/// needs ftrace direct calls (`CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS`, arm64 6.4+), and
+/// pktrace says so (`ENOTSUPP`) and skips it.
+pub const CELLS: [Cell; 4] = [
     Cell {
         name: "5.10",
-        arch: "x86_64",
+        arch: Arch::X86_64,
         kernel: kernel::BULLSEYE,
         hooks: &["kprobe"],
         source: "Debian bullseye linux-image-5.10.0-N-cloud-amd64",
     },
     Cell {
         name: "6.1",
-        arch: "x86_64",
+        arch: Arch::X86_64,
         kernel: "",
         hooks: &["kprobe", "fentry"],
         source: "Debian bookworm linux-image-6.1.0-N-cloud-amd64",
     },
     Cell {
         name: "6.12",
-        arch: "x86_64",
+        arch: Arch::X86_64,
         kernel: BACKPORTS_KERNEL,
         hooks: &["netfilter"],
         source: "Debian bookworm-backports linux-image-6.12.74+deb12-cloud-amd64",
+    },
+    Cell {
+        name: "6.1",
+        arch: Arch::Arm64,
+        kernel: "",
+        hooks: &["kprobe"],
+        source: "Debian bookworm linux-image-6.1.0-N-cloud-arm64",
     },
 ];
 
 /// The compatibility table's file, relative to the workspace.
 pub const COMPAT_FILE: &str = "docs/compat.md";
 
-/// The cells `--kernel` picks (`None`: all); an unknown name is an error listing the cells.
+/// The cells `--kernel` and `--arch` pick (`None`: all); no cell picked is an error listing
+/// the cells.
 ///
 /// # Errors
-/// When `kernel` names no cell.
-pub fn pick(kernel: Option<&str>) -> Result<Vec<Cell>> {
-    let Some(name) = kernel else {
-        return Ok(CELLS.to_vec());
-    };
-    let picked: Vec<Cell> = CELLS.iter().filter(|c| c.name == name).copied().collect();
+/// When no cell has that kernel name and architecture.
+pub fn pick(kernel: Option<&str>, arch: Option<Arch>) -> Result<Vec<Cell>> {
+    let picked: Vec<Cell> = CELLS
+        .iter()
+        .filter(|c| kernel.is_none_or(|k| c.name == k) && arch.is_none_or(|a| c.arch == a))
+        .copied()
+        .collect();
     if picked.is_empty() {
-        let names: Vec<&str> = CELLS.iter().map(|c| c.name).collect();
+        let names: Vec<String> = CELLS
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.arch.name()))
+            .collect();
         bail!(
-            "--matrix --kernel {name}: not a cell of the matrix ({})",
+            "--matrix --kernel {} --arch {}: not a cell of the matrix ({})",
+            kernel.unwrap_or("*"),
+            arch.map_or("*", Arch::name),
             names.join(", ")
         );
     }
     Ok(picked)
 }
 
-/// Runs the cells `options.kernel` picks, one after the other, with `options`' jobs,
+/// Runs the cells `options.kernel` and `arch` pick, one after the other, with `options`' jobs,
 /// time-out and test arguments; prints the table; writes [`COMPAT_FILE`] under `root` when
 /// every cell ran without a test filter.
 ///
 /// # Errors
 /// On an unknown cell, or when any cell failed (after all have run).
-pub fn run(options: &VmOptions, root: &Path) -> Result<()> {
-    let cells = pick(options.kernel.as_deref())?;
+pub fn run(options: &VmOptions, arch: Option<Arch>, root: &Path) -> Result<()> {
+    let cells = pick(options.kernel.as_deref(), arch)?;
     let mut results: Vec<(Cell, Result<Outcome>)> = Vec::new();
     for cell in &cells {
         eprintln!(
             "vm-test --matrix: cell {} {} (hooks {})",
             cell.name,
-            cell.arch,
+            cell.arch.name(),
             cell.hooks.join(",")
         );
         let one = VmOptions {
@@ -99,31 +118,38 @@ pub fn run(options: &VmOptions, root: &Path) -> Result<()> {
                 .filter(|k| !k.is_empty())
                 .map(str::to_owned),
             hooks: cell.hooks.iter().map(|h| (*h).to_owned()).collect(),
+            arch: cell.arch,
             ..options.clone()
         };
         let outcome = super::run(&one);
         if let Ok(o) = &outcome {
-            keep_logs(&o.out_dir, cell.name);
+            keep_logs(&o.out_dir, &format!("{}-{}", cell.name, cell.arch.name()));
         }
         results.push((*cell, outcome));
     }
     eprintln!();
     eprint!("{}", table(&results));
-    let whole = cells.len() == CELLS.len() && options.test_args.is_empty();
-    if whole {
-        write_compat(root, &compat(&results))?;
+    if options.test_args.is_empty() {
+        // The rows of the cells not run stay as their own last run wrote them.
+        let old = fs::read_to_string(root.join(COMPAT_FILE)).unwrap_or_default();
+        write_compat(root, &merge_rows(&compat(&results), &old))?;
     } else {
         eprintln!(
-            "vm-test --matrix: {COMPAT_FILE} not written (only the whole matrix without a test \
-             filter writes it)"
+            "vm-test --matrix: {COMPAT_FILE} not written (a run with a test filter does not \
+             write it)"
         );
     }
     let failed: Vec<String> = results
         .iter()
         .filter_map(|(cell, r)| match r {
             Ok(o) if o.failures.is_empty() => None,
-            Ok(o) => Some(format!("{}: {}", cell.name, o.failures.join("; "))),
-            Err(e) => Some(format!("{}: {e:#}", cell.name)),
+            Ok(o) => Some(format!(
+                "{} {}: {}",
+                cell.name,
+                cell.arch.name(),
+                o.failures.join("; ")
+            )),
+            Err(e) => Some(format!("{} {}: {e:#}", cell.name, cell.arch.name())),
         })
         .collect();
     if failed.is_empty() {
@@ -191,7 +217,7 @@ fn keep_logs(dir: &Path, cell: &str) {
 
 /// A column's name: `5.10/x86_64/kprobe`.
 fn column(cell: &Cell, hook: &str) -> String {
-    format!("{}/{}/{hook}", cell.name, cell.arch)
+    format!("{}/{}/{hook}", cell.name, cell.arch.name())
 }
 
 /// The test × (kernel, arch, hook) table, then each cell's kernel, verdict and time.
@@ -239,13 +265,18 @@ pub fn table(results: &[(Cell, Result<Outcome>)]) -> String {
                 out,
                 "{} {}: kernel {}, {}, guests {:.0} s ({:.0} s with the builds)",
                 cell.name,
-                cell.arch,
+                cell.arch.name(),
                 o.kernel,
                 verdict(o),
                 o.guest.as_secs_f64(),
                 o.elapsed.as_secs_f64()
             ),
-            Err(e) => writeln!(out, "{} {}: did not run: {e:#}", cell.name, cell.arch),
+            Err(e) => writeln!(
+                out,
+                "{} {}: did not run: {e:#}",
+                cell.name,
+                cell.arch.name()
+            ),
         };
     }
     out
@@ -322,13 +353,40 @@ pub fn probed(lines: &[String]) -> Probed {
     found
 }
 
+/// `new` (a compatibility table of the cells just run) with a row for every cell of
+/// [`CELLS`], in their order: a cell's row from `new`, else from `old` (the table before),
+/// else none. A row is its cell's by its last column, the kernel package.
+#[must_use]
+pub fn merge_rows(new: &str, old: &str) -> String {
+    let is_row =
+        |l: &&str| l.starts_with("| ") && !l.starts_with("| kernel |") && !l.starts_with("| ---");
+    let row_of = |text: &str, cell: &Cell| -> Option<String> {
+        let tail = format!("| {} |", cell.source);
+        text.lines()
+            .filter(is_row)
+            .find(|l| l.trim_end().ends_with(&tail))
+            .map(str::to_owned)
+    };
+    let mut out: Vec<String> = new
+        .lines()
+        .take_while(|l| !is_row(l))
+        .map(str::to_owned)
+        .collect();
+    out.extend(
+        CELLS
+            .iter()
+            .filter_map(|cell| row_of(new, cell).or_else(|| row_of(old, cell))),
+    );
+    out.join("\n") + "\n"
+}
+
 /// The compatibility table (markdown) from the matrix's results.
 #[must_use]
 pub fn compat(results: &[(Cell, Result<Outcome>)]) -> String {
     let mut out = String::from(
         "# Kernel compatibility\n\n<!-- Written by `cargo xtask vm-test --matrix` from what the \
          guests reported; do not edit by hand. -->\n\nWhat pktrace found on each kernel of the \
-         VM tier's matrix (qemu, TCG) in its last whole run: the tc mechanism and the NAT hook \
+         VM tier's matrix (qemu, TCG) in the last run of its cell without a test filter: the tc mechanism and the NAT hook \
          `--nat-hook auto` chose and how drops attach, as pktrace's start-up lines in the \
          guest said them, the integration tests run there per NAT hook, and the guests' time \
          (qemu, one boot after the other, lockdown boot included; CI runs every cell, one \
@@ -342,7 +400,9 @@ pub fn compat(results: &[(Cell, Result<Outcome>)]) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | did not run | | | | | | {} |",
-                cell.name, cell.arch, cell.source
+                cell.name,
+                cell.arch.name(),
+                cell.source
             );
             continue;
         };
@@ -364,7 +424,7 @@ pub fn compat(results: &[(Cell, Result<Outcome>)]) -> String {
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             o.kernel,
-            cell.arch,
+            cell.arch.name(),
             hooks.join(", "),
             p.auto_hook,
             p.tc,

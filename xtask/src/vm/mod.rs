@@ -4,7 +4,8 @@
 //!
 //! Steps: [`kernel`] (apt-get download, cached) → [`payload`] (pktrace, xtask, the test
 //! binaries) → [`initramfs`] (tools, libraries, [`modules`], payload, [`init`] script, laid
-//! out as an [`image`]) → [`pack`] ([`cpio`], lz4) → [`qemu`] (TCG, time-out, console
+//! out as an [`image`]; for an arm64 guest ([`arch`]) the tools and libraries come from
+//! Debian's arm64 packages, [`sysroot`]) → [`pack`] ([`cpio`], lz4) → [`qemu`] (TCG, time-out, console
 //! streamed and logged) → [`report`] (markers and libtest lines, summary, verdict).
 //!
 //! One more boot of the same image runs the lockdown tests ([`payload::LOCKDOWN_TEST`]) under
@@ -12,6 +13,7 @@
 
 use std::fmt::Write as _;
 pub mod apt;
+pub mod arch;
 pub mod cpio;
 pub mod image;
 pub mod init;
@@ -24,6 +26,7 @@ pub mod payload;
 pub mod plan;
 pub mod qemu;
 pub mod report;
+pub mod sysroot;
 
 use std::{
     fs,
@@ -36,6 +39,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use self::{
+    arch::Arch,
     init::AUTO,
     qemu::{Ending, QemuConfig},
 };
@@ -77,6 +81,9 @@ pub struct VmOptions {
     pub timeout: Duration,
     /// Arguments for every test binary (e.g. a name filter).
     pub test_args: Vec<String>,
+    /// The guest's architecture (arm64: Debian's arm64 kernel and tools, the aarch64 musl
+    /// binaries, `qemu-system-aarch64`).
+    pub arch: Arch,
 }
 
 impl Default for VmOptions {
@@ -87,6 +94,7 @@ impl Default for VmOptions {
             jobs: 0,
             timeout: DEFAULT_TIMEOUT,
             test_args: Vec::new(),
+            arch: Arch::default(),
         }
     }
 }
@@ -158,14 +166,14 @@ pub fn vm_test(options: &VmOptions) -> Result<()> {
 pub fn run(options: &VmOptions) -> Result<Outcome> {
     let start = Instant::now();
     check_hooks(&options.hooks)?;
-    let kernel = kernel::resolve(options.kernel.as_deref())?;
+    let kernel = kernel::resolve_for(options.kernel.as_deref(), options.arch)?;
     eprintln!(
         "vm-test: kernel {} ({})",
         kernel.version,
         kernel.vmlinuz.display()
     );
     let prepared = Instant::now();
-    let payload = payload::build()?;
+    let payload = payload::build(options.arch)?;
     let built = Instant::now();
     let out_dir = target_dir().join("vm-test");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
@@ -196,6 +204,7 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
         });
     let jobs = plan::jobs(options.jobs, runs.len(), MEMORY_MB);
     let base = QemuConfig {
+        arch: options.arch,
         vmlinuz: kernel.vmlinuz.clone(),
         initrd,
         memory_mb: MEMORY_MB,

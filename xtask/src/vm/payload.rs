@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::initramfs::Payload;
+use super::{arch::Arch, initramfs::Payload};
 use crate::{cmd::describe, target_dir, workspace_root};
 
 /// The test binaries the guest runs: those whose outcome depends on the NAT hook (kprobe,
@@ -35,21 +35,43 @@ pub const VM_ALL_TESTS_ENV: &str = "PKTRACE_VM_ALL_TESTS";
 
 /// Builds pktrace and xtask (release), the static musl pktrace that ships (as the integration
 /// tier does: `PKTRACE_DIST_BIN` names one built before and skips that build) and the
-/// integration test binaries; returns their paths.
+/// integration test binaries, for `arch` (arm64: all for aarch64-unknown-linux-musl, with
+/// the arm64 userland of [`super::sysroot`]); returns their paths.
 ///
 /// # Errors
 /// If a build fails or a binary is missing after it.
-pub fn build() -> Result<Payload> {
-    cargo(&["build", "--release", "-p", "tracer-user", "-p", "xtask"])
-        .context("building pktrace and xtask")?;
-    let pktrace = target_dir().join("release/pktrace");
-    let xtask = target_dir().join("release/xtask");
+pub fn build(arch: Arch) -> Result<Payload> {
+    // arm64: the aarch64 musl builds (static: the guest's libraries are Debian's arm64 ones).
+    let cross = (arch == Arch::Arm64).then_some(&crate::dist::AARCH64);
+    let with_target = |args: &[&str]| {
+        let mut cmd = cargo_command(args);
+        if let Some(target) = cross {
+            cmd.args(["--target", target.triple]);
+            crate::dist::cross_env(&mut cmd, target);
+        }
+        cmd
+    };
+    crate::cmd::run(&mut with_target(&[
+        "build",
+        "--release",
+        "-p",
+        "tracer-user",
+        "-p",
+        "xtask",
+    ]))
+    .context("building pktrace and xtask")?;
+    let built = match cross {
+        Some(target) => target_dir().join(target.triple).join("release"),
+        None => target_dir().join("release"),
+    };
+    let pktrace = built.join("pktrace");
+    let xtask = built.join("xtask");
     for bin in [&pktrace, &xtask] {
         if !bin.is_file() {
             bail!("{} is missing after the build", bin.display());
         }
     }
-    let mut cmd = cargo_command(&[
+    let mut cmd = with_target(&[
         "test",
         "--release",
         "-p",
@@ -72,15 +94,23 @@ pub fn build() -> Result<Payload> {
     if tests.is_empty() {
         bail!("`{}` listed no test executables", describe(&cmd));
     }
-    let dist = match std::env::var_os(crate::PKTRACE_DIST_BIN_ENV).filter(|p| !p.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?,
+    let dist = match (cross, std::env::var_os(crate::PKTRACE_DIST_BIN_ENV)) {
+        (Some(target), _) => crate::dist::build(target).context("building the musl binary")?,
+        (None, Some(path)) if !path.is_empty() => PathBuf::from(path),
+        (None, _) => {
+            crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?
+        }
+    };
+    let sysroot = match arch {
+        Arch::Arm64 => Some(super::sysroot::arm64()?),
+        Arch::X86_64 => None,
     };
     Ok(Payload {
         pktrace,
         xtask,
         dist: Some(dist),
         tests,
+        sysroot,
     })
 }
 
@@ -109,10 +139,6 @@ pub fn test_executables(messages: &str) -> Vec<(String, PathBuf)> {
     }
     found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     found.into_iter().map(|(_, n, p)| (n, p)).collect()
-}
-
-fn cargo(args: &[&str]) -> Result<()> {
-    crate::cmd::run(&mut cargo_command(args))
 }
 
 fn cargo_command(args: &[&str]) -> Command {

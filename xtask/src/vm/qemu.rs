@@ -18,11 +18,14 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use super::arch::Arch;
 use crate::cmd::{describe, find_program};
 
 /// How a VM is started.
 #[derive(Debug, Clone)]
 pub struct QemuConfig {
+    /// The guest's architecture: which qemu, machine and console.
+    pub arch: Arch,
     pub vmlinuz: PathBuf,
     pub initrd: PathBuf,
     pub memory_mb: u32,
@@ -65,13 +68,14 @@ pub struct Console {
 /// The qemu command line for `config` (`-nic none`: the guest's only network is the lab's).
 ///
 /// # Errors
-/// If `qemu-system-x86_64` is not on `PATH`.
+/// If the architecture's qemu (`qemu-system-x86_64`, `qemu-system-aarch64`) is not on `PATH`.
 pub fn command(config: &QemuConfig) -> Result<Command> {
-    let qemu = find_program("qemu-system-x86_64").context(
-        "qemu-system-x86_64 not found: install qemu-system-x86 (`cargo xtask setup` does)",
-    )?;
+    let (program, package) = config.arch.qemu();
+    let qemu = find_program(program).with_context(|| {
+        format!("{program} not found: install {package} (`cargo xtask setup` does)")
+    })?;
     let mut cmd = Command::new(qemu);
-    cmd.args(["-machine", "pc,accel=tcg", "-cpu", "max"])
+    cmd.args(config.arch.machine())
         .args(["-m", &config.memory_mb.to_string(), "-smp", "1"])
         .args(["-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
@@ -80,10 +84,11 @@ pub fn command(config: &QemuConfig) -> Result<Command> {
         .arg(&config.initrd)
         .arg("-append")
         .arg(
-            // no_timer_check: a starved TCG vCPU (two guests on two busy cores) can miss the
-            // IO-APIC timer check and panic at boot ("IO-APIC + timer doesn't work").
-            ["console=ttyS0", "panic=-1", "quiet", "no_timer_check"]
+            // no_timer_check (x86): a starved TCG vCPU (two guests on two busy cores) can miss
+            // the IO-APIC timer check and panic at boot ("IO-APIC + timer doesn't work").
+            [config.arch.console(), "panic=-1", "quiet"]
                 .into_iter()
+                .chain((config.arch == Arch::X86_64).then_some("no_timer_check"))
                 .chain(config.init_env.iter().map(String::as_str))
                 .collect::<Vec<_>>()
                 .join(" "),
@@ -299,6 +304,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pktrace-qemu-watch-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let config = QemuConfig {
+            arch: Arch::X86_64,
             vmlinuz: PathBuf::new(),
             initrd: PathBuf::new(),
             memory_mb: 0,

@@ -59,11 +59,18 @@ fn reads_what_pktrace_said_at_start_up() {
 }
 
 #[test]
-fn picks_cells_by_kernel_name() {
-    assert_eq!(pick(None).unwrap().len(), CELLS.len());
-    assert_eq!(pick(Some("5.10")).unwrap()[0].hooks, ["kprobe"]);
-    let err = pick(Some("4.19")).unwrap_err().to_string();
-    assert!(err.contains("5.10, 6.1, 6.12"), "{err}");
+fn picks_cells_by_kernel_name_and_arch() {
+    assert_eq!(pick(None, None).unwrap().len(), CELLS.len());
+    assert_eq!(pick(Some("5.10"), None).unwrap()[0].hooks, ["kprobe"]);
+    // 6.1 is a cell on both architectures; --arch narrows it to one.
+    assert_eq!(pick(Some("6.1"), None).unwrap().len(), 2);
+    let arm = pick(Some("6.1"), Some(Arch::Arm64)).unwrap();
+    assert_eq!(arm.len(), 1);
+    assert_eq!(arm[0].arch, Arch::Arm64);
+    assert!(pick(None, Some(Arch::Arm64)).unwrap().iter().all(|c| c.arch == Arch::Arm64));
+    let err = pick(Some("4.19"), None).unwrap_err().to_string();
+    assert!(err.contains("5.10 x86_64, 6.1 x86_64, 6.12 x86_64, 6.1 arm64"), "{err}");
+    assert!(pick(Some("5.10"), Some(Arch::Arm64)).is_err());
 }
 
 #[test]
@@ -112,4 +119,32 @@ fn replaces_only_the_block_between_the_markers() {
         format!("# x\n\n{BEGIN}\n| new |\n{END}\n\nafter\n")
     );
     assert_eq!(between_markers("no markers", "| new |"), None);
+}
+
+#[test]
+fn a_partial_run_replaces_only_its_cells_rows() {
+    let header = "# Kernel compatibility\n\n| kernel | arch | x |\n| --- | --- | --- |\n";
+    let row = |kernel: &str, cell: &Cell| format!("| {kernel} | {} | {} |", cell.arch.name(), cell.source);
+    let old = format!(
+        "{header}{}\n{}\n{}\n",
+        row("old-5.10", &CELLS[0]),
+        row("old-61", &CELLS[1]),
+        row("old-6.12", &CELLS[2])
+    );
+    let new = format!("{header}{}\n", row("new-arm64", &CELLS[3]));
+    let merged = merge_rows(&new, &old);
+    assert!(merged.starts_with(header), "{merged}");
+    let rows: Vec<&str> = merged.lines().skip(header.lines().count()).collect();
+    assert_eq!(
+        rows,
+        [
+            row("old-5.10", &CELLS[0]),
+            row("old-61", &CELLS[1]),
+            row("old-6.12", &CELLS[2]),
+            row("new-arm64", &CELLS[3])
+        ]
+    );
+    // A rerun of a cell replaces its row, the others stay.
+    let again = merge_rows(&format!("{header}{}\n", row("newer-61", &CELLS[1])), &merged);
+    assert!(again.contains("newer-61") && !again.contains("old-61") && again.contains("new-arm64"));
 }
