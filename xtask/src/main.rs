@@ -52,7 +52,7 @@ enum Task {
         #[arg(long, value_name = "FILE|VERSION")]
         kernel: Option<String>,
         /// Run the kernel matrix, one cell after the other: Debian's 5.10 (kprobe), 6.1
-        /// (kprobe, fentry), 6.12 (netfilter) on x86_64 and 6.1 (kprobe) on arm64; print one
+        /// (kprobe, fentry), 6.12 (netfilter) on `x86_64` and 6.1 (kprobe) on arm64; print one
         /// table of test × kernel × arch × hook and, without a test filter, write the rows of
         /// the cells run into docs/compat.md.
         #[arg(long, conflicts_with = "hook")]
@@ -72,9 +72,9 @@ enum Task {
         /// Kill a VM when one (hook, test binary) run in it takes more than this many seconds.
         #[arg(long, value_name = "SECONDS", default_value_t = xtask::vm::DEFAULT_TIMEOUT.as_secs())]
         timeout: u64,
-        /// Guest architecture: x86_64, or arm64 (Debian's arm64 cloud kernel and tools, the
+        /// Guest architecture: `x86_64`, or arm64 (Debian's arm64 cloud kernel and tools, the
         /// aarch64 musl binaries, qemu-system-aarch64). With --matrix: the cells of that
-        /// architecture only [default: x86_64; with --matrix, every cell].
+        /// architecture only [default: `x86_64`; with --matrix, every cell].
         #[arg(long, value_name = "ARCH")]
         arch: Option<String>,
         /// Arguments for the test harness (e.g. a test name filter), after `--`.

@@ -58,7 +58,7 @@ impl Arch {
     }
 
     /// qemu's machine and CPU arguments. arm64: `virt` with a Cortex-A72, whose TCG emulation
-    /// boots to `/init` in 0.9 s here where `-cpu max` takes 6 s (pointer authentication is
+    /// boots to `/init` in 0.9 s here where `-cpu max` took 6.3 s (pointer authentication is
     /// emulated slowly); it has all the kernel's BPF needs (JIT, trampolines).
     #[must_use]
     pub fn machine(self) -> [&'static str; 4] {

@@ -290,7 +290,11 @@ mod tests {
         let root = scratch("mirror-in");
         fs::create_dir_all(root.join("usr/sbin")).unwrap();
         fs::write(root.join("usr/sbin/xtables-nft-multi"), "elf").unwrap();
-        symlink("/usr/sbin/xtables-nft-multi", root.join("usr/sbin/iptables")).unwrap();
+        symlink(
+            "/usr/sbin/xtables-nft-multi",
+            root.join("usr/sbin/iptables"),
+        )
+        .unwrap();
 
         let mut image = Image::default();
         let real = image

@@ -120,7 +120,10 @@ pub fn assemble(
             continue;
         };
         for entry in entries.filter_map(Result::ok) {
-            if Path::new(&entry.file_name()).extension().is_some_and(|e| e == "so") {
+            if Path::new(&entry.file_name())
+                .extension()
+                .is_some_and(|e| e == "so")
+            {
                 elves.push(image.mirror_in(host_root, &dir.join(entry.file_name()))?);
             }
         }
@@ -143,14 +146,13 @@ pub fn assemble(
         elves.push(host.clone());
         tests.push((name.clone(), guest.display().to_string()));
     }
-    match root {
-        Some(root) => sysroot::add_libraries(&mut image, root, &elves)?,
-        None => {
-            for library in shared_libraries(&elves)? {
-                image.mirror(&library)?;
-            }
-            add_loader_cache(&mut image)?;
+    if let Some(root) = root {
+        sysroot::add_libraries(&mut image, root, &elves)?;
+    } else {
+        for library in shared_libraries(&elves)? {
+            image.mirror(&library)?;
         }
+        add_loader_cache(&mut image)?;
     }
     add_modules(&mut image, kernel, modules)?;
     add_skeleton(&mut image);

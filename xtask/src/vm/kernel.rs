@@ -96,7 +96,9 @@ pub fn resolve_for(spec: Option<&str>, arch: Arch) -> Result<Kernel> {
         }
         (Arch::Arm64, Some(v)) if Path::new(v).is_file() => resolve(spec),
         (Arch::Arm64, Some(v)) => {
-            bail!("--arch arm64 --kernel {v}: give an arm64 cloud kernel like 6.1.0-56{ARM64_SUFFIX}, a .deb or a vmlinuz")
+            bail!(
+                "--arch arm64 --kernel {v}: give an arm64 cloud kernel like 6.1.0-56{ARM64_SUFFIX}, a .deb or a vmlinuz"
+            )
         }
     }
 }

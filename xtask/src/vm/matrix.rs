@@ -1,5 +1,5 @@
 //! `cargo xtask vm-test --matrix`: the VM tier on each kernel of the matrix, one cell after
-//! the other (Debian's cloud kernels 5.10, 6.1 and 6.12 on x86_64, and 6.1 on arm64, each
+//! the other (Debian's cloud kernels 5.10, 6.1 and 6.12 on `x86_64`, and 6.1 on arm64, each
 //! with the NAT hooks it has), one
 //! table of test × cell, each cell's time, and the compatibility table (`docs/compat.md`)
 //! written from what the guests reported when the whole matrix ran.

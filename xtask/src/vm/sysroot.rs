@@ -108,7 +108,8 @@ pub fn arm64() -> Result<PathBuf> {
     }
     for (link, target) in ALTERNATIVES {
         let path = partial.join(link);
-        if fs::symlink_metadata(&path).is_err() && partial.join(link).with_file_name(target).exists()
+        if fs::symlink_metadata(&path).is_err()
+            && partial.join(link).with_file_name(target).exists()
         {
             std::os::unix::fs::symlink(target, &path)
                 .with_context(|| format!("linking {}", path.display()))?;
@@ -125,7 +126,12 @@ pub fn arm64() -> Result<PathBuf> {
 fn dependencies(suite: &Suite, options: &[String]) -> Result<Vec<String>> {
     let mut cmd = apt::with_options(Command::new("apt-cache"), options);
     cmd.args(["depends", "--recurse", "--no-recommends", "--no-suggests"])
-        .args(["--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"])
+        .args([
+            "--no-conflicts",
+            "--no-breaks",
+            "--no-replaces",
+            "--no-enhances",
+        ])
         .args(PACKAGES);
     let listing = output(&mut cmd).with_context(|| {
         format!(
@@ -233,7 +239,7 @@ pub fn dynamic_needs(elf: &[u8]) -> Result<(Option<String>, Vec<String>)> {
         .map_err(|e| anyhow::anyhow!("reading the dynamic section: {e}"))?;
     let mut needed = Vec::new();
     for entry in &table {
-        if entry.tag == i64::from(DT_NEEDED) {
+        if entry.tag == DT_NEEDED {
             let name = table
                 .string(entry)
                 .map_err(|e| anyhow::anyhow!("reading a DT_NEEDED name: {e}"))?;
@@ -282,7 +288,10 @@ mod tests {
         let (interpreter, needed) = dynamic_needs(&me).unwrap();
         if cfg!(target_env = "gnu") {
             assert!(interpreter.is_some_and(|i| i.starts_with('/')));
-            assert!(needed.iter().any(|n| n.starts_with("libc.so")), "{needed:?}");
+            assert!(
+                needed.iter().any(|n| n.starts_with("libc.so")),
+                "{needed:?}"
+            );
         }
         assert!(dynamic_needs(b"not an elf").is_err());
     }

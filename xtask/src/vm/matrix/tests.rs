@@ -67,9 +67,17 @@ fn picks_cells_by_kernel_name_and_arch() {
     let arm = pick(Some("6.1"), Some(Arch::Arm64)).unwrap();
     assert_eq!(arm.len(), 1);
     assert_eq!(arm[0].arch, Arch::Arm64);
-    assert!(pick(None, Some(Arch::Arm64)).unwrap().iter().all(|c| c.arch == Arch::Arm64));
+    assert!(
+        pick(None, Some(Arch::Arm64))
+            .unwrap()
+            .iter()
+            .all(|c| c.arch == Arch::Arm64)
+    );
     let err = pick(Some("4.19"), None).unwrap_err().to_string();
-    assert!(err.contains("5.10 x86_64, 6.1 x86_64, 6.12 x86_64, 6.1 arm64"), "{err}");
+    assert!(
+        err.contains("5.10 x86_64, 6.1 x86_64, 6.12 x86_64, 6.1 arm64"),
+        "{err}"
+    );
     assert!(pick(Some("5.10"), Some(Arch::Arm64)).is_err());
 }
 
@@ -124,7 +132,9 @@ fn replaces_only_the_block_between_the_markers() {
 #[test]
 fn a_partial_run_replaces_only_its_cells_rows() {
     let header = "# Kernel compatibility\n\n| kernel | arch | x |\n| --- | --- | --- |\n";
-    let row = |kernel: &str, cell: &Cell| format!("| {kernel} | {} | {} |", cell.arch.name(), cell.source);
+    let row = |kernel: &str, cell: &Cell| {
+        format!("| {kernel} | {} | {} |", cell.arch.name(), cell.source)
+    };
     let old = format!(
         "{header}{}\n{}\n{}\n",
         row("old-5.10", &CELLS[0]),
@@ -145,6 +155,9 @@ fn a_partial_run_replaces_only_its_cells_rows() {
         ]
     );
     // A rerun of a cell replaces its row, the others stay.
-    let again = merge_rows(&format!("{header}{}\n", row("newer-61", &CELLS[1])), &merged);
+    let again = merge_rows(
+        &format!("{header}{}\n", row("newer-61", &CELLS[1])),
+        &merged,
+    );
     assert!(again.contains("newer-61") && !again.contains("old-61") && again.contains("new-arm64"));
 }
