@@ -43,6 +43,10 @@ struct Kernel {
     /// vmlinux's when `nf_nat` is built in (a built-in module's `/sys/module` entry has no
     /// `initstate`).
     nat_btf: bool,
+    /// BPF trampolines can attach to kernel functions: ftrace direct calls
+    /// (`CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS`; arm64 has them from 6.4 on), by the
+    /// kernel's config when it can be read, else by the architecture and version.
+    trampolines: bool,
 }
 
 impl Kernel {
@@ -54,19 +58,33 @@ impl Kernel {
             nat_btf: Path::new("/sys/kernel/btf/nf_nat").exists()
                 || (Path::new("/sys/module/nf_nat").exists()
                     && !Path::new("/sys/module/nf_nat/initstate").exists()),
+            trampolines: has_direct_calls(),
         }
     }
 
     /// Whether the kernel has `hook`, by the probes above.
     fn has(&self, hook: &str) -> bool {
         match hook {
-            "fentry" => self.fentry.is_ok() && self.nat_btf,
+            "fentry" => self.fentry.is_ok() && self.nat_btf && self.trampolines,
             "kprobe" => self.kprobe_pmu,
             "netfilter" => self.netfilter,
             // Conntrack's events over netlink: the lab's node loads nf_conntrack_netlink.
             "conntrack" => true,
             _ => false,
         }
+    }
+}
+
+/// Whether the kernel has ftrace direct calls, which fentry needs to attach: the
+/// `/boot/config-<release>` line when there is one, else every kernel but arm64 before 6.4.
+fn has_direct_calls() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let config = std::fs::read_to_string(format!("/boot/config-{}", release.trim()));
+    match config {
+        Ok(text) => text
+            .lines()
+            .any(|l| l.trim() == "CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y"),
+        Err(_) => !cfg!(target_arch = "aarch64") || kernel_at_least(6, 4),
     }
 }
 
@@ -308,6 +326,14 @@ fn fentry_hook_fails_fast_where_tracing_is_refused_and_works_elsewhere() {
     let _lab = LabGuard::new();
     let kernel = Kernel::probe();
     match kernel.fentry {
+        Ok(()) if kernel.nat_btf && !kernel.trampolines => {
+            println!("no ftrace direct calls: --nat-hook fentry must fail fast and say why");
+            let err = expect_fail_fast("fentry");
+            assert!(
+                err.contains("ENOTSUPP — this kernel cannot attach BPF trampolines"),
+                "{err}"
+            );
+        }
         Ok(()) if kernel.nat_btf => {
             println!("kernel verifies tracing programs: --nat-hook fentry must work");
             expect_working("fentry", "fentry/fexit on nf_nat_manip_pkt");
@@ -401,6 +427,13 @@ fn auto_takes_the_best_hook_and_says_why_it_skipped_the_better_ones() {
             lines[0].contains(&format!(
                 "the kernel refused to load fentry programs: {name}"
             )),
+            "{}",
+            lines[0]
+        );
+    }
+    if kernel.fentry.is_ok() && kernel.nat_btf && !kernel.trampolines {
+        assert!(
+            lines[0].contains("cannot attach BPF trampolines"),
             "{}",
             lines[0]
         );

@@ -191,7 +191,16 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
     let weights: Vec<(String, usize)> = payload
         .tests
         .iter()
-        .map(|(name, path)| (name.clone(), plan::weight_of(path, &options.test_args)))
+        .map(|(name, path)| {
+            // Another architecture's binaries cannot be listed here: taken as selecting one
+            // test each (dealt evenly; the lockdown boot runs).
+            let weight = if options.arch.is_host() {
+                plan::weight_of(path, &options.test_args)
+            } else {
+                2
+            };
+            (name.clone(), weight)
+        })
         .collect();
     let weight = |binary: &str| weights.iter().find(|(n, _)| n == binary).map_or(1, |w| w.1);
     // The lockdown tests need their own boot; skipped when the filter selects none of them.
