@@ -32,6 +32,10 @@ const ORDER: [&str; 4] = ["fentry", "kprobe", "netfilter", "conntrack"];
 
 /// What this kernel offers, found without pktrace.
 #[derive(Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one answer per probe of the kernel"
+)]
 struct Kernel {
     /// `perf_event_open` can create kprobes (the kprobe PMU exists).
     kprobe_pmu: bool,
