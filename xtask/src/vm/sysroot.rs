@@ -27,7 +27,7 @@ use super::{
 };
 use crate::cmd::{describe, output, run};
 
-/// The packages of the guest's tools; their libraries come with them ([`dependencies`]).
+/// The packages of the guest's tools; the library packages they depend on come with them.
 pub const PACKAGES: [&str; 11] = [
     "busybox-static",
     "iproute2",
