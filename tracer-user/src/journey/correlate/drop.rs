@@ -23,18 +23,17 @@ fn raw_socket_copy(reason: &str, location: &str, given: bool) -> bool {
     no_socket && matches!(location, "ping_rcv" | "icmp_rcv" | "icmpv6_rcv")
 }
 
-/// True for a free from a queue that was flushed (`QUEUE_PURGE` in `skb_queue_purge_reason`;
-/// without reasons, a free in `skb_queue_purge`). Of a packet no open journey holds, that is
-/// a packet the node already delivered, purged from the receiving socket's queue when it was
-/// closed unread: the ICMP error a TCP connect in `SYN_SENT` keeps in its error queue
-/// (`ip_icmp_error`) and the data an application never read. No failure of the path; a flush
-/// while the packet still crosses the node (an open journey holds it) is shown.
-fn socket_queue_purge(reason: &str, location: &str, given: bool) -> bool {
-    if given {
-        reason == "QUEUE_PURGE"
-    } else {
-        reason == "NOT_SPECIFIED" && matches!(location, "skb_queue_purge" | "__skb_queue_purge")
-    }
+/// True for a free from a queue that was flushed: `QUEUE_PURGE` (in `skb_queue_purge_reason`,
+/// 6.7+), or `NOT_SPECIFIED` in `skb_queue_purge` (older kernels, with or without reasons:
+/// 6.1 frees it so). Of a packet no open journey holds, that is a packet the node already
+/// delivered, purged from the receiving socket's queue when it was closed unread: the ICMP
+/// error a TCP connect in `SYN_SENT` keeps in its error queue (`ip_icmp_error`) and the data
+/// an application never read. No failure of the path; a flush while the packet still crosses
+/// the node (an open journey holds it) is shown.
+fn socket_queue_purge(reason: &str, location: &str) -> bool {
+    reason == "QUEUE_PURGE"
+        || (reason == "NOT_SPECIFIED"
+            && matches!(location, "skb_queue_purge" | "__skb_queue_purge"))
 }
 
 /// True for an older `icmpv6_rcv`'s free of an ICMPv6 message it handled: kernels that give
@@ -63,7 +62,7 @@ impl Correlator {
         if raw_socket_copy(&reason, &location, given) || handled_icmpv6(&reason, &location) {
             return;
         }
-        let purged = socket_queue_purge(&reason, &location, given);
+        let purged = socket_queue_purge(&reason, &location);
         let step = Step {
             kind: StepKind::Drop(DropStep {
                 reason,
@@ -116,23 +115,11 @@ mod raw_copy_tests {
     use super::{handled_icmpv6, raw_socket_copy, socket_queue_purge};
 
     #[test]
-    fn a_queue_purge_is_told_by_its_reason_or_without_reasons_by_its_function() {
-        assert!(socket_queue_purge(
-            "QUEUE_PURGE",
-            "skb_queue_purge_reason",
-            true
-        ));
-        assert!(!socket_queue_purge(
-            "NOT_SPECIFIED",
-            "skb_queue_purge",
-            true
-        ));
-        assert!(socket_queue_purge(
-            "NOT_SPECIFIED",
-            "skb_queue_purge",
-            false
-        ));
-        assert!(!socket_queue_purge("NOT_SPECIFIED", "nf_hook_slow", false));
+    fn a_queue_purge_is_told_by_its_reason_or_by_its_function() {
+        assert!(socket_queue_purge("QUEUE_PURGE", "skb_queue_purge_reason"));
+        assert!(socket_queue_purge("NOT_SPECIFIED", "skb_queue_purge"));
+        assert!(!socket_queue_purge("NOT_SPECIFIED", "nf_hook_slow"));
+        assert!(!socket_queue_purge("NO_SOCKET", "skb_queue_purge"));
     }
 
     #[test]
