@@ -256,6 +256,15 @@ fn settle_neighbours() -> Result<()> {
         (INET_HOST.netns, INET6_ROUTER),
         (VNET_NS, *INET6_HOST.ip()),
     ];
+    ping6_each(&pairs)
+}
+
+/// Pings each address from its namespace over IPv6 until it answers (at most 5 tries of 2 s
+/// each), so the link neighbours are resolved before traffic.
+///
+/// # Errors
+/// An address that never answers.
+pub(super) fn ping6_each(pairs: &[(&str, Ipv6Addr)]) -> Result<()> {
     for (ns, to) in pairs {
         let to = to.to_string();
         let answered = (0..5).any(|_| {

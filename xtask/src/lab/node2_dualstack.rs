@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, ensure};
 
 use super::{
     dualstack,
-    netns::{in_ns, ip, sysctl},
+    netns::{ip, sysctl},
     node2::{self, NODE2_BRIDGE, NODE2_IP, NODE2_NS, REMOTE_BACKEND, VNET_NODE2_IF},
     servers,
     topology::{VNET_NS, mac_for, mac_string},
@@ -136,18 +136,7 @@ fn pod() -> Result<()> {
 
 /// Resolves node 2's link neighbours both ways (bounded), before any test traffic.
 fn settle() -> Result<()> {
-    for (ns, to) in [(NODE2_NS, NODE2_GATEWAY6), (VNET_NS, NODE2_IP6)] {
-        let to = to.to_string();
-        let answered = (0..5).any(|_| {
-            in_ns(ns, "ping", ["-6", "-n", "-q", "-c", "1", "-W", "2", &to])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        ensure!(answered, "{to} does not answer ping -6 from {ns}");
-    }
-    Ok(())
+    dualstack::ping6_each(&[(NODE2_NS, NODE2_GATEWAY6), (VNET_NS, NODE2_IP6)])
 }
 
 #[cfg(test)]
