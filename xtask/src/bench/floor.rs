@@ -61,6 +61,19 @@ impl Floor {
         std::thread::scope(|s| s.spawn(move || attach_in_node(nf_per_hook)).join())
             .map_err(|_| anyhow::anyhow!("the floor's attach thread panicked"))?
     }
+
+    /// [`Floor::attach`] with one netfilter link per hook, or none (said on stderr): the
+    /// floor, kept attached while it lives, and its program ids (empty without one).
+    pub fn attach_or_none() -> (Option<Self>, BTreeSet<u32>) {
+        let floor = Self::attach(1)
+            .inspect_err(|err| eprintln!("bench: no empty-program floor: {err:#}"))
+            .ok();
+        let ids = floor
+            .as_ref()
+            .map(|f| f.prog_ids.clone())
+            .unwrap_or_default();
+        (floor, ids)
+    }
 }
 
 /// Runs in a thread of its own, which moves into the node's network namespace (only this

@@ -83,13 +83,7 @@ pub struct Hooks {
 /// baseline, each condition runs under both binaries in turn (measured first in even rounds).
 pub fn run(ctx: &Ctx, baseline: Option<&Path>) -> Result<Hooks> {
     let _stats = RunStats::enable()?;
-    let floor = Floor::attach(1)
-        .inspect_err(|err| eprintln!("bench: no empty-program floor: {err:#}"))
-        .ok();
-    let floor_ids = floor
-        .as_ref()
-        .map(|f| f.prog_ids.clone())
-        .unwrap_or_default();
+    let (_floor, floor_ids) = Floor::attach_or_none();
     let mut binaries = vec![(Binary::Measured, ctx.pktrace.as_path())];
     if let Some(b) = baseline {
         binaries.push((Binary::Baseline, b));

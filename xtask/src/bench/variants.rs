@@ -79,13 +79,7 @@ pub fn run(ctx: &Ctx, variants: &[Variant]) -> Result<()> {
         "the variants phase needs at least one --variant NAME=PKTRACE"
     );
     let _stats = RunStats::enable()?;
-    let floor = Floor::attach(1)
-        .inspect_err(|err| eprintln!("bench: no empty-program floor: {err:#}"))
-        .ok();
-    let floor_ids = floor
-        .as_ref()
-        .map(|f| f.prog_ids.clone())
-        .unwrap_or_default();
+    let (_floor, floor_ids) = Floor::attach_or_none();
     let mut builds = vec![Variant {
         name: MEASURED.to_owned(),
         pktrace: ctx.pktrace.clone(),
