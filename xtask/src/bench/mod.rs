@@ -143,6 +143,7 @@ pub struct Ctx {
 }
 
 /// Everything measured.
+#[derive(Default)]
 pub struct Results {
     pub runs: usize,
     pub seconds: u64,

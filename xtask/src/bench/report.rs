@@ -1,5 +1,5 @@
 //! The bench's tables: medians of the runs with min–max, ratios taken round by round against
-//! the untraced run of the same round, and the issue's targets.
+//! the untraced run of the same round, and the targets judged.
 
 use std::fmt::Write as _;
 
@@ -604,7 +604,7 @@ pub fn tables(r: &Results) -> String {
     let mut section = |title: &str, note: &str, table: Table| {
         let _ = write!(out, "#### {title}\n\n{note}{}\n", table.markdown());
     };
-    section("Targets (issue 5)", "", super::targets::targets(r));
+    section("Targets", "", super::targets::targets(r));
     section(
         "Throughput retention",
         &format!(

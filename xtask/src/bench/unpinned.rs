@@ -42,7 +42,7 @@ impl Placement {
 }
 
 /// The streams of this phase.
-const STREAMS: [Stream; 2] = [Stream::TcpClusterIp, Stream::TcpMasq];
+pub const STREAMS: [Stream; 2] = [Stream::TcpClusterIp, Stream::TcpMasq];
 
 /// One stream, untraced or traced, pinned or not, in one round.
 #[derive(Clone, Copy, Debug)]
@@ -153,6 +153,22 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// The traced stream's goodput over the untraced one's in the same round, for one stream and
+/// placement; `None` when no round has both.
+#[must_use]
+pub fn retention(samples: &[Sample], stream: Stream, placement: Placement) -> Option<Dist> {
+    let of = |traced: bool| {
+        samples
+            .iter()
+            .filter(move |s| s.stream == stream && s.placement == placement && s.traced == traced)
+    };
+    Dist::of(of(true).filter_map(|t| {
+        of(false)
+            .find(|u| u.round == t.round && u.bps > 0.0)
+            .map(|u| t.bps / u.bps)
+    }))
+}
+
 /// The phase's table: per stream and placement, the untraced goodput, the traced one's ratio
 /// to it in the same round, and pktrace's peak memory, losses and early closes.
 #[must_use]
@@ -174,11 +190,6 @@ pub fn table(samples: &[Sample]) -> Table {
                     s.stream == stream && s.placement == placement && s.traced == traced
                 })
             };
-            let ratios = of(true).filter_map(|t| {
-                of(false)
-                    .find(|u| u.round == t.round && u.bps > 0.0)
-                    .map(|u| t.bps / u.bps)
-            });
             table.row([
                 stream.to_string(),
                 match placement {
@@ -187,7 +198,8 @@ pub fn table(samples: &[Sample]) -> Table {
                 },
                 show(Dist::of(of(false).map(|s| s.bps / 1e9)), 1),
                 show(Dist::of(of(true).map(|s| s.bps / 1e9)), 1),
-                Dist::of(ratios).map_or_else(|| "–".into(), |d| d.show_ratio()),
+                retention(samples, stream, placement)
+                    .map_or_else(|| "–".into(), |d| d.show_ratio()),
                 show(Dist::of(of(true).map(|s| mib(s.hwm_kib))), 1),
                 of(true).map(|s| s.lost).sum::<u64>().to_string(),
                 of(true).map(|s| s.evicted).sum::<u64>().to_string(),
