@@ -23,7 +23,7 @@ use super::{
     tracer::{Condition, JsonTotals, Launch, Output, Tracer, json_totals, output_path},
 };
 
-/// Traced packets per second of the paced scenario (the loss target).
+/// Traced packets per second of the paced scenario (the loss target's rate).
 pub const PACED_PPS: u64 = 100_000;
 /// Time left to pktrace to drain the ring after the stream (its timer runs every 20 ms).
 const SETTLE: Duration = Duration::from_millis(300);

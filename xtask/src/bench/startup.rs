@@ -18,7 +18,7 @@ use super::{
     tracer::{Attach, Condition, Launch, Output, Tracer},
 };
 
-/// Extra veth pairs of the second configuration (the "250 veths").
+/// Extra veth pairs of the second configuration (the start-up target's "250 veths").
 pub const EXTRA_VETHS: usize = 250;
 /// Longest wait for the first journey once pktrace is ready.
 const FIRST_JOURNEY_TIMEOUT: Duration = Duration::from_secs(10);

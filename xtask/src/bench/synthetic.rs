@@ -1,7 +1,8 @@
 //! A synthetic ring-buffer producer, to saturate the collector when real traffic from one CPU
-//! cannot (issue 5 allows it): `BPF_PROG_TEST_RUN` of pktrace's own `tc_egress` (`bpftool prog
-//! run … repeat N`) on [`TRAFFIC_CPU`], with a 64-byte UDP frame from the client pod to the
-//! outside host as an egress on the node's uplink (an edge). With `--trace-all` every run emits one
+//! cannot (shown beside the collector target, not judged): `BPF_PROG_TEST_RUN` of pktrace's
+//! own `tc_egress` (`bpftool prog run … repeat N`) on [`TRAFFIC_CPU`], with a 64-byte UDP
+//! frame from the client pod to the outside host as an egress on the node's uplink (an
+//! edge). With `--trace-all` every run emits one
 //! event, and the uplink is an edge, so every event is a whole one-step journey (attribution
 //! looked up, a JSON line written). The kernel produces faster than the collector drains:
 //! what the collector cannot take is counted by the kernel as lost, as under any flood.
