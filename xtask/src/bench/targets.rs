@@ -69,8 +69,7 @@ pub fn targets(r: &Results) -> Table {
     table
 }
 
-/// `Some(true)` when every value is measured and passes, `Some(false)` when a measured one
-/// fails, `None` when none was measured.
+/// Whether every measured value passes; `None` when none was measured.
 fn all(values: &[f64], ok: impl Fn(f64) -> bool) -> Option<bool> {
     (!values.is_empty()).then(|| values.iter().all(|&v| ok(v)))
 }

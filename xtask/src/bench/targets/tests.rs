@@ -306,3 +306,10 @@ fn the_collector_is_judged_on_real_journeys_only() {
     assert_eq!(cell(&r, COLLECTOR).1, "yes");
     assert_eq!(cell(&r, LOST).1, "not measured");
 }
+
+#[test]
+fn the_report_heads_the_table_plainly() {
+    let tables = crate::bench::report::tables(&Results::default());
+    assert!(tables.starts_with("#### Targets\n\n| target "), "{tables}");
+    assert!(!tables.to_lowercase().contains("issue"));
+}
