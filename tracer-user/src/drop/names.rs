@@ -81,13 +81,22 @@ pub struct Symbols {
     names: Vec<Rc<str>>,
 }
 
-/// A `/proc/kallsyms` line's text symbol (`t`/`T`) with a non-zero address.
-fn text_symbol(line: &str) -> Option<(u64, &str)> {
-    let mut f = line.split_whitespace();
-    let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-    let ty = f.next()?;
-    let name = f.next()?;
-    (matches!(ty, "t" | "T") && addr != 0).then_some((addr, name))
+/// A `/proc/kallsyms` line's text symbol (`t`/`T`) with a non-zero address: the address,
+/// the name, and whether the line names a module (`[module]` after the name). Read from the
+/// bytes without copying: a pass reads some 120,000 lines.
+fn text_symbol(line: &[u8]) -> Option<(u64, &[u8], bool)> {
+    let mut f = line
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty());
+    let (hex, ty, name) = (f.next()?, f.next()?, f.next()?);
+    if !matches!(ty, b"t" | b"T") || hex.len() > 16 {
+        return None;
+    }
+    let mut addr = 0u64;
+    for &c in hex {
+        addr = addr << 4 | u64::from(char::from(c).to_digit(16)?);
+    }
+    (addr != 0).then(|| (addr, name, f.next().is_some()))
 }
 
 /// What one pass over a kallsyms listing found for an address.
@@ -102,23 +111,35 @@ enum Lookup {
 }
 
 /// The function `addr` is in, by one pass over a kallsyms listing. Nothing of the listing is
-/// kept: `/proc/kallsyms` is 5 MB of text (BENCHMARKS.md "Memory").
+/// kept: `/proc/kallsyms` is 5 MB of text (BENCHMARKS.md "Memory"). The pass ends early once
+/// it is past `addr` in the kernel image's own symbols, which the kernel lists first and in
+/// address order: what follows (modules, BPF programs, trampolines) lies outside the image,
+/// so none of it can be nearer below `addr` than a symbol of the image. A listing out of
+/// order is read whole.
 fn function_in(mut listing: impl BufRead, addr: u64) -> io::Result<Lookup> {
-    let (mut line, mut any) = (String::new(), false);
-    let mut best: Option<(u64, String)> = None;
-    while listing.read_line(&mut line)? > 0 {
-        if let Some((a, name)) = text_symbol(&line) {
+    let (mut line, mut any) = (Vec::with_capacity(128), false);
+    let mut best: Option<(u64, Vec<u8>)> = None;
+    // Every text symbol so far was the image's (no `[module]`), in address order.
+    let (mut in_order, mut last) = (true, 0);
+    while listing.read_until(b'\n', &mut line)? > 0 {
+        if let Some((a, name, module)) = text_symbol(&line) {
             any = true;
+            if in_order && !module && a > addr && best.is_some() {
+                break;
+            }
+            in_order &= !module && a >= last;
+            last = a;
             if a <= addr && best.as_ref().is_none_or(|(b, _)| a > *b) {
-                let kept = best.get_or_insert_with(|| (a, String::new()));
+                let kept = best.get_or_insert_with(|| (a, Vec::new()));
                 kept.0 = a;
-                name.clone_into(&mut kept.1);
+                kept.1.clear();
+                kept.1.extend_from_slice(name);
             }
         }
         line.clear();
     }
     Ok(match best {
-        Some((_, name)) => Lookup::Function(Rc::from(name)),
+        Some((_, name)) => Lookup::Function(Rc::from(String::from_utf8_lossy(&name))),
         None if any => Lookup::Below,
         None => Lookup::Hidden,
     })
@@ -130,7 +151,11 @@ impl Symbols {
     /// zero (`kernel.kptr_restrict` hides them from this process) or there are none.
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
-        let mut syms: Vec<(u64, &str)> = text.lines().filter_map(text_symbol).collect();
+        let mut syms: Vec<(u64, &str)> = text
+            .lines()
+            .filter_map(|l| text_symbol(l.as_bytes()))
+            .filter_map(|(a, name, _)| Some((a, std::str::from_utf8(name).ok()?)))
+            .collect();
         if syms.is_empty() {
             return None;
         }
@@ -330,8 +355,66 @@ mod tests {
             };
             assert_eq!(streamed, table.function(addr), "{addr:x}");
         }
+        // Listed in order, as the kernel lists its image: the same answers, without reading
+        // past the address in the image.
+        let ordered = "ffffffff81900000 t ip_error\n\
+                       ffffffff81950000 D some_data\n\
+                       ffffffff81a00000 T tcp_v4_rcv\n\
+                       ffffffff81b00000 T udp_rcv\n\
+                       ffffffffc0400000 t nft_do_chain\t[nf_tables]\n\
+                       ffffffffc0300000 t nf_nat_setup_info\t[nf_nat]\n";
+        let table = Symbols::parse(ordered).unwrap();
+        for addr in [
+            0x1000,
+            0xffff_ffff_8195_0001,
+            0xffff_ffff_81a0_0123,
+            0xffff_ffff_c030_0004,
+            0xffff_ffff_c040_0010,
+            u64::MAX,
+        ] {
+            let streamed = match function_in(ordered.as_bytes(), addr).unwrap() {
+                Lookup::Function(name) => Some(name),
+                Lookup::Below => None,
+                Lookup::Hidden => panic!("addresses are shown"),
+            };
+            assert_eq!(streamed, table.function(addr), "{addr:x}");
+        }
+        let mut read = Lines(ordered.as_bytes(), 0);
+        function_in(&mut read, 0xffff_ffff_81a0_0123).unwrap();
+        assert_eq!(
+            read.1, 4,
+            "stops at udp_rcv, the image's first symbol past the address"
+        );
         let hidden = "0000000000000000 T tcp_v4_rcv\n0000000000000000 t ip_error\n";
         assert_eq!(function_in(hidden.as_bytes(), 5).unwrap(), Lookup::Hidden);
+    }
+
+    /// A listing that counts the lines read from it.
+    struct Lines<'a>(&'a [u8], usize);
+
+    impl io::Read for Lines<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+
+    impl BufRead for Lines<'_> {
+        fn fill_buf(&mut self) -> io::Result<&[u8]> {
+            // One line at a time, so that each `read_line` is one line.
+            let end = self
+                .0
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(self.0.len(), |i| i + 1);
+            Ok(&self.0[..end])
+        }
+
+        fn consume(&mut self, n: usize) {
+            if n > 0 && self.0[..n].ends_with(b"\n") {
+                self.1 += 1;
+            }
+            self.0 = &self.0[n..];
+        }
     }
 
     #[test]
