@@ -271,6 +271,7 @@ fn collector(scenario: Scenario, events_per_cpu_s: f64, kernel_lost: u64) -> Col
         kernel_lost,
         cpu_pct: 50.0,
         events_per_cpu_s,
+        steady_events_per_cpu_s: 0.0,
         totals: JsonTotals::default(),
         output_bytes_per_s: 0.0,
         memory_mid: Memory::default(),
