@@ -45,20 +45,10 @@ fn stream_run(
     (extra, floor_ns): (f64, f64),
 ) {
     let h = &mut r.hooks;
-    h.samples.push(hook(
-        condition,
-        stream,
-        round,
-        "tc_ingress",
-        (250.0 + extra, 1e3),
-    ));
-    h.samples.push(hook(
-        condition,
-        stream,
-        round,
-        "tc_egress",
-        (150.0 + extra, 3e3),
-    ));
+    for (program, ns, runs) in [("tc_ingress", 250.0, 1e3), ("tc_egress", 150.0, 3e3)] {
+        h.samples
+            .push(hook(condition, stream, round, program, (ns + extra, runs)));
+    }
     // A netfilter program: never part of the tc figure.
     h.samples
         .push(hook(condition, stream, round, "nf_enter", (900.0, 1e3)));
