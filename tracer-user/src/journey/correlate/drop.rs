@@ -25,15 +25,25 @@ fn raw_socket_copy(reason: &str, location: &str, given: bool) -> bool {
 
 /// True for a free from a queue that was flushed: `QUEUE_PURGE` (in `skb_queue_purge_reason`,
 /// 6.7+), or `NOT_SPECIFIED` in `skb_queue_purge` (older kernels, with or without reasons:
-/// 6.1 frees it so). Of a packet no open journey holds, that is a packet the node already
-/// delivered, purged from the receiving socket's queue when it was closed unread: the ICMP
-/// error a TCP connect in `SYN_SENT` keeps in its error queue (`ip_icmp_error`) and the data
-/// an application never read. No failure of the path; a flush while the packet still crosses
-/// the node (an open journey holds it) is shown.
+/// 6.1 frees it so) or in a socket's destructor that empties its receive queue
+/// (`udp_destruct_common` frees each unread datagram itself, as `NOT_SPECIFIED` still on
+/// 6.18; `inet_sock_destruct` and `sk_stream_kill_queues`, where older kernels inline the
+/// purge). Of a packet no open journey holds, that is a packet the node already delivered,
+/// purged from the receiving socket's queue when it was closed unread: the ICMP error a TCP
+/// connect in `SYN_SENT` keeps in its error queue (`ip_icmp_error`) and the data an
+/// application never read. No failure of the path; a flush while the packet still crosses the
+/// node (an open journey holds it) is shown.
 fn socket_queue_purge(reason: &str, location: &str) -> bool {
     reason == "QUEUE_PURGE"
         || (reason == "NOT_SPECIFIED"
-            && matches!(location, "skb_queue_purge" | "__skb_queue_purge"))
+            && matches!(
+                location,
+                "skb_queue_purge"
+                    | "__skb_queue_purge"
+                    | "udp_destruct_common"
+                    | "inet_sock_destruct"
+                    | "sk_stream_kill_queues"
+            ))
 }
 
 /// True for an older `icmpv6_rcv`'s free of an ICMPv6 message it handled: kernels that give
@@ -118,6 +128,11 @@ mod raw_copy_tests {
     fn a_queue_purge_is_told_by_its_reason_or_by_its_function() {
         assert!(socket_queue_purge("QUEUE_PURGE", "skb_queue_purge_reason"));
         assert!(socket_queue_purge("NOT_SPECIFIED", "skb_queue_purge"));
+        assert!(socket_queue_purge("NOT_SPECIFIED", "udp_destruct_common"));
+        assert!(!socket_queue_purge(
+            "SOCKET_RCVBUFF",
+            "udp_queue_rcv_one_skb"
+        ));
         assert!(!socket_queue_purge("NOT_SPECIFIED", "nf_hook_slow"));
         assert!(!socket_queue_purge("NO_SOCKET", "skb_queue_purge"));
     }
