@@ -1,19 +1,17 @@
 //! Names for what the drop programs report: the kernel's drop reason numbers
 //! ([`Reasons`], from its BTF `enum skb_drop_reason`) and the addresses the frees were called
-//! from (`/proc/kallsyms`, read at the first drop: [`DropNames::location`]). [`DropNames`]
+//! from (`/proc/kallsyms`, looked up without keeping it: [`DropNames::location`]). [`DropNames`]
 //! holds both for the join.
 
 use std::{
     collections::HashMap,
     fs,
-    io::{self, BufReader, Seek as _},
+    io::{self, BufRead, BufReader, Seek as _},
     rc::Rc,
 };
 
 use tracer_common::DROP_REASON_UNKNOWN;
 
-pub use super::kallsyms::Symbols;
-use super::kallsyms::{Listing, function_in};
 use crate::diag;
 
 /// The prefix the kernel's drop reason names carry (`SKB_DROP_REASON_NO_SOCKET`).
@@ -74,33 +72,126 @@ impl Reasons {
     }
 }
 
-/// Where kallsyms' state is kept. Opened at start-up: the kernel decides at open whether the
-/// reader sees addresses (it needs `CAP_SYSLOG`, which pktrace drops after attaching), so the
-/// file opened then reads with them; read at the first drop, when it becomes a table, or, were
-/// the table over [`TABLE_MAX_BYTES`], stays open and is read again for each new address.
+/// The kernel's text symbols, sorted by address: an address's function is the last symbol at
+/// or below it (tests give them as a table; a run reads kallsyms for each new address).
+#[cfg(test)]
+#[derive(Clone, Debug, Default)]
+pub struct Symbols {
+    addrs: Vec<u64>,
+    names: Vec<Rc<str>>,
+}
+
+/// A `/proc/kallsyms` line's text symbol (`t`/`T`) with a non-zero address: the address,
+/// the name, and whether the line names a module (`[module]` after the name). Read from the
+/// bytes without copying: a pass reads some 120,000 lines.
+fn text_symbol(line: &[u8]) -> Option<(u64, &[u8], bool)> {
+    let mut f = line
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty());
+    let (hex, ty, name) = (f.next()?, f.next()?, f.next()?);
+    if !matches!(ty, b"t" | b"T") || hex.len() > 16 {
+        return None;
+    }
+    let mut addr = 0u64;
+    for &c in hex {
+        addr = addr << 4 | u64::from(char::from(c).to_digit(16)?);
+    }
+    (addr != 0).then(|| (addr, name, f.next().is_some()))
+}
+
+/// What one pass over a kallsyms listing found for an address.
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    /// The text symbol with the highest address at or below it.
+    Function(Rc<str>),
+    /// It is below every text symbol.
+    Below,
+    /// The listing shows no address at all (`kernel.kptr_restrict`, no `CAP_SYSLOG`).
+    Hidden,
+}
+
+/// The function `addr` is in, by one pass over a kallsyms listing. Nothing of the listing is
+/// kept: `/proc/kallsyms` is 5 MB of text (BENCHMARKS.md "Memory"). The pass ends early once
+/// it is past `addr` in the kernel image's own symbols, which the kernel lists first and in
+/// address order: what follows (modules, BPF programs, trampolines) lies outside the image,
+/// so none of it can be nearer below `addr` than a symbol of the image. A listing out of
+/// order is read whole.
+fn function_in(mut listing: impl BufRead, addr: u64) -> io::Result<Lookup> {
+    let (mut line, mut any) = (Vec::with_capacity(128), false);
+    let mut best: Option<(u64, Vec<u8>)> = None;
+    // Every text symbol so far was the image's (no `[module]`), in address order.
+    let (mut in_order, mut last) = (true, 0);
+    while listing.read_until(b'\n', &mut line)? > 0 {
+        if let Some((a, name, module)) = text_symbol(&line) {
+            any = true;
+            if in_order && !module && a > addr && best.is_some() {
+                break;
+            }
+            in_order &= !module && a >= last;
+            last = a;
+            if a <= addr && best.as_ref().is_none_or(|(b, _)| a > *b) {
+                let kept = best.get_or_insert_with(|| (a, Vec::new()));
+                kept.0 = a;
+                kept.1.clear();
+                kept.1.extend_from_slice(name);
+            }
+        }
+        line.clear();
+    }
+    Ok(match best {
+        Some((_, name)) => Lookup::Function(Rc::from(String::from_utf8_lossy(&name))),
+        None if any => Lookup::Below,
+        None => Lookup::Hidden,
+    })
+}
+
+#[cfg(test)]
+impl Symbols {
+    /// The text symbols (`t`/`T`) of a `/proc/kallsyms` listing; `None` when every address is
+    /// zero (`kernel.kptr_restrict` hides them from this process) or there are none.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut syms: Vec<(u64, &str)> = text
+            .lines()
+            .filter_map(|l| text_symbol(l.as_bytes()))
+            .filter_map(|(a, name, _)| Some((a, std::str::from_utf8(name).ok()?)))
+            .collect();
+        if syms.is_empty() {
+            return None;
+        }
+        syms.sort_unstable_by_key(|&(a, _)| a);
+        let (addrs, names) = syms.into_iter().map(|(a, n)| (a, Rc::from(n))).unzip();
+        Some(Self { addrs, names })
+    }
+
+    /// The function `addr` is in, `None` below the first symbol.
+    #[must_use]
+    pub fn function(&self, addr: u64) -> Option<Rc<str>> {
+        let at = self.addrs.partition_point(|&a| a <= addr);
+        at.checked_sub(1).map(|i| Rc::clone(&self.names[i]))
+    }
+}
+
+/// Where kallsyms' state is kept: open (read again from its start for each new address), a
+/// table given (tests), or unusable (said once). Opened at start-up: the kernel decides at open
+/// whether the reader sees addresses (it needs `CAP_SYSLOG`, which pktrace drops after
+/// attaching), so the file opened then reads with them.
 #[derive(Debug, Default)]
 enum Kallsyms {
-    /// Not read yet.
     Open(fs::File),
-    /// Too large to keep: one pass per new address.
-    Passes(fs::File),
-    Table(Symbols),
-    /// Unusable (said once).
+    #[cfg(test)]
+    Read(Symbols),
     #[default]
     Hidden,
 }
 
-/// Most bytes the kernel's symbol table may take; past it, each new drop site costs a pass over
-/// kallsyms instead.
-const TABLE_MAX_BYTES: usize = 8 << 20;
-
 /// What the join names a drop with: the reasons (read at start-up) and the kernel's symbols
-/// (read from kallsyms at the first drop: most runs see none).
+/// (looked up in kallsyms at each drop of a new location: most runs see none).
 #[derive(Debug, Default)]
 pub struct DropNames {
     reasons: Reasons,
     symbols: Kallsyms,
-    /// Names already given, by address.
+    /// Names already given, by address: one lookup per location.
     locations: HashMap<u64, Rc<str>>,
 }
 
@@ -134,7 +225,7 @@ impl DropNames {
     pub fn with_symbols(reasons: Reasons, symbols: Symbols) -> Self {
         Self {
             reasons,
-            symbols: Kallsyms::Table(symbols),
+            symbols: Kallsyms::Read(symbols),
             ..Self::default()
         }
     }
@@ -145,82 +236,56 @@ impl DropNames {
     }
 
     /// The function at `addr` (no offset), `unknown` when the addresses are hidden or
-    /// `/proc/kallsyms` cannot be read (warned once). The first call reads kallsyms into a
-    /// table ([`Symbols`]); the names given are kept, up to [`LOCATIONS`] of them.
+    /// `/proc/kallsyms` cannot be read (warned once). A new address costs one pass over
+    /// kallsyms (a few distinct addresses per run: the places that drop); the names given are
+    /// kept, up to [`LOCATIONS`] of them.
     pub fn location(&mut self, addr: u64) -> Rc<str> {
         if let Some(name) = self.locations.get(&addr) {
             return Rc::clone(name);
         }
-        let name = self.function(addr).unwrap_or_else(|| Rc::from("unknown"));
+        let found = match &mut self.symbols {
+            Kallsyms::Open(file) => match look_up(file, addr) {
+                Ok(Lookup::Function(name)) => Some(name),
+                Ok(Lookup::Below) => None,
+                Ok(Lookup::Hidden) => {
+                    diag::once(
+                        "kallsyms",
+                        "/proc/kallsyms shows no addresses (kernel.kptr_restrict, or no \
+                         CAP_SYSLOG): drop locations say \"unknown\"; run as root with \
+                         kptr_restrict 0 or 1 to name them",
+                    );
+                    self.symbols = Kallsyms::Hidden;
+                    None
+                }
+                Err(e) => {
+                    diag::once(
+                        "kallsyms",
+                        format_args!(
+                            "cannot read /proc/kallsyms ({e}): drop locations say \"unknown\""
+                        ),
+                    );
+                    self.symbols = Kallsyms::Hidden;
+                    None
+                }
+            },
+            #[cfg(test)]
+            Kallsyms::Read(s) => s.function(addr),
+            Kallsyms::Hidden => None,
+        };
+        let name = found.unwrap_or_else(|| Rc::from("unknown"));
         if self.locations.len() >= LOCATIONS {
             self.locations.clear();
         }
         self.locations.insert(addr, Rc::clone(&name));
         name
     }
-
-    /// The function at `addr` from the table, reading it first if need be, or from a pass.
-    fn function(&mut self, addr: u64) -> Option<Rc<str>> {
-        let read = match std::mem::take(&mut self.symbols) {
-            Kallsyms::Open(mut file) => match read_table(&mut file) {
-                Ok(Listing::Found(Some(table))) => Ok(Kallsyms::Table(table)),
-                Ok(Listing::Found(None)) => Ok(Kallsyms::Passes(file)),
-                Ok(Listing::Hidden) => Err(None),
-                Err(e) => Err(Some(e)),
-            },
-            other => Ok(other),
-        };
-        self.symbols = read.unwrap_or_else(|e| {
-            hidden(e);
-            Kallsyms::Hidden
-        });
-        match &mut self.symbols {
-            Kallsyms::Table(t) => t.function(addr).map(Rc::from),
-            Kallsyms::Passes(file) => match look_up(file, addr) {
-                Ok(Listing::Found(name)) => name.map(Rc::from),
-                Ok(Listing::Hidden) => {
-                    hidden(None);
-                    self.symbols = Kallsyms::Hidden;
-                    None
-                }
-                Err(e) => {
-                    hidden(Some(e));
-                    self.symbols = Kallsyms::Hidden;
-                    None
-                }
-            },
-            Kallsyms::Open(_) | Kallsyms::Hidden => None,
-        }
-    }
-}
-
-/// Says once why drop locations are `unknown`: the listing shows no addresses (`None`), or
-/// reading it failed.
-fn hidden(error: Option<io::Error>) {
-    let _said = match error {
-        None => diag::once(
-            "kallsyms",
-            "/proc/kallsyms shows no addresses (kernel.kptr_restrict, or no CAP_SYSLOG): drop \
-             locations say \"unknown\"; run as root with kptr_restrict 0 or 1 to name them",
-        ),
-        Some(e) => diag::once(
-            "kallsyms",
-            format_args!("cannot read /proc/kallsyms ({e}): drop locations say \"unknown\""),
-        ),
-    };
 }
 
 /// Most drop locations kept named (the kernel has a few hundred places that drop).
 const LOCATIONS: usize = 4096;
 
-/// The table of `file`, read from its start.
-fn read_table(file: &mut fs::File) -> io::Result<Listing<Option<Symbols>>> {
-    file.rewind()?;
-    Symbols::read(BufReader::with_capacity(64 << 10, &*file), TABLE_MAX_BYTES)
-}
-
-/// [`function_in`] over `file`, read again from its start.
-fn look_up(file: &mut fs::File, addr: u64) -> io::Result<Listing<Option<String>>> {
+/// [`function_in`] over the whole of `file`, read again from its start.
+fn look_up(file: &mut fs::File, addr: u64) -> io::Result<Lookup> {
     file.rewind()?;
     function_in(BufReader::with_capacity(64 << 10, &*file), addr)
 }
@@ -244,6 +309,112 @@ mod tests {
         assert!(!r.is_drop(0) && !r.is_drop(1));
         assert!(r.is_drop(2) && r.is_drop(3) && r.is_drop(77));
         assert!(Reasons::default().is_drop(DROP_REASON_UNKNOWN));
+    }
+
+    #[test]
+    fn an_address_is_named_by_the_text_symbol_at_or_below_it() {
+        let s = Symbols::parse(
+            "ffffffff81a00000 T tcp_v4_rcv\n\
+             ffffffff81900000 t ip_error\n\
+             ffffffff81950000 D some_data\n\
+             ffffffffc0400000 t nft_do_chain\t[nf_tables]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.function(0xffff_ffff_81a0_0123).as_deref(),
+            Some("tcp_v4_rcv")
+        );
+        assert_eq!(
+            s.function(0xffff_ffff_8195_0001).as_deref(),
+            Some("ip_error")
+        );
+        assert_eq!(
+            s.function(0xffff_ffff_c040_0010).as_deref(),
+            Some("nft_do_chain")
+        );
+        assert_eq!(s.function(0x1000), None);
+    }
+
+    #[test]
+    fn one_pass_over_a_listing_finds_the_same_function_as_the_table() {
+        let listing = "ffffffff81a00000 T tcp_v4_rcv\n\
+                       ffffffff81900000 t ip_error\n\
+                       ffffffff81950000 D some_data\n\
+                       ffffffffc0400000 t nft_do_chain\t[nf_tables]\n";
+        let table = Symbols::parse(listing).unwrap();
+        for addr in [
+            0x1000,
+            0xffff_ffff_8195_0001,
+            0xffff_ffff_81a0_0123,
+            u64::MAX,
+        ] {
+            let streamed = match function_in(listing.as_bytes(), addr).unwrap() {
+                Lookup::Function(name) => Some(name),
+                Lookup::Below => None,
+                Lookup::Hidden => panic!("addresses are shown"),
+            };
+            assert_eq!(streamed, table.function(addr), "{addr:x}");
+        }
+        // Listed in order, as the kernel lists its image: the same answers, without reading
+        // past the address in the image.
+        let ordered = "ffffffff81900000 t ip_error\n\
+                       ffffffff81950000 D some_data\n\
+                       ffffffff81a00000 T tcp_v4_rcv\n\
+                       ffffffff81b00000 T udp_rcv\n\
+                       ffffffffc0400000 t nft_do_chain\t[nf_tables]\n\
+                       ffffffffc0300000 t nf_nat_setup_info\t[nf_nat]\n";
+        let table = Symbols::parse(ordered).unwrap();
+        for addr in [
+            0x1000,
+            0xffff_ffff_8195_0001,
+            0xffff_ffff_81a0_0123,
+            0xffff_ffff_c030_0004,
+            0xffff_ffff_c040_0010,
+            u64::MAX,
+        ] {
+            let streamed = match function_in(ordered.as_bytes(), addr).unwrap() {
+                Lookup::Function(name) => Some(name),
+                Lookup::Below => None,
+                Lookup::Hidden => panic!("addresses are shown"),
+            };
+            assert_eq!(streamed, table.function(addr), "{addr:x}");
+        }
+        let mut read = Lines(ordered.as_bytes(), 0);
+        function_in(&mut read, 0xffff_ffff_81a0_0123).unwrap();
+        assert_eq!(
+            read.1, 4,
+            "stops at udp_rcv, the image's first symbol past the address"
+        );
+        let hidden = "0000000000000000 T tcp_v4_rcv\n0000000000000000 t ip_error\n";
+        assert_eq!(function_in(hidden.as_bytes(), 5).unwrap(), Lookup::Hidden);
+    }
+
+    /// A listing that counts the lines read from it.
+    struct Lines<'a>(&'a [u8], usize);
+
+    impl io::Read for Lines<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+
+    impl BufRead for Lines<'_> {
+        fn fill_buf(&mut self) -> io::Result<&[u8]> {
+            // One line at a time, so that each `read_line` is one line.
+            let end = self
+                .0
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(self.0.len(), |i| i + 1);
+            Ok(&self.0[..end])
+        }
+
+        fn consume(&mut self, n: usize) {
+            if n > 0 && self.0[..n].ends_with(b"\n") {
+                self.1 += 1;
+            }
+            self.0 = &self.0[n..];
+        }
     }
 
     #[test]
