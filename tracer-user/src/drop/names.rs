@@ -341,43 +341,31 @@ mod tests {
                        ffffffff81900000 t ip_error\n\
                        ffffffff81950000 D some_data\n\
                        ffffffffc0400000 t nft_do_chain\t[nf_tables]\n";
-        let table = Symbols::parse(listing).unwrap();
-        for addr in [
-            0x1000,
-            0xffff_ffff_8195_0001,
-            0xffff_ffff_81a0_0123,
-            u64::MAX,
-        ] {
-            let streamed = match function_in(listing.as_bytes(), addr).unwrap() {
-                Lookup::Function(name) => Some(name),
-                Lookup::Below => None,
-                Lookup::Hidden => panic!("addresses are shown"),
-            };
-            assert_eq!(streamed, table.function(addr), "{addr:x}");
-        }
-        // Listed in order, as the kernel lists its image: the same answers, without reading
-        // past the address in the image.
+        // Also listed in order, as the kernel lists its image: the same answers, without
+        // reading past the address in the image.
         let ordered = "ffffffff81900000 t ip_error\n\
                        ffffffff81950000 D some_data\n\
                        ffffffff81a00000 T tcp_v4_rcv\n\
                        ffffffff81b00000 T udp_rcv\n\
                        ffffffffc0400000 t nft_do_chain\t[nf_tables]\n\
                        ffffffffc0300000 t nf_nat_setup_info\t[nf_nat]\n";
-        let table = Symbols::parse(ordered).unwrap();
-        for addr in [
-            0x1000,
-            0xffff_ffff_8195_0001,
-            0xffff_ffff_81a0_0123,
-            0xffff_ffff_c030_0004,
-            0xffff_ffff_c040_0010,
-            u64::MAX,
-        ] {
-            let streamed = match function_in(ordered.as_bytes(), addr).unwrap() {
-                Lookup::Function(name) => Some(name),
-                Lookup::Below => None,
-                Lookup::Hidden => panic!("addresses are shown"),
-            };
-            assert_eq!(streamed, table.function(addr), "{addr:x}");
+        for text in [listing, ordered] {
+            let table = Symbols::parse(text).unwrap();
+            for addr in [
+                0x1000,
+                0xffff_ffff_8195_0001,
+                0xffff_ffff_81a0_0123,
+                0xffff_ffff_c030_0004,
+                0xffff_ffff_c040_0010,
+                u64::MAX,
+            ] {
+                let streamed = match function_in(text.as_bytes(), addr).unwrap() {
+                    Lookup::Function(name) => Some(name),
+                    Lookup::Below => None,
+                    Lookup::Hidden => panic!("addresses are shown"),
+                };
+                assert_eq!(streamed, table.function(addr), "{addr:x}");
+            }
         }
         let mut read = Lines(ordered.as_bytes(), 0);
         function_in(&mut read, 0xffff_ffff_81a0_0123).unwrap();
