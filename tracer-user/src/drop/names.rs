@@ -89,13 +89,10 @@ fn text_symbol(line: &[u8]) -> Option<(u64, &[u8], bool)> {
         .split(u8::is_ascii_whitespace)
         .filter(|w| !w.is_empty());
     let (hex, ty, name) = (f.next()?, f.next()?, f.next()?);
-    if !matches!(ty, b"t" | b"T") || hex.len() > 16 {
+    if !matches!(ty, b"t" | b"T") {
         return None;
     }
-    let mut addr = 0u64;
-    for &c in hex {
-        addr = addr << 4 | u64::from(char::from(c).to_digit(16)?);
-    }
+    let addr = u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
     (addr != 0).then(|| (addr, name, f.next().is_some()))
 }
 
