@@ -129,7 +129,8 @@ enum Task {
         only: Option<String>,
         /// Another pktrace binary to measure side by side with this one, in the same rounds:
         /// per-hook cost under the streams (hooks), the tc program alone (micro), TCP beside the
-        /// twin (paired) and the collector's capacity (collector).
+        /// twin (paired), the collector's capacity (collector) and TCP retention pinned and
+        /// unpinned (unpinned).
         #[arg(long, value_name = "PKTRACE")]
         baseline: Option<PathBuf>,
         /// A build of pktrace leaving one part of the traced path out, as NAME=PKTRACE

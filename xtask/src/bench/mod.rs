@@ -8,7 +8,7 @@
 //! (also side by side),
 //! and pktrace's memory and `startup` time. Traffic runs on CPU 0, the tracer's user space on
 //! CPU 1; the `unpinned` phase also runs the traced pod's TCP streams with everything free on
-//! every CPU, beside the same streams pinned. Every pktrace's peak memory is noted by phase. Prints the tables and (full runs) updates `BENCHMARKS.md` and writes the raw samples
+//! every CPU, beside the same streams pinned (side by side too). Every pktrace's peak memory is noted by phase. Prints the tables and (full runs) updates `BENCHMARKS.md` and writes the raw samples
 //! to `target/bench/`.
 //! `--short` runs everything once with 1 s streams: a check that the bench still works.
 
@@ -318,7 +318,7 @@ fn measure(ctx: &Ctx, phases: Phases, opts: &BenchOptions) -> Result<Results> {
     };
     proc::set_phase("unpinned");
     let unpinned = if phases.unpinned {
-        unpinned::run(ctx, &servers)?
+        unpinned::run(ctx, &servers, baseline)?
     } else {
         Vec::new()
     };

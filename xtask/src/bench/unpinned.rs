@@ -4,15 +4,17 @@
 //! on CPU 1); unpinned, every process the bench starts (iperf3 client and servers, pktrace) is
 //! free on every CPU, the way `sudo pktrace` runs on a node: the tracer's user space then
 //! competes with the packets it traces for the CPUs. Also pktrace's peak memory (`VmHWM`), the
-//! events it lost and the journeys it closed early in each run.
+//! events it lost and the journeys it closed early in each run. With `--baseline`, that binary
+//! traces the same streams in the same rounds, right after the measured one.
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, path::Path};
 
 use anyhow::Result;
 
 use super::{
     Ctx, Results,
     iperf::{Servers, Stream},
+    micro::Binary,
     proc,
     stats::{Dist, Table, show},
     throughput,
@@ -51,6 +53,8 @@ pub struct Sample {
     pub placement: Placement,
     pub stream: Stream,
     pub traced: bool,
+    /// The pktrace that traced (the measured one when untraced).
+    pub binary: Binary,
     /// Goodput at the receiver, bits per second.
     pub bps: f64,
     /// pktrace's `VmHWM` just before it was stopped, KiB (0 untraced).
@@ -61,17 +65,27 @@ pub struct Sample {
     pub evicted: u64,
 }
 
-/// Runs `ctx.runs` rounds: each TCP stream pinned then unpinned, untraced then traced.
-/// The servers are moved with the placement and put back on the traffic CPU at the end.
-pub fn run(ctx: &Ctx, servers: &Servers) -> Result<Vec<Sample>> {
+/// Runs `ctx.runs` rounds: each TCP stream pinned then unpinned, untraced then traced (then
+/// traced by `baseline`, when given). The servers are moved with the placement and put back on
+/// the traffic CPU at the end.
+pub fn run(ctx: &Ctx, servers: &Servers, baseline: Option<&Path>) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
-    let result = rounds(ctx, servers, &mut out);
+    let result = rounds(ctx, servers, baseline, &mut out);
     proc::set_free(false);
     servers.place()?;
     result.map(|()| out)
 }
 
-fn rounds(ctx: &Ctx, servers: &Servers, out: &mut Vec<Sample>) -> Result<()> {
+fn rounds(
+    ctx: &Ctx,
+    servers: &Servers,
+    baseline: Option<&Path>,
+    out: &mut Vec<Sample>,
+) -> Result<()> {
+    let mut tracers = vec![None, Some((Binary::Measured, ctx.pktrace.as_path()))];
+    if let Some(b) = baseline {
+        tracers.push(Some((Binary::Baseline, b)));
+    }
     for round in 0..ctx.runs {
         for stream in STREAMS {
             for placement in Placement::ALL {
@@ -83,9 +97,9 @@ fn rounds(ctx: &Ctx, servers: &Servers, out: &mut Vec<Sample>) -> Result<()> {
                     ctx.runs,
                     placement.key()
                 );
-                for with_pktrace in [false, true] {
+                for &tracer in &tracers {
                     super::check_interrupted()?;
-                    out.push(one(ctx, round, stream, placement, with_pktrace)?);
+                    out.push(one(ctx, round, stream, placement, tracer)?);
                 }
             }
         }
@@ -98,8 +112,9 @@ fn one(
     round: usize,
     stream: Stream,
     placement: Placement,
-    with_pktrace: bool,
+    tracer: Option<(Binary, &Path)>,
 ) -> Result<Sample> {
+    let with_pktrace = tracer.is_some();
     let path = ctx.dir.join("unpinned.json");
     let launch = Launch {
         out: Output::File(&path),
@@ -110,13 +125,15 @@ fn one(
     } else {
         Condition::Untraced
     };
-    let mut tracer = Tracer::start(condition, &ctx.dir, &ctx.pktrace, &launch)?;
+    let (binary, pktrace) = tracer.unwrap_or((Binary::Measured, &ctx.pktrace));
+    let mut tracer = Tracer::start(condition, &ctx.dir, pktrace, &launch)?;
     let measured = throughput::measure(ctx, round, condition, stream, tracer.as_mut())?;
     let mut sample = Sample {
         round,
         placement,
         stream,
         traced: with_pktrace,
+        binary,
         bps: measured.result.recv_bps,
         hwm_kib: 0,
         lost: measured.counters.ringbuf_full,
@@ -130,7 +147,11 @@ fn one(
     let _ = std::fs::remove_file(&path);
     eprintln!(
         "bench:   {}: {:.2} Gbit/s{}",
-        if with_pktrace { "traced" } else { "untraced" },
+        match (with_pktrace, binary) {
+            (false, _) => "untraced",
+            (true, Binary::Measured) => "traced",
+            (true, Binary::Baseline) => "traced (baseline)",
+        },
         sample.bps / 1e9,
         if with_pktrace {
             format!(
@@ -153,27 +174,54 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// The traced stream's goodput over the untraced one's in the same round, for one stream and
-/// placement; `None` when no round has both.
+/// The measured binary's traced stream's goodput over the untraced one's in the same round, for
+/// one stream and placement; `None` when no round has both.
 #[must_use]
 pub fn retention(samples: &[Sample], stream: Stream, placement: Placement) -> Option<Dist> {
+    retention_of(samples, stream, placement, Binary::Measured)
+}
+
+/// As [`retention`], for the stream traced by `binary`.
+fn retention_of(
+    samples: &[Sample],
+    stream: Stream,
+    placement: Placement,
+    binary: Binary,
+) -> Option<Dist> {
     let of = |traced: bool| {
         samples
             .iter()
             .filter(move |s| s.stream == stream && s.placement == placement && s.traced == traced)
     };
-    Dist::of(of(true).filter_map(|t| {
+    Dist::of(of(true).filter(|t| t.binary == binary).filter_map(|t| {
         of(false)
             .find(|u| u.round == t.round && u.bps > 0.0)
             .map(|u| t.bps / u.bps)
     }))
 }
 
+/// The measured binary's goodput over the baseline's in the same round (both traced), for one
+/// stream and placement; `None` without a baseline.
+fn over_baseline(samples: &[Sample], stream: Stream, placement: Placement) -> Option<Dist> {
+    let of = |binary: Binary| {
+        samples.iter().filter(move |s| {
+            s.stream == stream && s.placement == placement && s.traced && s.binary == binary
+        })
+    };
+    Dist::of(of(Binary::Measured).filter_map(|m| {
+        of(Binary::Baseline)
+            .find(|b| b.round == m.round && b.bps > 0.0)
+            .map(|b| m.bps / b.bps)
+    }))
+}
+
 /// The phase's table: per stream and placement, the untraced goodput, the traced one's ratio
-/// to it in the same round, and pktrace's peak memory, losses and early closes.
+/// to it in the same round, and pktrace's peak memory, losses and early closes; with a
+/// baseline, its retention and the measured binary's goodput over its own in the same round.
 #[must_use]
 pub fn table(samples: &[Sample]) -> Table {
-    let mut table = Table::new([
+    let with_baseline = samples.iter().any(|s| s.binary == Binary::Baseline);
+    let mut head = vec![
         "stream",
         "CPUs",
         "untraced, Gbit/s",
@@ -182,15 +230,26 @@ pub fn table(samples: &[Sample]) -> Table {
         "pktrace VmHWM, MiB",
         "events lost (sum)",
         "journeys closed early (sum)",
-    ]);
+    ];
+    if with_baseline {
+        head.extend([
+            "baseline: retention (same round)",
+            "traced / baseline traced (same round)",
+        ]);
+    }
+    let mut table = Table::new(head);
     for stream in STREAMS {
         for placement in Placement::ALL {
             let of = |traced: bool| {
                 samples.iter().filter(move |s| {
-                    s.stream == stream && s.placement == placement && s.traced == traced
+                    s.stream == stream
+                        && s.placement == placement
+                        && s.traced == traced
+                        && s.binary == Binary::Measured
                 })
             };
-            table.row([
+            let ratio = |d: Option<Dist>| d.map_or_else(|| "–".into(), |d| d.show_ratio());
+            let mut row = vec![
                 stream.to_string(),
                 match placement {
                     Placement::Pinned => "pinned (traffic CPU 0, tracer CPU 1)".into(),
@@ -198,12 +257,21 @@ pub fn table(samples: &[Sample]) -> Table {
                 },
                 show(Dist::of(of(false).map(|s| s.bps / 1e9)), 1),
                 show(Dist::of(of(true).map(|s| s.bps / 1e9)), 1),
-                retention(samples, stream, placement)
-                    .map_or_else(|| "–".into(), |d| d.show_ratio()),
+                ratio(retention(samples, stream, placement)),
                 show(Dist::of(of(true).map(|s| mib(s.hwm_kib))), 1),
                 of(true).map(|s| s.lost).sum::<u64>().to_string(),
                 of(true).map(|s| s.evicted).sum::<u64>().to_string(),
-            ]);
+            ];
+            if with_baseline {
+                row.push(ratio(retention_of(
+                    samples,
+                    stream,
+                    placement,
+                    Binary::Baseline,
+                )));
+                row.push(ratio(over_baseline(samples, stream, placement)));
+            }
+            table.row(row);
         }
     }
     table
@@ -253,6 +321,7 @@ mod tests {
             placement,
             stream: Stream::TcpClusterIp,
             traced,
+            binary: Binary::Measured,
             bps: gbps * 1e9,
             hwm_kib: if traced { 20 * 1024 } else { 0 },
             lost: u64::from(traced),
@@ -280,5 +349,36 @@ mod tests {
         let free = &t.rows[1];
         assert_eq!((free[2].as_str(), free[4].as_str()), ("12.0", "0.500×"));
         assert_eq!(t.rows[2][4], "–", "MASQUERADE not measured");
+    }
+
+    #[test]
+    fn a_baseline_is_compared_within_each_round_and_kept_out_of_the_measured_figures() {
+        let baseline = |round, gbps: f64| Sample {
+            binary: Binary::Baseline,
+            ..sample(round, Placement::Free, true, gbps)
+        };
+        let samples = [
+            sample(0, Placement::Free, false, 10.0),
+            sample(0, Placement::Free, true, 9.0),
+            baseline(0, 8.0),
+            sample(1, Placement::Free, false, 20.0),
+            sample(1, Placement::Free, true, 18.0),
+            baseline(1, 20.0),
+        ];
+        assert_eq!(
+            retention(&samples, Stream::TcpClusterIp, Placement::Free)
+                .unwrap()
+                .show_ratio(),
+            "0.900× (0.900–0.900)"
+        );
+        let t = table(&samples);
+        let free = &t.rows[1];
+        assert_eq!(
+            free[3], "13.5 (9.0–18.0)",
+            "the baseline's goodput is not the measured one's"
+        );
+        assert_eq!(free[8], "0.900× (0.800–1.000)");
+        assert_eq!(free[9], "1.012× (0.900–1.125)");
+        assert_eq!(t.rows[0].len(), 10, "every row has the baseline's columns");
     }
 }

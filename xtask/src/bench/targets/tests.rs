@@ -215,6 +215,7 @@ fn unpinned(placement: Placement, stream: Stream, round: usize, traced_gbps: f64
         placement,
         stream,
         traced,
+        binary: Binary::Measured,
         bps: gbps * 1e9,
         hwm_kib: 0,
         lost: 0,
