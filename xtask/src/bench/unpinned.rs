@@ -82,10 +82,6 @@ fn rounds(
     baseline: Option<&Path>,
     out: &mut Vec<Sample>,
 ) -> Result<()> {
-    let mut tracers = vec![None, Some((Binary::Measured, ctx.pktrace.as_path()))];
-    if let Some(b) = baseline {
-        tracers.push(Some((Binary::Baseline, b)));
-    }
     for round in 0..ctx.runs {
         for stream in STREAMS {
             for placement in Placement::ALL {
@@ -97,7 +93,7 @@ fn rounds(
                     ctx.runs,
                     placement.key()
                 );
-                for &tracer in &tracers {
+                for tracer in order(round, &ctx.pktrace, baseline) {
                     super::check_interrupted()?;
                     out.push(one(ctx, round, stream, placement, tracer)?);
                 }
@@ -105,6 +101,26 @@ fn rounds(
         }
     }
     Ok(())
+}
+
+/// Who traces the runs of a round, in order: nobody (untraced) first, then the measured
+/// binary and the baseline, the measured one first in even rounds, so that neither always runs
+/// in the other's wake.
+fn order<'a>(
+    round: usize,
+    measured: &'a Path,
+    baseline: Option<&'a Path>,
+) -> Vec<Option<(Binary, &'a Path)>> {
+    let mut traced = vec![Some((Binary::Measured, measured))];
+    if let Some(b) = baseline {
+        traced.push(Some((Binary::Baseline, b)));
+        if round % 2 == 1 {
+            traced.reverse();
+        }
+    }
+    let mut all = vec![None];
+    all.extend(traced);
+    all
 }
 
 fn one(
@@ -380,5 +396,19 @@ mod tests {
         assert_eq!(free[8], "0.900× (0.800–1.000)");
         assert_eq!(free[9], "1.012× (0.900–1.125)");
         assert_eq!(t.rows[0].len(), 10, "every row has the baseline's columns");
+    }
+
+    #[test]
+    fn the_untraced_run_comes_first_and_the_two_binaries_take_turns() {
+        let (m, b) = (Path::new("m"), Path::new("b"));
+        let keys = |round| {
+            order(round, m, Some(b))
+                .into_iter()
+                .map(|t| t.map(|(binary, _)| binary.key()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(0), [None, Some("measured"), Some("baseline")]);
+        assert_eq!(keys(1), [None, Some("baseline"), Some("measured")]);
+        assert_eq!(order(1, m, None).len(), 2, "untraced and the measured one");
     }
 }
