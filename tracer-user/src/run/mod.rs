@@ -6,7 +6,6 @@
 //! explain, write, report losses) and `hot::Hot` (interfaces and the followed pod that
 //! change while tracing).
 
-mod cpu_policy;
 mod event_loop;
 mod hot;
 mod interfaces;
@@ -106,9 +105,6 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     let mut kernel = start::load(cfg, &subject)?;
     let tc = start::attach_tc(cfg, &mut kernel, &chosen, &mut created_qdiscs)?;
     let conntrack = start::conntrack(&mut kernel, &subject)?;
-    if conntrack.is_none() {
-        cpu_policy::yield_to_workload();
-    }
     let mut collector = Collector::new(&mut kernel.ebpf)?;
     let capture = capture.map(|out| {
         let frames = collect::frames::Shared::default();
