@@ -3,14 +3,14 @@
 //! kind and it has the length of the layout that kind and the header's `WIDE` and `FRAME` bits
 //! name; the observation holds the record's fields, read here from their byte offsets
 //! independently of the decoder; and `frame` hands out a tc record's frame exactly when it has
-//! the frame layout.
+//! the frame layout; a site record's name is handed out only when whole.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tracer_common::{
     BadRecord, DropRecord, DropRecordV4, FAMILY_IPV4, FRAME_MAX, NatRecord, NatRecordV4,
-    Observation, RecordHeader, TcFrameRecord, TcHook, TcRecord, TcRecordV4, Tuple, decode, flag,
-    frame, kind,
+    Observation, RecordHeader, SITE_NAME_MAX, SiteRecord, TcFrameRecord, TcHook, TcRecord,
+    TcRecordV4, Tuple, decode, flag, frame, kind,
 };
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -79,6 +79,7 @@ fuzz_target!(|data: &[u8]| {
         kind::NAT => size_of::<NatRecordV4>(),
         kind::DROP if wide => size_of::<DropRecord>(),
         kind::DROP => size_of::<DropRecordV4>(),
+        kind::SITE => size_of::<SiteRecord>(),
         _ => {
             assert_eq!(got, Err(BadRecord::Kind(k)));
             return;
@@ -139,6 +140,27 @@ fuzz_target!(|data: &[u8]| {
             };
             assert_eq!(d.location, u64_at(data, after));
             assert_eq!(d.reason, u32_at(data, after + 8));
+        }
+        Observation::Site(s) => {
+            assert_eq!(k, kind::SITE);
+            assert_eq!(s.location, u64_at(data, 16));
+            // A whole name is the bytes before the first NUL, within the length the kernel
+            // returned (`len`, counting the NUL), and at least one byte; a longer `len` is cut.
+            let len = u32_at(data, 24) as i32;
+            let text = &data[32..32 + SITE_NAME_MAX];
+            assert_eq!(s.is_cut(), len > SITE_NAME_MAX as i32);
+            match s.name() {
+                Some(name) => {
+                    assert!((2..=SITE_NAME_MAX as i32).contains(&len));
+                    assert!(!name.is_empty() && !name.contains(&0));
+                    assert_eq!(name, &text[..name.len()]);
+                    assert!(name.len() + 1 == len as usize || text[name.len()] == 0);
+                }
+                None => assert!(
+                    !(2..=SITE_NAME_MAX as i32).contains(&len) || text[0] == 0,
+                    "a whole name was refused"
+                ),
+            }
         }
     }
 });

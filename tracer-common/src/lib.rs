@@ -22,11 +22,12 @@ pub use flow_slot::{
 };
 pub use kernel::{KernelOffsets, PendingNat};
 pub use observation::{
-    BadRecord, DropSeen, Frame, NatSeen, Observation, TcHook, TcSeen, decode, frame,
+    BadRecord, DropSeen, Frame, NatSeen, Observation, SiteSeen, TcHook, TcSeen, decode, frame,
 };
 pub use record::{
     DROP_REASON_UNKNOWN, DropRecord, DropRecordV4, FRAME_MAX, NatRecord, NatRecordV4, RecordHeader,
-    TcFrameRecord, TcRecord, TcRecordV4, TupleV4, ct, flag, hook, kind,
+    SITE_NAME_MAX, SITE_SLOTS, SiteRecord, TcFrameRecord, TcRecord, TcRecordV4, TupleV4, ct, flag,
+    hook, kind, site_slot,
 };
 pub use tuple::{
     FAMILY_IPV4, FAMILY_IPV6, Fingerprint, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple,
@@ -47,6 +48,7 @@ mod pod {
     unsafe impl aya::Pod for super::NatRecord {}
     unsafe impl aya::Pod for super::DropRecordV4 {}
     unsafe impl aya::Pod for super::DropRecord {}
+    unsafe impl aya::Pod for super::SiteRecord {}
     unsafe impl aya::Pod for super::Tuple {}
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::AddrSetV4 {}

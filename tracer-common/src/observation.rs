@@ -10,8 +10,8 @@ use core::mem::size_of;
 use crate::{
     FAMILY_IPV4, Fingerprint, Tuple,
     record::{
-        DropRecord, DropRecordV4, FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, TcFrameRecord,
-        TcRecord, TcRecordV4, ct, flag, hook, kind,
+        DropRecord, DropRecordV4, FRAME_MAX, NatRecord, NatRecordV4, RecordHeader, SITE_NAME_MAX,
+        SiteRecord, TcFrameRecord, TcRecord, TcRecordV4, ct, flag, hook, kind,
     },
 };
 
@@ -93,53 +93,99 @@ pub struct DropSeen {
     pub location: u64,
 }
 
-/// One packet at one hook, as user space reads it.
+/// The kernel's name for a drop location ([`SiteRecord`]): no packet, but what the drops of
+/// that location that follow it are named by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteSeen {
+    /// The kernel address the free was called from ([`DropSeen::location`]).
+    pub location: u64,
+    text: [u8; SITE_NAME_MAX],
+    /// Bytes of `text` that hold the whole name; 0 when the kernel cut it or gave none.
+    len: u8,
+    cut: bool,
+}
+
+impl SiteSeen {
+    /// The record's name as the kernel wrote it (`func` or `func [module]`, or `0x…` for an
+    /// address it has no symbol for); `None` when the kernel cut it or failed to write it.
+    #[must_use]
+    pub fn name(&self) -> Option<&[u8]> {
+        (self.len > 0).then(|| &self.text[..usize::from(self.len)])
+    }
+
+    /// True when the name was longer than the record holds ([`SITE_NAME_MAX`] - 1 bytes).
+    #[must_use]
+    pub const fn is_cut(&self) -> bool {
+        self.cut
+    }
+
+    fn of(r: &SiteRecord) -> Self {
+        // `len` counts the NUL; a whole name is 1..SITE_NAME_MAX bytes before it.
+        let whole = usize::try_from(r.len)
+            .ok()
+            .filter(|&n| (2..=SITE_NAME_MAX).contains(&n));
+        let len = whole.map_or(0, |n| n - 1);
+        // The name ends at its first NUL, whatever `len` says.
+        let len = r.name[..len].iter().position(|&b| b == 0).unwrap_or(len);
+        Self {
+            location: r.location,
+            text: r.name,
+            len: u8::try_from(len).unwrap_or(0),
+            cut: usize::try_from(r.len).is_ok_and(|n| n > SITE_NAME_MAX),
+        }
+    }
+}
+
+/// One packet at one hook, as user space reads it, or the name of a drop location.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observation {
     Tc(TcSeen),
     Nat(NatSeen),
     Drop(DropSeen),
+    Site(SiteSeen),
 }
 
 impl Observation {
-    /// Kernel monotonic time of the observation.
+    /// Kernel monotonic time of the observation; `None` for a site's name, which is no packet.
     #[must_use]
-    pub const fn ktime_ns(&self) -> u64 {
+    pub const fn ktime_ns(&self) -> Option<u64> {
         match self {
-            Self::Tc(t) => t.ktime_ns,
-            Self::Nat(n) => n.ktime_ns,
-            Self::Drop(d) => d.ktime_ns,
+            Self::Tc(t) => Some(t.ktime_ns),
+            Self::Nat(n) => Some(n.ktime_ns),
+            Self::Drop(d) => Some(d.ktime_ns),
+            Self::Site(_) => None,
         }
     }
 
-    /// The NAT-invariant fingerprint of the packet.
+    /// The NAT-invariant fingerprint of the packet; `None` for a site's name.
     #[must_use]
-    pub const fn fp(&self) -> Fingerprint {
+    pub const fn fp(&self) -> Option<Fingerprint> {
         match self {
-            Self::Tc(t) => t.fp,
-            Self::Nat(n) => n.fp,
-            Self::Drop(d) => d.fp,
+            Self::Tc(t) => Some(t.fp),
+            Self::Nat(n) => Some(n.fp),
+            Self::Drop(d) => Some(d.fp),
+            Self::Site(_) => None,
         }
     }
 
-    /// The packet as seen at this point (NAT: after the step).
+    /// The packet as seen at this point (NAT: after the step); `None` for a site's name.
     #[must_use]
-    pub const fn tuple(&self) -> &Tuple {
+    pub const fn tuple(&self) -> Option<&Tuple> {
         match self {
-            Self::Tc(t) => &t.tuple,
-            Self::Nat(n) => &n.after,
-            Self::Drop(d) => &d.tuple,
+            Self::Tc(t) => Some(&t.tuple),
+            Self::Nat(n) => Some(&n.after),
+            Self::Drop(d) => Some(&d.tuple),
+            Self::Site(_) => None,
         }
     }
 
     /// The IPv4 identification of the packet (the fingerprint's `ip_id`); `None` for IPv6,
-    /// where the fingerprint holds the flow label instead.
+    /// where the fingerprint holds the flow label instead, and for a site's name.
     #[must_use]
     pub const fn ip_id(&self) -> Option<u32> {
-        if self.tuple().family == FAMILY_IPV4 {
-            Some(self.fp().ip_id)
-        } else {
-            None
+        match (self.tuple(), self.fp()) {
+            (Some(t), Some(fp)) if t.family == FAMILY_IPV4 => Some(fp.ip_id),
+            _ => None,
         }
     }
 }
@@ -163,6 +209,7 @@ impl Plain for NatRecordV4 {}
 impl Plain for NatRecord {}
 impl Plain for DropRecordV4 {}
 impl Plain for DropRecord {}
+impl Plain for SiteRecord {}
 
 /// Reads a `T` from the start of `bytes`, `None` when they are shorter.
 #[inline]
@@ -197,6 +244,7 @@ pub fn decode(bytes: &[u8]) -> Result<Observation, BadRecord> {
         kind::TC_INGRESS | kind::TC_EGRESS => decode_tc(bytes, &head, wide).map(Observation::Tc),
         kind::NAT => decode_nat(bytes, &head, wide).map(Observation::Nat),
         kind::DROP => decode_drop(bytes, &head, wide).map(Observation::Drop),
+        kind::SITE => whole(bytes).map(|r: SiteRecord| Observation::Site(SiteSeen::of(&r))),
         k => Err(BadRecord::Kind(k)),
     }
 }

@@ -1,6 +1,6 @@
 //! The records the kernel programs write into the ring buffer: one [`RecordHeader`] at the
 //! start of every record, then the payload of its kind ([`TcRecordV4`], [`TcRecord`],
-//! [`NatRecordV4`], [`NatRecord`], [`DropRecordV4`], [`DropRecord`], and with `-w` [`TcFrameRecord`]), and the values of the header's fields ([`kind`], [`hook`],
+//! [`NatRecordV4`], [`NatRecord`], [`DropRecordV4`], [`DropRecord`], [`SiteRecord`], and with `-w` [`TcFrameRecord`]), and the values of the header's fields ([`kind`], [`hook`],
 //! [`flag`], [`ct`]). User space decodes them with [`crate::decode`].
 //!
 //! Every layout is `repr(C)`, 8-aligned, a multiple of 8 bytes and free of implicit padding.
@@ -21,6 +21,9 @@ pub mod kind {
     pub const NAT: u8 = 3;
     /// The kernel freed the packet as a drop (`skb:kfree_skb`).
     pub const DROP: u8 = 4;
+    /// The kernel's name for a drop location ([`crate::SiteRecord`]), written before the
+    /// first drop record of that location on a CPU.
+    pub const SITE: u8 = 5;
 }
 
 /// Netfilter hook numbers (`enum nf_inet_hooks`, include/uapi/linux/netfilter.h, v6.1).
@@ -269,3 +272,50 @@ const _: () = assert!(align_of::<DropRecordV4>() == 8 && align_of::<DropRecord>(
 /// [`DropRecordV4::reason`] when the kernel's tracepoint gives none (before Linux 5.17): user
 /// space says `NOT_SPECIFIED`.
 pub const DROP_REASON_UNKNOWN: u32 = u32::MAX;
+
+/// Bytes of [`SiteRecord::name`]: the record is 120 bytes, two cache lines with the ring's
+/// header. The kernel's `%ps` of an address is the function's name (up to `KSYM_NAME_LEN` - 1,
+/// 511 bytes from 6.1, 127 before) and, in a module, ` [module]` (up to 55 more); the drop
+/// sites' names are far shorter (`nft_do_chain [nf_tables]`, 24), and a longer one is said as
+/// cut ([`SiteRecord::len`]) and named by user space's own lookup instead.
+pub const SITE_NAME_MAX: usize = 88;
+
+/// Slots of the drop program's per-CPU cache of named locations ([`site_slot`]).
+pub const SITE_SLOTS: u32 = 64;
+
+/// The slot of the per-CPU cache of named locations that `location` takes (a multiplicative
+/// hash's top six bits: the call sites of one function differ in their low bits).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "eBPF: the verifier needs the call inlined"
+)]
+#[inline(always)]
+pub const fn site_slot(location: u64) -> u32 {
+    (location.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as u32
+}
+const _: () = assert!(SITE_SLOTS == 1 << (64 - 58));
+
+/// The kernel's name for a drop location ([`kind::SITE`]): what `bpf_snprintf(name,
+/// SITE_NAME_MAX, "%ps", location)` wrote, on kernels with that helper (5.13+). The drop
+/// program writes it before the drop record of a location it has not named yet on this CPU,
+/// so user space reads it first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteRecord {
+    pub head: RecordHeader,
+    /// The tracepoint's `location`, as in [`DropRecordV4::location`].
+    pub location: u64,
+    /// What `bpf_snprintf` returned: the name's length with its terminating NUL; more than
+    /// [`SITE_NAME_MAX`] when the name was cut (`name` then holds its first
+    /// `SITE_NAME_MAX - 1` bytes), negative when the helper failed.
+    pub len: i32,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a ring record; the layout is the kernel programs'"
+    )]
+    pub _pad: u32,
+    /// `func` or `func [module]`, NUL-terminated; `0x…` when the kernel has no symbol there.
+    pub name: [u8; SITE_NAME_MAX],
+}
+const _: () = assert!(size_of::<SiteRecord>() == 120 && align_of::<SiteRecord>() == 8);

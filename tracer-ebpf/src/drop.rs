@@ -15,7 +15,9 @@
 //! packet whose addresses are neither tracked nor noted in the followed flows' address hash is
 //! let go after two kernel reads (the skb's fields in one span, then 20 bytes of IP header). A packet without a network header (freed before L3) is not
 //! read. A traced one is counted (`MATCHED`) and emitted as a [`DropRecordV4`] or
-//! [`DropRecord`]. The programs never change anything.
+//! [`DropRecord`], after the kernel's name for its location where [`crate::site`] writes one
+//! (all three entry points: 5.13 to 5.16 have `bpf_snprintf` and take `drop_raw_old`). The
+//! programs never change anything.
 //!
 //! Three entry points, one body: `drop_btf` (`tp_btf`, loaded by user space as a tracing
 //! program on `btf_trace_kfree_skb`: it sits in the `classifier` section like the fentry
@@ -44,6 +46,7 @@ use crate::{
     filter::{is_traced, v4_set, v4_tracked},
     followed::{addr_maybe_followed, flows_present},
     maps::{SCRATCH_DROP, count, offsets, scratch, trace_all},
+    site::name_once,
 };
 
 /// `skb->network_header` when unset (`(typeof(skb->network_header))~0U`,
@@ -234,6 +237,7 @@ fn try_drop(skb: u64, location: u64, reason: u32) -> Result<(), ()> {
         return Ok(());
     }
     count(counter::MATCHED);
+    name_once(location);
     let dev: u64 = read(skb, off.skb_dev).unwrap_or(0);
     let ifindex: u32 = if dev == 0 {
         0

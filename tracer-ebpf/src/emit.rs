@@ -12,11 +12,12 @@ use tracer_common::{NatRecord, NatRecordV4, TcFrameRecord, TcRecord, TcRecordV4,
 use crate::maps::{EVENTS, count, wake_bytes};
 
 /// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`TcFrameRecord`],
-/// [`NatRecordV4`] or [`NatRecord`]) in the
+/// [`NatRecordV4`], [`NatRecord`], a drop record or a [`tracer_common::SiteRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
-/// submits it; a full buffer is counted as a loss.
+/// submits it; a full buffer is counted as a loss. True when the record was reserved (and so
+/// written).
 #[inline(always)]
-pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) {
+pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
     // Bytes the record takes in the ring buffer: the record header (`BPF_RINGBUF_HDR_SZ`) and
     // `T`, rounded up to 8; and `T` in 8-byte words.
     let record_bytes = (8 + core::mem::size_of::<T>() as u64).next_multiple_of(8);
@@ -52,8 +53,12 @@ pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) {
             };
             entry.submit(u64::from(flags));
             count(counter::EMITTED);
+            true
         }
-        None => count(counter::RINGBUF_FULL),
+        None => {
+            count(counter::RINGBUF_FULL);
+            false
+        }
     }
 }
 

@@ -13,7 +13,8 @@
 //!   `nf_nat_manip_pkt`. Both see a packet before and after NAT, time the step, follow the
 //!   translated flows and emit one event per step, through one report path.
 //! - [`drop`]: `drop_btf` / `drop_raw` / `drop_raw_old` on `skb:kfree_skb`: one event per
-//!   traced packet the kernel drops, with its reason and where.
+//!   traced packet the kernel drops, with its reason and where; [`site`]: the kernel's own name
+//!   for where, written once per location and CPU on kernels with `bpf_snprintf`.
 //! - Shared by all: [`maps`] (every map and global user space knows by name), [`filter`]
 //!   (tracked addresses, and whether a packet is traced), [`followed`] (followed flows: their
 //!   hashes, per-CPU cache and table) and [`emit`] (ring records).
@@ -29,6 +30,7 @@ mod first;
 mod followed;
 mod maps;
 mod nat;
+mod site;
 mod tc;
 
 #[cfg(not(test))]

@@ -86,6 +86,11 @@ static WAKE_BYTES: u64 = 1 << 20;
 #[unsafe(no_mangle)]
 static SNAPLEN: u32 = 0;
 
+/// 1 when the drop program names the sites it reports ([`crate::site`]), set by user space at
+/// load time only when the kernel has `bpf_snprintf` (5.13+); 0 makes that code dead.
+#[unsafe(no_mangle)]
+static SITE_NAMES: u32 = 0;
+
 /// Kernel structure offsets from the running kernel's BTF, set by user space at load time.
 #[unsafe(no_mangle)]
 static OFFSETS: KernelOffsets = KernelOffsets {
@@ -140,6 +145,13 @@ pub fn trace_all() -> bool {
 pub fn expr_admits(family: u8, proto: u8) -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&EXPR_FILTER) }.admits(family, proto)
+}
+
+/// Whether the drop program names its sites ([`SITE_NAMES`]).
+#[inline(always)]
+pub fn site_names() -> bool {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&SITE_NAMES) != 0 }
 }
 
 /// Bytes of each traced frame to copy ([`SNAPLEN`]); 0 without `-w`.

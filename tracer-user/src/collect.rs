@@ -47,6 +47,25 @@ pub enum CollectError {
     Mmap(#[source] std::io::Error),
 }
 
+/// What one [`Collector::drain`] read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Observations of packets (the summary's events).
+    pub events: u64,
+    /// Names of drop sites ([`tracer_common::SiteSeen`]): no packet, not counted as events.
+    pub sites: u64,
+    /// Records that are no observation.
+    pub bad: u64,
+}
+
+impl Drained {
+    /// Every record read.
+    #[must_use]
+    pub const fn records(&self) -> u64 {
+        self.events + self.sites + self.bad
+    }
+}
+
 /// Sums of the kernel's per-CPU counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -167,13 +186,12 @@ impl Collector {
         })
     }
 
-    /// Hands up to `max` waiting records to `f` as observations; returns how many there were.
-    /// Records that are none ([`decode`]: never written by these programs) are skipped and
-    /// counted in the return value's second element; fewer than `max` records in all means the
-    /// ring is empty.
+    /// Hands up to `max` waiting records to `f` as observations; returns how many there were
+    /// of each sort. Records that are none ([`decode`]: never written by these programs) are
+    /// skipped and counted; fewer than `max` records in all means the ring is empty.
     /// With [`Self::keep_frames`], the frame a tc record carries goes to the frames first.
-    pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Observation)) -> (u64, u64) {
-        let (mut n, mut bad) = (0, 0);
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Observation)) -> Drained {
+        let mut counts = Drained::default();
         let mut frames = self
             .frames
             .as_ref()
@@ -186,11 +204,15 @@ impl Collector {
                     frames.add(seen, fr);
                 }
                 f(&obs);
-                n += 1;
+                if matches!(obs, Observation::Site(_)) {
+                    counts.sites += 1;
+                } else {
+                    counts.events += 1;
+                }
             }
-            Err(_) => bad += 1,
+            Err(_) => counts.bad += 1,
         });
-        (n, bad)
+        counts
     }
 
     /// `-w`: from now on, the frames the tc records carry go to `frames`.

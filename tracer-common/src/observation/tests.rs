@@ -96,7 +96,7 @@ fn ipv4_tc_record_decodes_into_a_tc_observation() {
     decodes_anywhere(&bytes_of(&ingress), Ok(Observation::Tc(want_in)));
     let obs = decode(&bytes_of(&r)).expect("decodes");
     assert_eq!(obs.ip_id(), Some(7));
-    assert_eq!(obs.ktime_ns(), 0x1122_3344_5566_7788);
+    assert_eq!(obs.ktime_ns(), Some(0x1122_3344_5566_7788));
 }
 
 #[test]
@@ -261,8 +261,8 @@ fn frame_record_decodes_as_its_tc_observation_and_hands_out_its_captured_bytes()
     assert_eq!(frame(&bytes[..100]), None);
 }
 
-/// The seven layouts, each with a valid header.
-fn every_layout() -> [Vec<u8>; 7] {
+/// The eight layouts, each with a valid header.
+fn every_layout() -> [Vec<u8>; 8] {
     [
         bytes_of(&tc_v4(kind::TC_INGRESS)),
         bytes_of(&TcRecord {
@@ -287,6 +287,7 @@ fn every_layout() -> [Vec<u8>; 7] {
             head: head(kind::DROP, flag::WIDE),
             ..DropRecord::default()
         }),
+        bytes_of(&site(b"nft_do_chain [nf_tables]", 25)),
     ]
 }
 
@@ -363,7 +364,7 @@ fn records_of_another_length_than_their_layout_are_bad() {
 #[test]
 fn unknown_kinds_are_bad_at_any_length() {
     for bytes in every_layout() {
-        for k in [0, 5, 6, 0x7f, 0xff] {
+        for k in [0, 6, 7, 0x7f, 0xff] {
             let mut b = bytes.clone();
             b[0] = k;
             assert_eq!(decode(&b), Err(BadRecord::Kind(k)));
@@ -372,4 +373,58 @@ fn unknown_kinds_are_bad_at_any_length() {
     let mut short = vec![0xffu8; size_of::<RecordHeader>()];
     short[0] = 9;
     assert_eq!(decode(&short), Err(BadRecord::Kind(9)));
+}
+
+/// A site record whose name is `text` and whose `len` (`bpf_snprintf`'s return) is `len`.
+fn site(text: &[u8], len: i32) -> SiteRecord {
+    let mut name = [0u8; SITE_NAME_MAX];
+    let n = text.len().min(SITE_NAME_MAX - 1);
+    name[..n].copy_from_slice(&text[..n]);
+    SiteRecord {
+        head: head(kind::SITE, 0),
+        location: 0xffff_ffff_c040_1234,
+        len,
+        _pad: 0,
+        name,
+    }
+}
+
+fn site_seen(r: &SiteRecord) -> SiteSeen {
+    match decode(&bytes_of(r)) {
+        Ok(Observation::Site(s)) => s,
+        other => panic!("not a site: {other:?}"),
+    }
+}
+
+#[test]
+fn site_records_decode_into_the_name_the_kernel_wrote() {
+    let s = site_seen(&site(b"nft_do_chain [nf_tables]", 25));
+    assert_eq!(s.location, 0xffff_ffff_c040_1234);
+    assert_eq!(s.name(), Some(&b"nft_do_chain [nf_tables]"[..]));
+    assert!(!s.is_cut());
+    let obs = decode(&bytes_of(&site(b"ip_error", 9))).unwrap();
+    assert_eq!(
+        (obs.ktime_ns(), obs.fp(), obs.tuple(), obs.ip_id()),
+        (None, None, None, None)
+    );
+    // The longest whole name fills the array but its NUL.
+    let longest = [b'a'; SITE_NAME_MAX - 1];
+    let s = site_seen(&site(&longest, i32::try_from(SITE_NAME_MAX).unwrap()));
+    assert_eq!(s.name(), Some(&longest[..]));
+}
+
+#[test]
+fn a_cut_or_failed_site_name_is_no_name() {
+    let cut = site_seen(&site(&[b'a'; 200], 201));
+    assert_eq!(cut.name(), None);
+    assert!(cut.is_cut());
+    for len in [0, 1, -22, i32::MIN] {
+        let failed = site_seen(&site(b"", len));
+        assert_eq!((failed.name(), failed.is_cut()), (None, false), "{len}");
+    }
+    // A length past the name's NUL ends at the NUL.
+    assert_eq!(
+        site_seen(&site(b"tcp_v4_rcv", 40)).name(),
+        Some(&b"tcp_v4_rcv"[..])
+    );
 }

@@ -61,6 +61,9 @@ pub struct Globals {
     pub expr_filter: ExprFilter,
     /// `-w`: bytes of each traced frame the tc programs copy (`--snaplen`); 0 without `-w`.
     pub snaplen: u32,
+    /// 1 when the drop program names its sites itself (the kernel has `bpf_snprintf`,
+    /// [`crate::drop::attach::kernel_names_sites`]); 0 leaves that code dead.
+    pub site_names: u32,
 }
 
 impl Globals {
@@ -77,6 +80,7 @@ impl Globals {
             wake_bytes: WAKE_BYTES,
             expr_filter: ExprFilter::ANY,
             snaplen: 0,
+            site_names: 0,
         }
     }
 
@@ -97,6 +101,7 @@ impl Globals {
             ("WAKE_BYTES", self.wake_bytes.to_ne_bytes().to_vec()),
             ("EXPR_FILTER", self.expr_filter.to_ne_bytes().to_vec()),
             ("SNAPLEN", self.snaplen.to_ne_bytes().to_vec()),
+            ("SITE_NAMES", self.site_names.to_ne_bytes().to_vec()),
             (
                 "OFFSETS",
                 crate::kernel::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
@@ -129,6 +134,7 @@ pub fn load(globals: &Globals, knobs: &Knobs) -> Result<Ebpf, LoadError> {
         .override_global("WAKE_BYTES", &globals.wake_bytes, true)
         .override_global("EXPR_FILTER", &globals.expr_filter, true)
         .override_global("SNAPLEN", &globals.snaplen, true)
+        .override_global("SITE_NAMES", &globals.site_names, true)
         .override_global("OFFSETS", &globals.offsets, true);
     if let Some(bytes) = knobs.ring_bytes {
         loader.map_max_entries("EVENTS", bytes);

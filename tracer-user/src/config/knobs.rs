@@ -1,6 +1,7 @@
 //! Hidden knobs: environment variables read once at start-up ([`Knobs::from_env`]) and passed
 //! down from there, so that no module reads the environment while tracing. They are for tests
-//! (small tables to overrun on purpose, a forced tc mechanism, a kernel without BTF), not
+//! (small tables to overrun on purpose, a forced tc mechanism, a kernel without BTF, drop
+//! locations the kernel alone names), not
 //! part of the CLI contract.
 
 use std::{ffi::OsString, path::PathBuf};
@@ -20,6 +21,11 @@ pub const FORCE_TCX_ENV: &str = "PKTRACE_FORCE_TCX";
 /// Where the kernel's BTF is looked for (a missing path makes pktrace run as it would on a
 /// kernel without BTF).
 pub const BTF_PATH_ENV: &str = "PKTRACE_BTF_PATH";
+/// Where the kernel's symbols are read to name drop locations the kernel did not name itself
+/// (an empty file makes every such lookup find nothing, as with hidden addresses).
+pub const KALLSYMS_PATH_ENV: &str = "PKTRACE_KALLSYMS_PATH";
+/// `/proc/kallsyms`, the default of [`KALLSYMS_PATH_ENV`].
+pub const KALLSYMS: &str = "/proc/kallsyms";
 /// The most journeys the join table keeps open.
 pub const JOIN_MAX_ENV: &str = "PKTRACE_JOIN_MAX";
 /// The most bytes the join table's open journeys hold. Unset: 8 MiB.
@@ -38,6 +44,8 @@ pub struct Knobs {
     pub force_tcx: bool,
     /// [`BTF_PATH_ENV`] when set and not empty, else `/sys/kernel/btf/vmlinux`.
     pub btf_path: PathBuf,
+    /// [`KALLSYMS_PATH_ENV`] when set and not empty, else [`KALLSYMS`].
+    pub kallsyms_path: PathBuf,
     /// [`JOIN_MAX_ENV`], at least 1.
     pub join_max: Option<usize>,
     /// [`JOIN_BYTES_ENV`].
@@ -70,6 +78,9 @@ impl Knobs {
             btf_path: var(BTF_PATH_ENV)
                 .filter(|p| !p.is_empty())
                 .map_or_else(|| PathBuf::from(VMLINUX_BTF), PathBuf::from),
+            kallsyms_path: var(KALLSYMS_PATH_ENV)
+                .filter(|p| !p.is_empty())
+                .map_or_else(|| PathBuf::from(KALLSYMS), PathBuf::from),
             join_max: text(JOIN_MAX_ENV)
                 .and_then(|v| v.parse::<usize>().ok())
                 .map(|n| n.max(1)),
@@ -98,6 +109,7 @@ mod tests {
         assert_eq!(k.join_bytes, None);
         assert!(!k.force_clsact && !k.force_tcx);
         assert_eq!(k.btf_path, PathBuf::from(VMLINUX_BTF));
+        assert_eq!(k.kallsyms_path, PathBuf::from(KALLSYMS));
     }
 
     #[test]
@@ -108,6 +120,7 @@ mod tests {
             (FORCE_CLSACT_ENV, "1"),
             (FORCE_TCX_ENV, "yes"),
             (BTF_PATH_ENV, "/nonexistent/btf"),
+            (KALLSYMS_PATH_ENV, "/dev/null"),
             (JOIN_MAX_ENV, "0"),
             (JOIN_BYTES_ENV, "65536"),
         ]);
@@ -117,6 +130,7 @@ mod tests {
         assert_eq!(k.join_max, Some(1), "at least one journey");
         assert!(k.force_clsact && !k.force_tcx, "only 1 switches on");
         assert_eq!(k.btf_path, PathBuf::from("/nonexistent/btf"));
+        assert_eq!(k.kallsyms_path, PathBuf::from("/dev/null"));
 
         let k = knobs(&[
             (RING_BYTES_ENV, "4M"),

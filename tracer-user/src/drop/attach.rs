@@ -12,7 +12,8 @@ use std::{
 
 use aya::{
     Ebpf,
-    programs::{ProgramError, RawTracePoint, raw_trace_point::RawTracePointLink},
+    programs::{ProgramError, ProgramType, RawTracePoint, raw_trace_point::RawTracePointLink},
+    sys::{BpfHelper, is_helper_supported},
 };
 use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
 use thiserror::Error;
@@ -147,6 +148,15 @@ pub fn attach(
             Err(why)
         }
     }
+}
+
+/// Whether the drop programs can name their sites themselves: the kernel lets a raw
+/// tracepoint program call `bpf_snprintf` (5.13+, and `CAP_PERFMON`; a `tp_btf` program gets
+/// the same helpers). Asked by loading a two-instruction probe program, as libbpf does; a
+/// failed probe says no, and user space names every site from `/proc/kallsyms`.
+#[must_use]
+pub fn kernel_names_sites() -> bool {
+    is_helper_supported(ProgramType::RawTracePoint, BpfHelper::BPF_FUNC_snprintf).unwrap_or(false)
 }
 
 fn attach_btf(

@@ -1,17 +1,22 @@
 //! Names for what the drop programs report: the kernel's drop reason numbers
 //! ([`Reasons`], from its BTF `enum skb_drop_reason`) and the addresses the frees were called
-//! from (`/proc/kallsyms`, looked up without keeping it: [`DropNames::location`]). [`DropNames`]
-//! holds both for the join.
+//! from (named by the kernel itself where it can, [`DropNames::learn`], else looked up in
+//! `/proc/kallsyms` without keeping it: [`DropNames::location`]). [`DropNames`] holds both for
+//! the join.
+
+mod kept;
 
 use std::{
     collections::HashMap,
     fs,
     io::{self, BufRead, BufReader, Seek as _},
+    path::Path,
     rc::Rc,
 };
 
 use tracer_common::DROP_REASON_UNKNOWN;
 
+use self::kept::Kept;
 use crate::diag;
 
 /// The prefix the kernel's drop reason names carry (`SKB_DROP_REASON_NO_SOCKET`).
@@ -188,22 +193,24 @@ enum Kallsyms {
 pub struct DropNames {
     reasons: Reasons,
     symbols: Kallsyms,
-    /// Names already given, by address: one lookup per location.
-    locations: HashMap<u64, Rc<str>>,
+    /// Names already given or learnt from the kernel, by address: one lookup per location.
+    locations: Kept,
 }
 
 impl DropNames {
-    /// With `/proc/kallsyms` opened now (read at drops); a failure to open is said once and
-    /// drops are located as `unknown`.
+    /// With `kallsyms` (`/proc/kallsyms`, or the knob's file) opened now (read at drops); a
+    /// failure to open is said once and drops the kernel does not name are located as
+    /// `unknown`.
     #[must_use]
-    pub fn new(reasons: Reasons) -> Self {
-        let symbols = match fs::File::open("/proc/kallsyms") {
+    pub fn new(reasons: Reasons, kallsyms: &Path) -> Self {
+        let symbols = match fs::File::open(kallsyms) {
             Ok(f) => Kallsyms::Open(f),
             Err(e) => {
                 diag::once(
                     "kallsyms",
                     format_args!(
-                        "cannot open /proc/kallsyms ({e}): drop locations say \"unknown\""
+                        "cannot open {} ({e}): drop locations say \"unknown\"",
+                        kallsyms.display()
                     ),
                 );
                 Kallsyms::Hidden
@@ -212,7 +219,7 @@ impl DropNames {
         Self {
             reasons,
             symbols,
-            locations: HashMap::new(),
+            locations: Kept::default(),
         }
     }
 
@@ -232,13 +239,22 @@ impl DropNames {
         &self.reasons
     }
 
+    /// Learns the kernel's name for `addr` (a site record's `%ps`: `func` or `func [module]`),
+    /// which [`Self::location`] then gives without a pass over kallsyms. A name that is no
+    /// symbol (`0x…`: the kernel has none there) teaches nothing.
+    pub fn learn(&mut self, addr: u64, kernel_name: &[u8]) {
+        if let Some(name) = function_of(kernel_name) {
+            self.locations.insert(addr, Rc::from(name));
+        }
+    }
+
     /// The function at `addr` (no offset), `unknown` when the addresses are hidden or
     /// `/proc/kallsyms` cannot be read (warned once). A new address costs one pass over
-    /// kallsyms (a few distinct addresses per run: the places that drop); the names given are
-    /// kept, up to [`LOCATIONS`] of them.
+    /// kallsyms (a few distinct addresses per run: the places that drop) unless the kernel
+    /// named it ([`Self::learn`]); the names are kept, within [`kept::KEPT_BYTES`].
     pub fn location(&mut self, addr: u64) -> Rc<str> {
-        if let Some(name) = self.locations.get(&addr) {
-            return Rc::clone(name);
+        if let Some(name) = self.locations.get(addr) {
+            return name;
         }
         let found = match &mut self.symbols {
             Kallsyms::Open(file) => match look_up(file, addr) {
@@ -270,16 +286,19 @@ impl DropNames {
             Kallsyms::Hidden => None,
         };
         let name = found.unwrap_or_else(|| Rc::from("unknown"));
-        if self.locations.len() >= LOCATIONS {
-            self.locations.clear();
-        }
         self.locations.insert(addr, Rc::clone(&name));
         name
     }
 }
 
-/// Most drop locations kept named (the kernel has a few hundred places that drop).
-const LOCATIONS: usize = 4096;
+/// The function a kernel's `%ps` names, as kallsyms names it: `func` of `func [module]`;
+/// `None` for a bare address (`0x…`, no symbol there) or text that is no name.
+fn function_of(kernel_name: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(kernel_name).ok()?;
+    let name = text.split(' ').next()?;
+    let plain = !name.is_empty() && !name.starts_with("0x") && !name.contains(char::is_control);
+    plain.then_some(name)
+}
 
 /// [`function_in`] over the whole of `file`, read again from its start.
 fn look_up(file: &mut fs::File, addr: u64) -> io::Result<Lookup> {
@@ -288,127 +307,4 @@ fn look_up(file: &mut fs::File, addr: u64) -> io::Result<Lookup> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_lose_their_prefix_and_unknown_ones_are_numbers() {
-        let r = Reasons::new(&[
-            (0, "SKB_NOT_DROPPED_YET".into()),
-            (1, "SKB_CONSUMED".into()),
-            (2, "SKB_DROP_REASON_NOT_SPECIFIED".into()),
-            (3, "SKB_DROP_REASON_NO_SOCKET".into()),
-        ]);
-        assert_eq!(&*r.name(3), "NO_SOCKET");
-        assert_eq!(&*r.name(1), "CONSUMED");
-        assert_eq!(&*r.name(77), "77");
-        assert_eq!(&*r.name(DROP_REASON_UNKNOWN), "NOT_SPECIFIED");
-        assert!(!r.is_drop(0) && !r.is_drop(1));
-        assert!(r.is_drop(2) && r.is_drop(3) && r.is_drop(77));
-        assert!(Reasons::default().is_drop(DROP_REASON_UNKNOWN));
-    }
-
-    #[test]
-    fn an_address_is_named_by_the_text_symbol_at_or_below_it() {
-        let s = Symbols::parse(
-            "ffffffff81a00000 T tcp_v4_rcv\n\
-             ffffffff81900000 t ip_error\n\
-             ffffffff81950000 D some_data\n\
-             ffffffffc0400000 t nft_do_chain\t[nf_tables]\n",
-        )
-        .unwrap();
-        assert_eq!(
-            s.function(0xffff_ffff_81a0_0123).as_deref(),
-            Some("tcp_v4_rcv")
-        );
-        assert_eq!(
-            s.function(0xffff_ffff_8195_0001).as_deref(),
-            Some("ip_error")
-        );
-        assert_eq!(
-            s.function(0xffff_ffff_c040_0010).as_deref(),
-            Some("nft_do_chain")
-        );
-        assert_eq!(s.function(0x1000), None);
-    }
-
-    #[test]
-    fn one_pass_over_a_listing_finds_the_same_function_as_the_table() {
-        let listing = "ffffffff81a00000 T tcp_v4_rcv\n\
-                       ffffffff81900000 t ip_error\n\
-                       ffffffff81950000 D some_data\n\
-                       ffffffffc0400000 t nft_do_chain\t[nf_tables]\n";
-        // Also listed in order, as the kernel lists its image: the same answers, without
-        // reading past the address in the image.
-        let ordered = "ffffffff81900000 t ip_error\n\
-                       ffffffff81950000 D some_data\n\
-                       ffffffff81a00000 T tcp_v4_rcv\n\
-                       ffffffff81b00000 T udp_rcv\n\
-                       ffffffffc0400000 t nft_do_chain\t[nf_tables]\n\
-                       ffffffffc0300000 t nf_nat_setup_info\t[nf_nat]\n";
-        for text in [listing, ordered] {
-            let table = Symbols::parse(text).unwrap();
-            for addr in [
-                0x1000,
-                0xffff_ffff_8195_0001,
-                0xffff_ffff_81a0_0123,
-                0xffff_ffff_c030_0004,
-                0xffff_ffff_c040_0010,
-                u64::MAX,
-            ] {
-                let streamed = match function_in(text.as_bytes(), addr).unwrap() {
-                    Lookup::Function(name) => Some(name),
-                    Lookup::Below => None,
-                    Lookup::Hidden => panic!("addresses are shown"),
-                };
-                assert_eq!(streamed, table.function(addr), "{addr:x}");
-            }
-        }
-        let mut read = Lines(ordered.as_bytes(), 0);
-        function_in(&mut read, 0xffff_ffff_81a0_0123).unwrap();
-        assert_eq!(
-            read.1, 4,
-            "stops at udp_rcv, the image's first symbol past the address"
-        );
-        let hidden = "0000000000000000 T tcp_v4_rcv\n0000000000000000 t ip_error\n";
-        assert_eq!(function_in(hidden.as_bytes(), 5).unwrap(), Lookup::Hidden);
-    }
-
-    /// A listing that counts the lines read from it.
-    struct Lines<'a>(&'a [u8], usize);
-
-    impl io::Read for Lines<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.0.read(buf)
-        }
-    }
-
-    impl BufRead for Lines<'_> {
-        fn fill_buf(&mut self) -> io::Result<&[u8]> {
-            // One line at a time, so that each `read_line` is one line.
-            let end = self
-                .0
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(self.0.len(), |i| i + 1);
-            Ok(&self.0[..end])
-        }
-
-        fn consume(&mut self, n: usize) {
-            if n > 0 && self.0[..n].ends_with(b"\n") {
-                self.1 += 1;
-            }
-            self.0 = &self.0[n..];
-        }
-    }
-
-    #[test]
-    fn hidden_addresses_give_no_symbols() {
-        assert!(
-            Symbols::parse("0000000000000000 T tcp_v4_rcv\n0000000000000000 t ip_error\n")
-                .is_none()
-        );
-        let mut names = DropNames::with_symbols(Reasons::default(), Symbols::default());
-        assert_eq!(&*names.location(0xffff_ffff_8100_0000), "unknown");
-    }
-}
+mod tests;

@@ -212,6 +212,7 @@ impl Correlator {
             Observation::Tc(tc) => self.push_tc(tc),
             Observation::Nat(nat) => self.push_nat(nat),
             Observation::Drop(d) => self.push_drop(d),
+            Observation::Site(s) => self.learn_site(s),
         }
     }
 

@@ -6,7 +6,7 @@
 use std::{io, sync::Arc};
 
 use crate::{
-    collect::{self, Collector, Counters},
+    collect::{self, Collector, Counters, Drained},
     diag,
     explain::{DropExplainer, Explainer, Ruleset},
     expr::Filter,
@@ -125,16 +125,16 @@ impl Session {
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
         loop {
-            let (n, bad) = if self.conntrack.is_some() {
+            let drained = if self.conntrack.is_some() {
                 self.drain_with_conntrack(collector)?
             } else {
                 let correlator = &mut self.correlator;
                 collector.drain(DRAIN_BATCH, |obs| correlator.push(obs))
             };
-            self.summary.add_events(n);
-            self.summary.add_bad_records(bad);
+            self.summary.add_events(drained.events);
+            self.summary.add_bad_records(drained.bad);
             self.output(sink)?;
-            let emptied = n + bad < DRAIN_BATCH as u64;
+            let emptied = drained.records() < DRAIN_BATCH as u64;
             if emptied || self.limit_reached() {
                 return Ok(());
             }
@@ -144,7 +144,7 @@ impl Session {
     /// [`Self::drain`]'s batch with `--nat-hook conntrack`: the events are taken from the ring
     /// before conntrack's socket is read, so that the report of every connection these packets
     /// belong to (queued before the packets' later hops) is in the join before they are.
-    fn drain_with_conntrack(&mut self, collector: &mut Collector) -> io::Result<(u64, u64)> {
+    fn drain_with_conntrack(&mut self, collector: &mut Collector) -> io::Result<Drained> {
         let mut events = std::mem::take(&mut self.pending);
         let counts = collector.drain(DRAIN_BATCH, |ev| events.push(*ev));
         self.poll_conntrack(collector)?;

@@ -152,12 +152,13 @@ pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> 
     let mut globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets)
         .with_expr(cfg.filter.as_ref().map_or(ExprFilter::ANY, Filter::kernel));
     globals.snaplen = cfg.capture.as_ref().map_or(0, |c| c.snaplen);
+    globals.site_names = u32::from(crate::drop::attach::kernel_names_sites());
     // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
     // NAT programs, which `nat::attach` explains.
     let mut ebpf = attach::load(&globals, &cfg.knobs)?;
     attach::track_addrs(&mut ebpf, subject.addrs.as_slice())?;
     let nat = nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
-    let (drops, drop_names) = attach_drops(&mut ebpf, &globals, &kernel_btf);
+    let (drops, drop_names) = attach_drops(&mut ebpf, &globals, &kernel_btf, &cfg.knobs);
     drop(kernel_btf);
     Ok(Kernel {
         ebpf,
@@ -174,6 +175,7 @@ fn attach_drops(
     ebpf: &mut Ebpf,
     globals: &Globals,
     kernel_btf: &KernelBtf,
+    knobs: &Knobs,
 ) -> (Option<DropAttachment>, Option<DropNames>) {
     let values = kernel_btf
         .get()
@@ -184,7 +186,7 @@ fn attach_drops(
     match crate::drop::attach::attach(ebpf, &named, kernel_btf, values.is_some()) {
         Ok(a) => {
             let reasons = Reasons::new(&values.unwrap_or_default());
-            (Some(a), Some(DropNames::new(reasons)))
+            (Some(a), Some(DropNames::new(reasons, &knobs.kallsyms_path)))
         }
         Err(why) => {
             let why: Vec<String> = why

@@ -5,7 +5,7 @@
 //! journey still waits in the queue of completed ones; otherwise the drop is a journey of its
 //! own.
 
-use tracer_common::DropSeen;
+use tracer_common::{DropSeen, SiteSeen};
 
 use super::{Correlator, JoinKey, finish, wire_id};
 use crate::journey::model::{DropStep, Ending, Step, StepKind};
@@ -60,6 +60,13 @@ fn handled_icmpv6(reason: &str, location: &str) -> bool {
 const RECENT: usize = 64;
 
 impl Correlator {
+    /// The kernel's name for a drop location, which names the drops from it that follow.
+    pub(super) fn learn_site(&mut self, site: &SiteSeen) {
+        if let (Some(names), Some(name)) = (self.drop_names.as_mut(), site.name()) {
+            names.learn(site.location, name);
+        }
+    }
+
     pub(super) fn push_drop(&mut self, ev: &DropSeen) {
         let Some(names) = self.drop_names.as_mut() else {
             return;

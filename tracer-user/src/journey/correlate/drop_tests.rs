@@ -165,3 +165,41 @@ fn a_queue_purge_of_a_delivered_packet_is_no_drop_but_one_on_the_node_is() {
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(done[0].ending, Ending::Dropped);
 }
+
+/// The site record the drop program writes for `location` before its first drop there.
+fn site(location: u64, name: &str) -> Observation {
+    let mut r = tracer_common::SiteRecord {
+        head: tracer_common::RecordHeader {
+            kind: kind::SITE,
+            ..tracer_common::RecordHeader::default()
+        },
+        location,
+        len: i32::try_from(name.len() + 1).unwrap(),
+        _pad: 0,
+        name: [0; tracer_common::SITE_NAME_MAX],
+    };
+    r.name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: plain `repr(C)` data without implicit padding, read as bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::from_ref(&r).cast::<u8>(),
+            size_of::<tracer_common::SiteRecord>(),
+        )
+    };
+    tracer_common::decode(bytes).unwrap()
+}
+
+#[test]
+fn a_drop_is_named_by_the_site_record_before_it() {
+    let mut c = correlator();
+    let pkt = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.4:9");
+    c.push(&tc(kind::TC_INGRESS, AZV_CLIENT, pkt, fp(1), 100));
+    // The symbols name 0xffff_ffff_81b0_0040 `nft_do_chain`; the kernel says otherwise.
+    c.push(&site(0xffff_ffff_81b0_0040, "nf_hook_slow"));
+    c.push(&dropped(pkt, fp(1), 6, 300));
+    let done = take(&mut c);
+    assert_eq!(done.len(), 1, "{done:?}");
+    let d = done[0].steps.last().unwrap().dropped().unwrap();
+    assert_eq!(&*d.location, "nf_hook_slow");
+    assert_eq!(c.open_count(), 0, "a site opens no journey");
+}
