@@ -475,3 +475,49 @@ fn a_reject_added_while_tracing_is_named() {
     }
     assert_working_connection_clean(&trace);
 }
+
+/// The kernel names its own drop sites (`bpf_snprintf`'s `%ps`, 5.13+): with pktrace's
+/// `/proc/kallsyms` fallback pointed at an empty file (`PKTRACE_KALLSYMS_PATH`), the drops of
+/// a closed UDP port on the node, a closed TCP port on a pod and an admin's DROP rule (in the
+/// `nf_tables` module on iptables-nft) are still named, each by a text symbol of this kernel's
+/// `/proc/kallsyms` (read here: the function, without the kernel's ` [module]`), and nothing
+/// looked the fallback up (it would have said so on stderr and named them `unknown`).
+#[test]
+fn drop_sites_are_named_by_the_kernel_as_kallsyms_names_them() {
+    if !kernel_at_least(5, 13) {
+        println!("SKIPPED: no bpf_snprintf before 5.13; drop sites are named from kallsyms");
+        return;
+    }
+    let _lab = LabGuard::new();
+    let _scenario = add(Scenario::AdminDrop).expect("adding the DROP rule");
+    let env = [("PKTRACE_KALLSYMS_PATH", "/dev/null")];
+    let pk = Pktrace::start_with_env(&["--pod", "ubuntu", "--failures"], &env);
+    let node_port = "10.13.76.4:9";
+    send_udp(node_port);
+    let pod_port = format!("{}:9", WHEREAMI_QFQ2K.ip);
+    assert!(!try_tcp(&pod_port), "{pod_port} must be closed");
+    let admin = format!("{ADMIN_DROP_HOST}:{ADMIN_DROP_PORT}");
+    send_udp(&admin);
+    thread::sleep(SETTLE);
+    let trace = pk.stop();
+    assert!(!trace.stderr.contains("kallsyms"), "{}", trace.dump());
+    let listing = std::fs::read_to_string("/proc/kallsyms").expect("reading /proc/kallsyms");
+    let text: std::collections::HashSet<&str> = listing
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, ty, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(ty, "t" | "T").then_some(name)
+        })
+        .collect();
+    for dst in [node_port, &pod_port, &admin] {
+        let drops = drops_to(&trace, dst);
+        assert!(!drops.is_empty(), "no drop to {dst}:\n{}", trace.dump());
+        for (j, d) in drops {
+            let at = d.location.as_deref().unwrap_or_default();
+            assert!(text.contains(at), "{at:?} is no kernel function: {j:?}");
+        }
+    }
+    assert_drops(&drops_to(&trace, node_port), "NO_SOCKET", &["__udp4_lib_rcv"]);
+    assert_drops(&drops_to(&trace, &pod_port), "NO_SOCKET", &["tcp_v4_rcv"]);
+}
