@@ -518,6 +518,10 @@ fn drop_sites_are_named_by_the_kernel_as_kallsyms_names_them() {
             assert!(text.contains(at), "{at:?} is no kernel function: {j:?}");
         }
     }
-    assert_drops(&drops_to(&trace, node_port), "NO_SOCKET", &["__udp4_lib_rcv"]);
+    assert_drops(
+        &drops_to(&trace, node_port),
+        "NO_SOCKET",
+        &["__udp4_lib_rcv"],
+    );
     assert_drops(&drops_to(&trace, &pod_port), "NO_SOCKET", &["tcp_v4_rcv"]);
 }

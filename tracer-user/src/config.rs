@@ -7,7 +7,7 @@ mod knobs;
 
 pub use knobs::{
     BTF_PATH_ENV, FLOW_TABLE_ENV, FORCE_CLSACT_ENV, FORCE_TCX_ENV, JOIN_BYTES_ENV, JOIN_MAX_ENV,
-    Knobs, RING_BYTES_ENV,
+    KALLSYMS, KALLSYMS_PATH_ENV, Knobs, RING_BYTES_ENV,
 };
 
 pub use crate::cli::{Format, NatHook};

@@ -3,7 +3,8 @@
 //! ([`Ending::Dropped`]). A packet dropped just after it left through an edge interface (into
 //! a pod, whose own stack dropped it: a closed port) joins the journey that left, while that
 //! journey still waits in the queue of completed ones; otherwise the drop is a journey of its
-//! own.
+//! own. A site record (the kernel's name for a drop location, ahead of that location's first
+//! drop) is learnt by the drop names, which then name those drops without a kallsyms pass.
 
 use tracer_common::{DropSeen, SiteSeen};
 
