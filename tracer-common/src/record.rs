@@ -319,3 +319,18 @@ pub struct SiteRecord {
     pub name: [u8; SITE_NAME_MAX],
 }
 const _: () = assert!(size_of::<SiteRecord>() == 120 && align_of::<SiteRecord>() == 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_call_sites_of_one_function_spread_over_the_site_slots() {
+        // Call sites a few bytes apart in one function, as the kernel's drop locations are.
+        let base = 0xffff_ffff_81a0_0000_u64;
+        let slots: std::collections::HashSet<u32> =
+            (0..32).map(|i| site_slot(base + i * 13)).collect();
+        assert!(slots.iter().all(|&s| s < SITE_SLOTS));
+        assert!(slots.len() >= 20, "{} slots for 32 sites", slots.len());
+    }
+}
