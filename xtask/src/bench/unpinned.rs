@@ -190,44 +190,38 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+impl Sample {
+    /// Who traced the run: `None` untraced.
+    fn tracer(&self) -> Option<Binary> {
+        self.traced.then_some(self.binary)
+    }
+}
+
 /// The measured binary's traced stream's goodput over the untraced one's in the same round, for
 /// one stream and placement; `None` when no round has both.
 #[must_use]
 pub fn retention(samples: &[Sample], stream: Stream, placement: Placement) -> Option<Dist> {
-    retention_of(samples, stream, placement, Binary::Measured)
+    ratio(samples, stream, placement, Some(Binary::Measured), None)
 }
 
-/// As [`retention`], for the stream traced by `binary`.
-fn retention_of(
+/// For one stream and placement, the goodput of the runs `over` traced (`None`: untraced) over
+/// that of the run `under` traced in the same round; `None` when no round has both.
+fn ratio(
     samples: &[Sample],
     stream: Stream,
     placement: Placement,
-    binary: Binary,
+    over: Option<Binary>,
+    under: Option<Binary>,
 ) -> Option<Dist> {
-    let of = |traced: bool| {
+    let of = |tracer: Option<Binary>| {
         samples
             .iter()
-            .filter(move |s| s.stream == stream && s.placement == placement && s.traced == traced)
+            .filter(move |s| s.stream == stream && s.placement == placement && s.tracer() == tracer)
     };
-    Dist::of(of(true).filter(|t| t.binary == binary).filter_map(|t| {
-        of(false)
-            .find(|u| u.round == t.round && u.bps > 0.0)
-            .map(|u| t.bps / u.bps)
-    }))
-}
-
-/// The measured binary's goodput over the baseline's in the same round (both traced), for one
-/// stream and placement; `None` without a baseline.
-fn over_baseline(samples: &[Sample], stream: Stream, placement: Placement) -> Option<Dist> {
-    let of = |binary: Binary| {
-        samples.iter().filter(move |s| {
-            s.stream == stream && s.placement == placement && s.traced && s.binary == binary
-        })
-    };
-    Dist::of(of(Binary::Measured).filter_map(|m| {
-        of(Binary::Baseline)
-            .find(|b| b.round == m.round && b.bps > 0.0)
-            .map(|b| m.bps / b.bps)
+    Dist::of(of(over).filter_map(|o| {
+        of(under)
+            .find(|u| u.round == o.round && u.bps > 0.0)
+            .map(|u| o.bps / u.bps)
     }))
 }
 
@@ -264,7 +258,7 @@ pub fn table(samples: &[Sample]) -> Table {
                         && s.binary == Binary::Measured
                 })
             };
-            let ratio = |d: Option<Dist>| d.map_or_else(|| "–".into(), |d| d.show_ratio());
+            let show_ratio = |d: Option<Dist>| d.map_or_else(|| "–".into(), |d| d.show_ratio());
             let mut row = vec![
                 stream.to_string(),
                 match placement {
@@ -273,19 +267,19 @@ pub fn table(samples: &[Sample]) -> Table {
                 },
                 show(Dist::of(of(false).map(|s| s.bps / 1e9)), 1),
                 show(Dist::of(of(true).map(|s| s.bps / 1e9)), 1),
-                ratio(retention(samples, stream, placement)),
+                show_ratio(retention(samples, stream, placement)),
                 show(Dist::of(of(true).map(|s| mib(s.hwm_kib))), 1),
                 of(true).map(|s| s.lost).sum::<u64>().to_string(),
                 of(true).map(|s| s.evicted).sum::<u64>().to_string(),
             ];
             if with_baseline {
-                row.push(ratio(retention_of(
-                    samples,
-                    stream,
-                    placement,
-                    Binary::Baseline,
+                let (measured, baseline) = (Some(Binary::Measured), Some(Binary::Baseline));
+                row.push(show_ratio(ratio(
+                    samples, stream, placement, baseline, None,
                 )));
-                row.push(ratio(over_baseline(samples, stream, placement)));
+                row.push(show_ratio(ratio(
+                    samples, stream, placement, measured, baseline,
+                )));
             }
             table.row(row);
         }
