@@ -241,9 +241,13 @@ impl DropNames {
 
     /// Learns the kernel's name for `addr` (a site record's `%ps`: `func` or `func [module]`),
     /// which [`Self::location`] then gives without a pass over kallsyms. A name that is no
-    /// symbol (`0x…`: the kernel has none there) teaches nothing.
+    /// symbol (`0x…`: the kernel has none there) teaches nothing, and nor does a name already
+    /// kept: each CPU writes its own record of a site.
     pub fn learn(&mut self, addr: u64, kernel_name: &[u8]) {
-        if let Some(name) = function_of(kernel_name) {
+        let Some(name) = function_of(kernel_name) else {
+            return;
+        };
+        if self.locations.get(addr).is_none_or(|kept| *kept != *name) {
             self.locations.insert(addr, Rc::from(name));
         }
     }
