@@ -3,7 +3,9 @@
 //! kind and it has the length of the layout that kind and the header's `WIDE` and `FRAME` bits
 //! name; the observation holds the record's fields, read here from their byte offsets
 //! independently of the decoder; and `frame` hands out a tc record's frame exactly when it has
-//! the frame layout; a site record's name is handed out only when whole.
+//! the frame layout; a site record's name is handed out only when whole. A batch
+//! (`tracer_common::batch::split`) hands out consecutive records, each of the length its own
+//! header names, never reading past its end; anything else is handed out whole.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -53,7 +55,39 @@ fn check_wide(t: &Tuple, b: &[u8], at: usize) {
     assert_eq!(bytes, &b[at..at + size_of::<Tuple>()]);
 }
 
+/// What `batch::split` hands out of `data`: the record itself, or a batch's records back to back
+/// from the end of its header, each as long as its header says; what it could not hand out is
+/// counted, and a whole batch that says its count right counts nothing.
+fn check_split(data: &[u8]) {
+    let head = size_of::<RecordHeader>();
+    let is_batch = data.len() >= head && data[0] == kind::BATCH;
+    let mut at = head;
+    let mut handed = 0u64;
+    let bad = tracer_common::batch::split(data, |r| {
+        if !is_batch {
+            assert_eq!(r, data);
+            return;
+        }
+        let off = r.as_ptr() as usize - data.as_ptr() as usize;
+        assert_eq!(off, at);
+        // SAFETY: `r` holds at least a header (its length is a layout's); plain integers.
+        let h: RecordHeader =
+            unsafe { core::ptr::read_unaligned(r.as_ptr().cast::<RecordHeader>()) };
+        assert_eq!(Some(r.len()), tracer_common::batch::record_len(&h));
+        at += r.len();
+        handed += 1;
+    });
+    if !is_batch {
+        assert_eq!(bad, 0);
+    } else if at == data.len() && u64::from(u32_at(data, 4)) == handed {
+        assert_eq!(bad, 0);
+    } else {
+        assert!(bad > 0);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    check_split(data);
     let got = decode(data);
     if data.len() < size_of::<RecordHeader>() {
         assert_eq!(got, Err(BadRecord::Length(data.len())));

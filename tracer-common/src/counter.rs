@@ -21,5 +21,10 @@ pub const NAT_UNPAIRED: u32 = 7;
 /// Entries the NAT programs added to the followed-flows table (one per flow direction);
 /// user space compares it with what the table still holds to count evictions.
 pub const FLOW_ENTRIES: u32 = 8;
+/// Batches a CPU began staging ([`crate::batch`]): one per batch, at its first record.
+pub const BATCHES_BEGUN: u32 = 9;
+/// Batches a CPU ended (written to the ring buffer, or lost to a full one): a CPU whose
+/// `BATCHES_BEGUN` is ahead holds staged records, which user space has it flush.
+pub const BATCHES_ENDED: u32 = 10;
 /// Number of counters.
-pub const COUNT: u32 = 9;
+pub const COUNT: u32 = 11;

@@ -6,6 +6,7 @@
 //! kernel runs is unit-tested and fuzzed on the host.
 #![cfg_attr(not(test), no_std)]
 
+pub mod batch;
 pub mod counter;
 pub mod filter;
 mod flow_slot;

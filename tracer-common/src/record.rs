@@ -24,6 +24,9 @@ pub mod kind {
     /// The kernel's name for a drop location ([`crate::SiteRecord`]), written before the
     /// first drop record of that location on a CPU.
     pub const SITE: u8 = 5;
+    /// Several records of one CPU in the order its programs wrote them
+    /// ([`crate::batch`]): the header's `ifindex` holds how many follow it.
+    pub const BATCH: u8 = 6;
 }
 
 /// Netfilter hook numbers (`enum nf_inet_hooks`, include/uapi/linux/netfilter.h, v6.1).
