@@ -1,4 +1,5 @@
-//! Ring records: every event reaches user space through [`emit`].
+//! Ring records: every event reaches user space through [`emit`], staged in this CPU's batch
+//! ([`crate::stage`]) when it can be, else through [`emit_direct`].
 //!
 //! Contract: a record is one of the layouts of [`tracer_common::record`] (a header, then its
 //! kind's payload; user space tells them apart by the header's kind and layout bit and checks
@@ -9,15 +10,31 @@
 use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
 use tracer_common::{NatRecord, NatRecordV4, TcFrameRecord, TcRecord, TcRecordV4, counter};
 
-use crate::maps::{EVENTS, count, wake_bytes};
+use crate::{
+    maps::{EVENTS, count, wake_bytes},
+    stage::stage,
+};
+
+/// Emits a record of type `T`, filled in place by `fill`: staged in this CPU's batch when
+/// batching is on and the staging free ([`stage`]), else written to the ring alone
+/// ([`emit_direct`]). True when it was staged or reserved (and so written, or counted lost
+/// with its batch).
+#[inline(always)]
+pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
+    match stage(fill) {
+        Ok(()) => true,
+        Err(fill) => emit_direct(fill),
+    }
+}
 
 /// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`TcFrameRecord`],
 /// [`NatRecordV4`], [`NatRecord`], a drop record or a [`tracer_common::SiteRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
 /// submits it; a full buffer is counted as a loss. True when the record was reserved (and so
-/// written).
+/// written). Records that are never staged (drops, site names, `-w` frames) come here after
+/// [`crate::stage::flush`], so that the ring holds them after this CPU's staged records.
 #[inline(always)]
-pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
+pub fn emit_direct<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
     // Bytes the record takes in the ring buffer: the record header (`BPF_RINGBUF_HDR_SZ`) and
     // `T`, rounded up to 8; and `T` in 8-byte words.
     let record_bytes = (8 + core::mem::size_of::<T>() as u64).next_multiple_of(8);

@@ -17,11 +17,15 @@
 //!   for where, written once per location and CPU on kernels with `bpf_snprintf`.
 //! - Shared by all: [`maps`] (every map and global user space knows by name), [`filter`]
 //!   (tracked addresses, and whether a packet is traced), [`followed`] (followed flows: their
-//!   hashes, per-CPU cache and table) and [`emit`] (ring records).
+//!   hashes, per-CPU cache and table), [`emit`] (ring records) and [`stage`] (each CPU's
+//!   records written to the ring in batches; `flush_staged`, run by user space, writes out
+//!   what a CPU left staged).
 //!
 //! Everything else (joining, attribution, output) happens in user space.
 #![no_std]
 #![no_main]
+// An empty `asm!` as a compiler barrier (`stage`): the BPF target's asm is still unstable.
+#![feature(asm_experimental_arch)]
 
 mod drop;
 mod emit;
@@ -31,6 +35,7 @@ mod followed;
 mod maps;
 mod nat;
 mod site;
+mod stage;
 mod tc;
 
 #[cfg(not(test))]

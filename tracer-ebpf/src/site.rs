@@ -16,7 +16,7 @@
 use aya_ebpf::{helpers::generated::bpf_snprintf, macros::map, maps::PerCpuArray};
 use tracer_common::{SITE_NAME_MAX, SITE_SLOTS, SiteRecord, kind, site_slot};
 
-use crate::{emit::emit, maps::site_names};
+use crate::{emit::emit_direct, maps::site_names};
 
 /// The format `bpf_snprintf` writes a location with: the symbol without its offset, and
 /// ` [module]` for a module's. In `.rodata`, which the loader freezes read-only: the helper
@@ -43,7 +43,7 @@ pub fn name_once(location: u64) {
     }
     let mut args = [location];
     let mut wrote = false;
-    let reserved = emit(|r: &mut SiteRecord| {
+    let reserved = emit_direct(|r: &mut SiteRecord| {
         r.head.kind = kind::SITE;
         r.location = location;
         // SAFETY: `name` is SITE_NAME_MAX writable bytes, the format a NUL-terminated string

@@ -20,7 +20,7 @@ use tracer_common::{
 };
 
 use crate::{
-    emit::emit,
+    emit::{emit, emit_direct},
     filter::{is_traced, v4_set, v4_tracked},
     first,
     followed::{
@@ -279,7 +279,8 @@ fn emit_frame(
     if cap > FRAME_MAX as u32 {
         cap = FRAME_MAX as u32;
     }
-    emit(|r: &mut TcFrameRecord| {
+    crate::stage::flush();
+    emit_direct(|r: &mut TcFrameRecord| {
         r.head.kind = event_kind;
         r.head.flags = parsed.flags | flag::WIDE | flag::FRAME;
         r.head.ifindex = ifindex;
