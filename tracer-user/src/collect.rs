@@ -17,8 +17,9 @@ use aya::{
     Ebpf,
     maps::{HashMap, IterableMap as _, MapData, MapError, PerCpuArray},
 };
-use tracer_common::{Observation, Tuple, counter, decode, frame};
+use tracer_common::{Observation, Tuple, batch, counter, decode, frame};
 
+pub mod flush;
 pub mod frames;
 
 /// Takes map `name` out of the object as a `T` (the collector owns its maps from here on).
@@ -106,6 +107,9 @@ pub struct Collector {
     user_entries: u64,
     /// `-w`: where the frames the records carry go ([`Self::keep_frames`]).
     frames: Option<frames::Shared>,
+    /// Has CPUs write out the records they staged ([`Self::flush_staged`]); `None` when the
+    /// programs stage none.
+    flusher: Option<flush::Flusher>,
 }
 
 impl AsRawFd for Collector {
@@ -183,36 +187,69 @@ impl Collector {
             flow_capacity: u64::from(flow_capacity),
             user_entries: 0,
             frames: None,
+            flusher: None,
         })
     }
 
-    /// Hands up to `max` waiting records to `f` as observations; returns how many there were
-    /// of each sort. Records that are none ([`decode`]: never written by these programs) are
-    /// skipped and counted; fewer than `max` records in all means the ring is empty.
-    /// With [`Self::keep_frames`], the frame a tc record carries goes to the frames first.
+    /// Hands waiting records to `f` as observations, the records of a batch one by one
+    /// ([`batch::split`]), until at least `max` were handed or the ring is empty; returns how
+    /// many there were of each sort. Records that are none ([`decode`]: never written by these
+    /// programs) are skipped and counted; fewer than `max` records in all means the ring is
+    /// empty. With [`Self::keep_frames`], the frame a tc record carries goes to the frames
+    /// first.
     pub fn drain(&mut self, max: usize, mut f: impl FnMut(&Observation)) -> Drained {
         let mut counts = Drained::default();
         let mut frames = self
             .frames
             .as_ref()
             .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        self.reader.read(max, |record| match decode(record) {
-            Ok(obs) => {
-                if let (Some(frames), Observation::Tc(seen), Some(fr)) =
-                    (frames.as_mut(), &obs, frame(record))
-                {
-                    frames.add(seen, fr);
+        self.reader.read(max, |ring_record| {
+            let before = counts.records();
+            counts.bad += batch::split(ring_record, |record| match decode(record) {
+                Ok(obs) => {
+                    if let (Some(frames), Observation::Tc(seen), Some(fr)) =
+                        (frames.as_mut(), &obs, frame(record))
+                    {
+                        frames.add(seen, fr);
+                    }
+                    f(&obs);
+                    if matches!(obs, Observation::Site(_)) {
+                        counts.sites += 1;
+                    } else {
+                        counts.events += 1;
+                    }
                 }
-                f(&obs);
-                if matches!(obs, Observation::Site(_)) {
-                    counts.sites += 1;
-                } else {
-                    counts.events += 1;
-                }
-            }
-            Err(_) => counts.bad += 1,
+                Err(_) => counts.bad += 1,
+            });
+            usize::try_from(counts.records() - before).unwrap_or(usize::MAX)
         });
         counts
+    }
+
+    /// From now on, [`Self::flush_staged`] has CPUs write out what they staged.
+    pub fn stage_with(&mut self, flusher: flush::Flusher) {
+        self.flusher = Some(flusher);
+    }
+
+    /// Has every CPU that holds staged records write them to the ring (see [`flush`]); a
+    /// no-op when the programs stage none. Returns how many CPUs did.
+    pub fn flush_staged(&mut self) -> usize {
+        let Some(flusher) = self.flusher.as_mut() else {
+            return 0;
+        };
+        let read = |index: u32| self.counters.get(&index, 0).ok();
+        match (read(counter::BATCHES_BEGUN), read(counter::BATCHES_ENDED)) {
+            (Some(begun), Some(ended)) => flusher.flush(&begun, &ended),
+            _ => 0,
+        }
+    }
+
+    /// The flushes that failed so far and the last error ([`flush::Flusher::failures`]).
+    #[must_use]
+    pub fn flush_failures(&self) -> (u64, Option<&std::io::Error>) {
+        self.flusher
+            .as_ref()
+            .map_or((0, None), flush::Flusher::failures)
     }
 
     /// `-w`: from now on, the frames the tc records carry go to `frames`.
@@ -363,15 +400,16 @@ impl RingReader {
         unsafe { self.producer.cast::<AtomicUsize>().as_ref() }.load(Ordering::Acquire)
     }
 
-    /// Hands up to `max` committed records to `f`, in order, then publishes the new consumer
-    /// position (once). Stops early at a record still being written (busy).
-    fn read(&mut self, max: usize, mut f: impl FnMut(&[u8])) {
+    /// Hands committed ring records to `f`, in order, until the records `f` says it handed on
+    /// (a batch holds several) reach `max`, then publishes the new consumer position (once).
+    /// Stops early at a record still being written (busy).
+    fn read(&mut self, max: usize, mut f: impl FnMut(&[u8]) -> usize) {
         let mask = self.size - 1;
         // SAFETY: the data pages start one page into the producer mapping.
         let data = unsafe { self.producer.cast::<u8>().as_ptr().add(self.page) };
         let start = self.pos;
         let mut produced = self.producer_pos();
-        let mut handed = 0;
+        let (mut handed, mut read) = (0, 0usize);
         while handed < max {
             if self.pos == produced {
                 produced = self.producer_pos();
@@ -411,11 +449,11 @@ impl RingReader {
                 // size, HDR_SZ + len <= size), committed and not reused by the kernel before
                 // the consumer position passes it, which happens after `f` returns.
                 let record = unsafe { std::slice::from_raw_parts(data.add(offset + HDR_SZ), len) };
-                f(record);
-                handed += 1;
+                handed += f(record);
             }
             self.pos += (HDR_SZ + len).next_multiple_of(8);
-            if handed % PUBLISH_EVERY == 0 {
+            read += 1;
+            if read % PUBLISH_EVERY == 0 {
                 self.consumer_pos().store(self.pos, Ordering::Release);
             }
         }

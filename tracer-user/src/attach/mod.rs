@@ -64,6 +64,10 @@ pub struct Globals {
     /// 1 when the drop program names its sites itself (the kernel has `bpf_snprintf`,
     /// [`crate::drop::attach::kernel_names_sites`]); 0 leaves that code dead.
     pub site_names: u32,
+    /// The fill (bytes) at which a CPU writes the records it staged to the ring as one batch
+    /// (`tracer_common::batch`); 0, the default, stages none. Only for a session that has
+    /// CPUs flush what they left staged ([`crate::collect::flush`]).
+    pub batch_bytes: u32,
 }
 
 impl Globals {
@@ -81,6 +85,7 @@ impl Globals {
             expr_filter: ExprFilter::ANY,
             snaplen: 0,
             site_names: 0,
+            batch_bytes: 0,
         }
     }
 
@@ -102,6 +107,7 @@ impl Globals {
             ("EXPR_FILTER", self.expr_filter.to_ne_bytes().to_vec()),
             ("SNAPLEN", self.snaplen.to_ne_bytes().to_vec()),
             ("SITE_NAMES", self.site_names.to_ne_bytes().to_vec()),
+            ("BATCH_BYTES", self.batch_bytes.to_ne_bytes().to_vec()),
             (
                 "OFFSETS",
                 crate::kernel::btf::kernel_offsets_bytes(&self.offsets).to_vec(),
@@ -135,6 +141,7 @@ pub fn load(globals: &Globals, knobs: &Knobs) -> Result<Ebpf, LoadError> {
         .override_global("EXPR_FILTER", &globals.expr_filter, true)
         .override_global("SNAPLEN", &globals.snaplen, true)
         .override_global("SITE_NAMES", &globals.site_names, true)
+        .override_global("BATCH_BYTES", &globals.batch_bytes, true)
         .override_global("OFFSETS", &globals.offsets, true);
     if let Some(bytes) = knobs.ring_bytes {
         loader.map_max_entries("EVENTS", bytes);

@@ -133,7 +133,10 @@ impl Drop for FakeRing {
 /// Every record `read` hands over, as owned bytes.
 fn read_all(reader: &mut RingReader, max: usize) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
-    reader.read(max, |r| got.push(r.to_vec()));
+    reader.read(max, |r| {
+        got.push(r.to_vec());
+        1
+    });
     got
 }
 
@@ -247,7 +250,10 @@ fn the_consumer_position_is_published_every_few_records_within_a_batch() {
     // Each record takes 16 bytes. While the reader hands record PUBLISH_EVERY (0-based), the
     // kernel already sees the first PUBLISH_EVERY consumed; before that, nothing.
     let mut seen = Vec::new();
-    reader.read(n, |_| seen.push(ring.consumer()));
+    reader.read(n, |_| {
+        seen.push(ring.consumer());
+        1
+    });
     assert_eq!(seen[PUBLISH_EVERY - 1], 0);
     assert_eq!(seen[PUBLISH_EVERY], PUBLISH_EVERY * 16);
     assert_eq!(ring.consumer(), n * 16);

@@ -30,6 +30,10 @@ pub const KALLSYMS: &str = "/proc/kallsyms";
 pub const JOIN_MAX_ENV: &str = "PKTRACE_JOIN_MAX";
 /// The most bytes the join table's open journeys hold. Unset: 8 MiB.
 pub const JOIN_BYTES_ENV: &str = "PKTRACE_JOIN_BYTES";
+/// The fill at which a CPU writes its staged records as one batch (at most
+/// `tracer_common::batch::BATCH_BYTES_MAX`); `0` writes every record alone. Unset:
+/// `tracer_common::batch::BATCH_BYTES_DEFAULT`.
+pub const BATCH_BYTES_ENV: &str = "PKTRACE_BATCH_BYTES";
 
 /// The hidden knobs, read; unset or unreadable values are `None` (the built-in default).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +54,8 @@ pub struct Knobs {
     pub join_max: Option<usize>,
     /// [`JOIN_BYTES_ENV`].
     pub join_bytes: Option<usize>,
+    /// [`BATCH_BYTES_ENV`], at most `tracer_common::batch::BATCH_BYTES_MAX`.
+    pub batch_bytes: Option<u32>,
 }
 
 impl Default for Knobs {
@@ -85,6 +91,9 @@ impl Knobs {
                 .and_then(|v| v.parse::<usize>().ok())
                 .map(|n| n.max(1)),
             join_bytes: text(JOIN_BYTES_ENV).and_then(|v| v.parse::<usize>().ok()),
+            batch_bytes: number(BATCH_BYTES_ENV).map(|n| {
+                n.min(u32::try_from(tracer_common::batch::BATCH_BYTES_MAX).unwrap_or(u32::MAX))
+            }),
         }
     }
 }
@@ -106,7 +115,7 @@ mod tests {
         let k = knobs(&[]);
         assert_eq!(k, Knobs::default());
         assert_eq!((k.ring_bytes, k.flow_table, k.join_max), (None, None, None));
-        assert_eq!(k.join_bytes, None);
+        assert_eq!((k.join_bytes, k.batch_bytes), (None, None));
         assert!(!k.force_clsact && !k.force_tcx);
         assert_eq!(k.btf_path, PathBuf::from(VMLINUX_BTF));
         assert_eq!(k.kallsyms_path, PathBuf::from(KALLSYMS));
@@ -123,8 +132,10 @@ mod tests {
             (KALLSYMS_PATH_ENV, "/dev/null"),
             (JOIN_MAX_ENV, "0"),
             (JOIN_BYTES_ENV, "65536"),
+            (BATCH_BYTES_ENV, "65536"),
         ]);
         assert_eq!(k.join_bytes, Some(65_536));
+        assert_eq!(k.batch_bytes, Some(2048), "at most a batch's bytes");
         assert_eq!(k.ring_bytes, Some(65_536));
         assert_eq!(k.flow_table, Some(1), "at least one entry");
         assert_eq!(k.join_max, Some(1), "at least one journey");
@@ -136,9 +147,11 @@ mod tests {
             (RING_BYTES_ENV, "4M"),
             (JOIN_MAX_ENV, "-3"),
             (JOIN_BYTES_ENV, "8M"),
+            (BATCH_BYTES_ENV, "0"),
             (BTF_PATH_ENV, ""),
         ]);
         assert_eq!((k.ring_bytes, k.join_max, k.join_bytes), (None, None, None));
+        assert_eq!(k.batch_bytes, Some(0), "0 writes every record alone");
         assert_eq!(k.btf_path, PathBuf::from(VMLINUX_BTF), "empty is unset");
     }
 }

@@ -164,8 +164,9 @@ impl Correlator {
         !self.done.is_empty()
     }
 
-    /// Hands each completed journey, oldest first, to `f`, then takes its step list back for a
-    /// later journey. Stops calling `f` at its first error, which it returns; the journeys
+    /// Hands each completed journey to `f`, oldest first (by its first step's time: another
+    /// CPU's records may come a batch later than this CPU's, so the order they were completed
+    /// in is not the order they began), then takes its step list back for a later journey. Stops calling `f` at its first error, which it returns; the journeys
     /// left are dropped all the same (the queue is empty after the call).
     ///
     /// # Errors
@@ -175,6 +176,8 @@ impl Correlator {
         mut f: impl FnMut(&mut Journey) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut done = std::mem::take(&mut self.done);
+        // Stable, and adaptive: the queue is mostly in order already.
+        done.sort_by_key(|j| j.steps.first().map_or(0, |s| s.ktime_ns));
         let mut result = Ok(());
         for mut j in done.drain(..) {
             if result.is_ok() {

@@ -190,6 +190,24 @@ pub fn raw_tracepoint_open(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     fd_sys_bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
 }
 
+/// `BPF_PROG_TEST_RUN` of a raw tracepoint program on CPU `cpu` (`BPF_F_TEST_RUN_ON_CPU`,
+/// 5.10+), without arguments: the kernel runs it there (by an IPI unless the caller is on that
+/// CPU: `bpf_prog_test_run_raw_tp`, `net/bpf/test_run.c`) and returns what it returned.
+/// `ENXIO` for a CPU that is not online.
+pub fn prog_test_run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> io::Result<u32> {
+    /// `BPF_F_TEST_RUN_ON_CPU` (include/uapi/linux/bpf.h).
+    const ON_CPU: u32 = 1;
+    let mut attr = zeroed_attr();
+    // SAFETY: writing the `BPF_PROG_TEST_RUN` member of a zeroed union.
+    let t = unsafe { &mut attr.test };
+    t.prog_fd = prog.as_raw_fd().cast_unsigned();
+    t.flags = ON_CPU;
+    t.cpu = cpu;
+    sys_bpf(bpf_cmd::BPF_PROG_TEST_RUN, &mut attr)?;
+    // SAFETY: the kernel wrote the result into the same member.
+    Ok(unsafe { attr.test.retval })
+}
+
 /// `BPF_BTF_GET_NEXT_ID`: the id of the kernel BTF object after `start` (0: the first);
 /// `ENOENT` after the last.
 pub fn btf_get_next_id(start: u32) -> io::Result<u32> {

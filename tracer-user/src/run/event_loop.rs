@@ -65,7 +65,11 @@ impl Session {
                     guard.clear_ready();
                     self.drain(guard.get_inner_mut().0, sink)?;
                 }
-                _ = drain.tick() => self.drain(ring.get_mut().0, sink)?,
+                _ = drain.tick() => {
+                    // What quiet CPUs left staged comes out with this drain.
+                    ring.get_mut().0.flush_staged();
+                    self.drain(ring.get_mut().0, sink)?;
+                }
                 guard = readable(ct_fd.as_ref()) => {
                     // Read at once: the kernel follows a NATed flow only once this is done.
                     guard?.clear_ready();
@@ -78,6 +82,7 @@ impl Session {
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
+                    ring.get_mut().0.flush_staged();
                     self.drain(ring.get_mut().0, sink)?;
                     hot.apply(events, &mut self.correlator);
                     self.output(sink)?;

@@ -106,6 +106,9 @@ async fn trace(cfg: &Config, subject: start::Subject) -> Result<(), RunError> {
     let tc = start::attach_tc(cfg, &mut kernel, &chosen, &mut created_qdiscs)?;
     let conntrack = start::conntrack(&mut kernel, &subject)?;
     let mut collector = Collector::new(&mut kernel.ebpf)?;
+    if let Some(flusher) = kernel.flusher.take() {
+        collector.stage_with(flusher);
+    }
     let capture = capture.map(|out| {
         let frames = collect::frames::Shared::default();
         collector.keep_frames(std::sync::Arc::clone(&frames));

@@ -24,8 +24,9 @@ use crate::{
 /// Most events joined before their journeys are written (bounds the journeys held at once).
 const DRAIN_BATCH: usize = 1024;
 /// How far behind the latest joined event the no-answer wait is judged: a reply's journey
-/// whose events straddle two batches is whole by then.
-const EVENT_SLACK_NS: u64 = 50_000_000;
+/// whose events straddle two batches is whole by then, and so are the records another CPU
+/// still held staged (written by the next drain tick's flush, 20 ms).
+const EVENT_SLACK_NS: u64 = 100_000_000;
 /// How far behind the clock the quiet node's sweep judges the wait: the housekeeping tick
 /// (250 ms) may come before the drain of a reply already in the ring.
 const SWEEP_SLACK_NS: u64 = 250_000_000;
@@ -103,6 +104,7 @@ impl Session {
         collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
+        collector.flush_staged();
         self.drain(collector, sink)?;
         self.correlator.flush();
         self.output(sink)?;
@@ -255,6 +257,15 @@ impl Session {
             sink.loss(lost - reported, lost)?;
         }
         self.summary.set_lost(lost);
+        if let (failed @ 1.., Some(e)) = collector.flush_failures() {
+            diag::once(
+                "staged-flush",
+                format_args!(
+                    "warning: {failed} flushes of staged records failed ({e}): a quiet CPU's \
+                     last records come with its next batch"
+                ),
+            );
+        }
         let now = kernel::host::monotonic_ns();
         self.correlator.expire(now);
         self.output(sink)?;

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use aya::Ebpf;
-use tracer_common::ExprFilter;
+use tracer_common::{ExprFilter, batch::BATCH_BYTES_DEFAULT};
 
 use super::{RunError, interfaces::Chosen, session::Session};
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
         policy::{self, Policy},
         tc::{self, TcAttachments, TcMode},
     },
-    collect::frames,
+    collect::{flush::Flusher, frames},
     config::{Config, Knobs, Target},
     diag,
     drop::{DropAttachment, DropNames, Reasons},
@@ -141,6 +141,8 @@ pub(super) struct Kernel {
     /// The drop program, when it attached; the names the join gives its drops.
     pub(super) drops: Option<DropAttachment>,
     pub(super) drop_names: Option<DropNames>,
+    /// Has CPUs write out the records they staged; `None` when nothing is staged.
+    pub(super) flusher: Option<Flusher>,
 }
 
 /// Reads the kernel's BTF (once: the programs' offsets and the NAT hooks both use this parse),
@@ -153,9 +155,37 @@ pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> 
         .with_expr(cfg.filter.as_ref().map_or(ExprFilter::ANY, Filter::kernel));
     globals.snaplen = cfg.capture.as_ref().map_or(0, |c| c.snaplen);
     globals.site_names = u32::from(crate::drop::attach::kernel_names_sites());
+    // `-w` writes every record alone: its frame records are too large to stage.
+    globals.batch_bytes = if globals.snaplen == 0 {
+        cfg.knobs.batch_bytes.unwrap_or(BATCH_BYTES_DEFAULT)
+    } else {
+        0
+    };
     // Lockdown ("confidentiality") refuses none of this (maps, no programs yet): it refuses the
     // NAT programs, which `nat::attach` explains.
     let mut ebpf = attach::load(&globals, &cfg.knobs)?;
+    let flusher = if globals.batch_bytes == 0 {
+        None
+    } else {
+        match Flusher::new(&mut ebpf) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                // The globals are fixed at load: load again with nothing staged.
+                let mut why = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(inner) = source {
+                    why = format!("{why}: {inner}");
+                    source = inner.source();
+                }
+                diag::line(format_args!(
+                    "warning: records are written to the ring one at a time: {why}"
+                ));
+                globals.batch_bytes = 0;
+                ebpf = attach::load(&globals, &cfg.knobs)?;
+                None
+            }
+        }
+    };
     attach::track_addrs(&mut ebpf, subject.addrs.as_slice())?;
     let nat = nat::attach(cfg.nat_hook, &mut ebpf, &globals, &kernel_btf, cfg.verbose)?;
     let (drops, drop_names) = attach_drops(&mut ebpf, &globals, &kernel_btf, &cfg.knobs);
@@ -166,6 +196,7 @@ pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> 
         nat,
         drops,
         drop_names,
+        flusher,
     })
 }
 

@@ -15,7 +15,7 @@ use crate::{cmd::describe, target_dir, workspace_root};
 /// fentry), on a kernel without tcx or on how the kernel reports drops. The rest (pod resolution, lab variants, following
 /// interfaces, the safety suite) exercise user space and the tc path, which the host's
 /// integration tier covers; under TCG they would add tens of minutes per hook.
-pub const VM_TESTS: [&str; 9] = [
+pub const VM_TESTS: [&str; 10] = [
     "tests",
     "journeys",
     "drops",
@@ -26,6 +26,8 @@ pub const VM_TESTS: [&str; 9] = [
     "dist",
     // IPv6 NAT: the kprobe and fentry programs read IPv6 packets as the netfilter ones do.
     "ipv6",
+    // Staged records written out on a quiet CPU: `BPF_PROG_TEST_RUN` on a CPU, per kernel.
+    "batches",
 ];
 /// The test binary that runs in a guest of its own, booted with `lockdown=confidentiality`
 /// (tests/tests/lockdown.rs); never in the others.

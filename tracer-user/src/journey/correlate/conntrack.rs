@@ -266,7 +266,8 @@ mod tests {
         c.push(&tc(kind::TC_EGRESS, CLIENT, e.orig.reversed(), 4, 150));
         c.flush();
         let done = take(&mut c);
-        let [reply, first] = &done[..] else {
+        // Handed out by their first step's time: the first packet's (100) before the reply's.
+        let [first, reply] = &done[..] else {
             panic!("{done:#?}")
         };
         assert_eq!(

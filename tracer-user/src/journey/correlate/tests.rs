@@ -579,3 +579,17 @@ fn completed_journeys_drain_in_order_and_an_error_stops_the_handing_out() {
     assert!(!c.has_done());
     assert!(take(&mut c).is_empty());
 }
+
+#[test]
+fn journeys_of_two_cpus_batches_come_out_by_their_start_whatever_batch_came_first() {
+    // CPU 1's batch (two later packets) reaches the ring before CPU 0's (one earlier packet):
+    // each journey is whole, and they are handed out by their first step's time.
+    let mut c = Correlator::new(ifaces(), Limits::default());
+    let mut events = clusterip_packet(41001, fp(2), 50_000);
+    events.extend(clusterip_packet(41002, fp(3), 60_000));
+    events.extend(clusterip_packet(41000, fp(1), 1_000));
+    let done = run(&mut c, &events);
+    let starts: Vec<u64> = done.iter().map(|j| j.steps[0].ktime_ns).collect();
+    assert_eq!(starts, [1_000, 50_000, 60_000]);
+    assert!(done.iter().all(|j| j.steps.len() == 5), "{done:?}");
+}
