@@ -23,9 +23,10 @@ pub const BATCH_BYTES_MAX: usize = 2048;
 /// Most bytes of one staged record (the largest staged layout, [`NatRecord`], is 120).
 pub const STAGED_RECORD_MAX: usize = 128;
 
-/// The default fill at which a CPU writes its batch (`BATCH_BYTES`, set at load time):
-/// eighteen IPv4 tc records, or four or five TCP packets' tc and NAT records.
-pub const BATCH_BYTES_DEFAULT: u32 = 1024;
+/// The default fill at which a CPU writes its batch (`BATCH_BYTES`, set at load time): 42
+/// IPv4 tc records, or about twelve DNATed TCP packets' tc and NAT records (BENCHMARKS.md
+/// measures 2 KiB against 1 KiB).
+pub const BATCH_BYTES_DEFAULT: u32 = 2048;
 
 /// Bytes of the record whose header is `head`: its kind's layout, wide or not ([`flag::WIDE`],
 /// [`flag::FRAME`]); `None` for a kind that has none (a batch, or an unknown kind).

@@ -4,8 +4,8 @@
 //! [`flag`], [`ct`]). User space decodes them with [`crate::decode`].
 //!
 //! Every layout is `repr(C)`, 8-aligned, a multiple of 8 bytes and free of implicit padding.
-//! The IPv4 layouts are sized so that a record with the ring's 8-byte header fills whole 64-byte
-//! cache lines (tc 56 + 8, NAT 120 + 8): records keep each other line-aligned in the ring.
+//! The IPv4 layouts carry no fill: most records travel in batches ([`crate::batch`]), packed
+//! back to back, where every byte is one more to zero, copy and read.
 
 use core::mem::{align_of, size_of};
 
@@ -151,14 +151,8 @@ pub struct TcRecordV4 {
     pub head: RecordHeader,
     pub fp: Fingerprint,
     pub tuple: TupleV4,
-    /// Up to one whole cache line with the ring's header (see the module); always zero.
-    #[expect(
-        clippy::pub_underscore_fields,
-        reason = "fill that rounds the ring record to whole cache lines; the layout is the kernel programs'"
-    )]
-    pub _fill: u64,
 }
-const _: () = assert!(size_of::<TcRecordV4>() == 56);
+const _: () = assert!(size_of::<TcRecordV4>() == 48);
 
 /// A tc record of any other packet (IPv6): [`flag::WIDE`] set.
 #[repr(C)]
@@ -184,14 +178,8 @@ pub struct NatRecordV4 {
     pub after: TupleV4,
     /// The packet before the step.
     pub before: TupleV4,
-    /// Up to two whole cache lines with the ring's header (see the module); always zero.
-    #[expect(
-        clippy::pub_underscore_fields,
-        reason = "fill that rounds the ring record to whole cache lines; the layout is the kernel programs'"
-    )]
-    pub _fill: [u64; 6],
 }
-const _: () = assert!(size_of::<NatRecordV4>() == 120);
+const _: () = assert!(size_of::<NatRecordV4>() == 72);
 
 /// A NAT record of any other packet: [`flag::WIDE`] set.
 #[repr(C)]

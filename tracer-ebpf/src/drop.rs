@@ -42,7 +42,7 @@ use tracer_common::{
 };
 
 use crate::{
-    emit::emit_direct,
+    emit::emit,
     filter::{is_traced, v4_set, v4_tracked},
     followed::{addr_maybe_followed, flows_present},
     maps::{SCRATCH_DROP, count, offsets, scratch, trace_all},
@@ -237,9 +237,6 @@ fn try_drop(skb: u64, location: u64, reason: u32) -> Result<(), ()> {
         return Ok(());
     }
     count(counter::MATCHED);
-    // Drop and site records are written alone, after what this CPU staged (the packet's
-    // earlier steps among them).
-    crate::stage::flush();
     name_once(location);
     let dev: u64 = read(skb, off.skb_dev).unwrap_or(0);
     let ifindex: u32 = if dev == 0 {
@@ -251,7 +248,7 @@ fn try_drop(skb: u64, location: u64, reason: u32) -> Result<(), ()> {
     let now = unsafe { bpf_ktime_get_ns() };
     let t = &parsed.tuple;
     if t.family == FAMILY_IPV4 {
-        emit_direct(|r: &mut DropRecordV4| {
+        emit(|r: &mut DropRecordV4| {
             r.head.kind = kind::DROP;
             r.head.flags = parsed.flags;
             r.head.ifindex = ifindex;
@@ -263,7 +260,7 @@ fn try_drop(skb: u64, location: u64, reason: u32) -> Result<(), ()> {
         });
         return Ok(());
     }
-    emit_direct(|r: &mut DropRecord| {
+    emit(|r: &mut DropRecord| {
         r.head.kind = kind::DROP;
         r.head.flags = parsed.flags | flag::WIDE;
         r.head.ifindex = ifindex;

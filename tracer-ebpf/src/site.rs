@@ -7,8 +7,8 @@
 //! checks the helper call nor keeps it, so the program loads on older kernels too. A per-CPU
 //! direct-mapped cache of [`SITE_SLOTS`] locations remembers the ones named; a slot is set only
 //! once the record was reserved, so a record lost to a full ring (counted like any) is written
-//! again at the location's next drop. The record is emitted before its drop's record on the
-//! same CPU, so the ring holds it first.
+//! again at the location's next drop. The record is written to the ring after what the CPU
+//! staged and before its drop's record, which is staged after it, so the ring holds it first.
 //!
 //! # Minimum kernel version
 //! 5.13 for the naming (`bpf_snprintf`); nothing on older kernels.
@@ -43,6 +43,9 @@ pub fn name_once(location: u64) {
     }
     let mut args = [location];
     let mut wrote = false;
+    // Written alone (`bpf_snprintf` fills it in the ring), after what this CPU staged and so
+    // before the drop record, which is staged.
+    crate::stage::flush();
     let reserved = emit_direct(|r: &mut SiteRecord| {
         r.head.kind = kind::SITE;
         r.location = location;

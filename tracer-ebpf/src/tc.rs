@@ -242,7 +242,7 @@ fn emit_event(ctx: &TcContext, event_kind: u8, parsed: &Parsed) {
     }
     let t = &parsed.tuple;
     if t.family == FAMILY_IPV4 {
-        // The IPv4 record: one cache line of the ring with its header.
+        // The IPv4 record (48 bytes).
         emit(|r: &mut TcRecordV4| {
             r.head.kind = event_kind;
             r.head.flags = parsed.flags;

@@ -42,7 +42,6 @@ fn staged() -> Vec<Vec<u8>> {
             head: head(kind::TC_INGRESS, 0, 10),
             fp,
             tuple,
-            _fill: 0,
         }),
         bytes_of(&NatRecordV4 {
             head: head(kind::NAT, 0, 11),
