@@ -23,7 +23,7 @@ fn is_echo_to_backend(j: &JourneyLine) -> bool {
     j.proto == "icmp"
         && j.steps
             .first()
-            .is_some_and(|s| s.src == UBUNTU.ip && s.dst == BACKEND)
+            .is_some_and(|s| s.src == UBUNTU.ip.to_string() && s.dst == BACKEND)
 }
 
 /// Sends one echo request from the traced pod and waits for its journey to be printed;
