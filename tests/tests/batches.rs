@@ -5,6 +5,7 @@
 //! journey.
 
 use std::{
+    process::Stdio,
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -31,6 +32,7 @@ fn is_echo_to_backend(j: &JourneyLine) -> bool {
 fn one_echo_printed_after(pk: &Pktrace) -> Option<Duration> {
     let sent = Instant::now();
     let status = in_ns(&UBUNTU.netns(), "ping", ["-c1", "-W1", BACKEND])
+        .stdout(Stdio::null())
         .status()
         .expect("running ping");
     assert!(status.success(), "ping {BACKEND} from the traced pod");
