@@ -231,15 +231,16 @@ impl Collector {
         self.flusher = Some(flusher);
     }
 
-    /// Has every CPU that holds staged records write them to the ring (see [`flush`]); a
-    /// no-op when the programs stage none. Returns how many CPUs did.
-    pub fn flush_staged(&mut self) -> usize {
+    /// Has the CPUs that hold staged records and went quiet write them to the ring (all that
+    /// hold some when `all`; see [`flush`]); a no-op when the programs stage none. Returns how
+    /// many CPUs did.
+    pub fn flush_staged(&mut self, all: bool) -> usize {
         let Some(flusher) = self.flusher.as_mut() else {
             return 0;
         };
         let read = |index: u32| self.counters.get(&index, 0).ok();
         match (read(counter::BATCHES_BEGUN), read(counter::BATCHES_ENDED)) {
-            (Some(begun), Some(ended)) => flusher.flush(&begun, &ended),
+            (Some(begun), Some(ended)) => flusher.flush(&begun, &ended, all),
             _ => 0,
         }
     }

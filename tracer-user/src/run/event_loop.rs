@@ -66,8 +66,8 @@ impl Session {
                     self.drain(guard.get_inner_mut().0, sink)?;
                 }
                 _ = drain.tick() => {
-                    // What quiet CPUs left staged comes out with this drain.
-                    ring.get_mut().0.flush_staged();
+                    // What CPUs quiet since the last tick left staged comes out with this drain.
+                    ring.get_mut().0.flush_staged(false);
                     self.drain(ring.get_mut().0, sink)?;
                 }
                 guard = readable(ct_fd.as_ref()) => {
@@ -82,7 +82,7 @@ impl Session {
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
-                    ring.get_mut().0.flush_staged();
+                    ring.get_mut().0.flush_staged(true);
                     self.drain(ring.get_mut().0, sink)?;
                     hot.apply(events, &mut self.correlator);
                     self.output(sink)?;

@@ -25,7 +25,7 @@ use crate::{
 const DRAIN_BATCH: usize = 1024;
 /// How far behind the latest joined event the no-answer wait is judged: a reply's journey
 /// whose events straddle two batches is whole by then, and so are the records another CPU
-/// still held staged (written by the next drain tick's flush, 20 ms).
+/// still held staged (written out within two drain ticks, 40 ms).
 const EVENT_SLACK_NS: u64 = 100_000_000;
 /// How far behind the clock the quiet node's sweep judges the wait: the housekeeping tick
 /// (250 ms) may come before the drain of a reply already in the ring.
@@ -104,7 +104,7 @@ impl Session {
         collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
-        collector.flush_staged();
+        collector.flush_staged(true);
         self.drain(collector, sink)?;
         self.correlator.flush();
         self.output(sink)?;
