@@ -6,8 +6,8 @@ use std::{net::IpAddr, path::PathBuf, time::Duration};
 mod knobs;
 
 pub use knobs::{
-    BTF_PATH_ENV, FLOW_TABLE_ENV, FORCE_CLSACT_ENV, FORCE_TCX_ENV, JOIN_BYTES_ENV, JOIN_MAX_ENV,
-    KALLSYMS, KALLSYMS_PATH_ENV, Knobs, RING_BYTES_ENV,
+    BATCH_BYTES_ENV, BTF_PATH_ENV, FLOW_TABLE_ENV, FORCE_CLSACT_ENV, FORCE_TCX_ENV, JOIN_BYTES_ENV,
+    JOIN_MAX_ENV, KALLSYMS, KALLSYMS_PATH_ENV, Knobs, RING_BYTES_ENV,
 };
 
 pub use crate::cli::{Format, NatHook};
