@@ -31,7 +31,7 @@ pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
 /// [`NatRecordV4`], [`NatRecord`], a drop record or a [`tracer_common::SiteRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
 /// submits it; a full buffer is counted as a loss. True when the record was reserved (and so
-/// written). Records that are never staged (site names, `-w` frames) come here after
+/// written). Records that are never staged (`-w` frames) come here after
 /// [`crate::stage::flush`], so that the ring holds them after this CPU's staged records.
 #[inline(always)]
 pub fn emit_direct<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {

@@ -5,10 +5,11 @@
 //! Contract: only when user space set `SITE_NAMES` (it does when the kernel has
 //! `bpf_snprintf`, 5.13+); otherwise the branch is dead code to the verifier, which neither
 //! checks the helper call nor keeps it, so the program loads on older kernels too. A per-CPU
-//! direct-mapped cache of [`SITE_SLOTS`] locations remembers the ones named; a slot is set only
-//! once the record was reserved, so a record lost to a full ring (counted like any) is written
-//! again at the location's next drop. The record is written to the ring after what the CPU
-//! staged and before its drop's record, which is staged after it, so the ring holds it first.
+//! direct-mapped cache of [`SITE_SLOTS`] locations remembers the ones named; a slot is set once
+//! the record was staged or reserved (a record written alone and lost to a full ring, counted
+//! like any, is written again at the location's next drop; a staged one lost with its batch
+//! leaves the location to user space's own lookup). The record is staged just before its
+//! drop's record on the same CPU, so the ring holds it first.
 //!
 //! # Minimum kernel version
 //! 5.13 for the naming (`bpf_snprintf`); nothing on older kernels.
@@ -16,7 +17,7 @@
 use aya_ebpf::{helpers::generated::bpf_snprintf, macros::map, maps::PerCpuArray};
 use tracer_common::{SITE_NAME_MAX, SITE_SLOTS, SiteRecord, kind, site_slot};
 
-use crate::{emit::emit_direct, maps::site_names};
+use crate::{emit::emit, maps::site_names};
 
 /// The format `bpf_snprintf` writes a location with: the symbol without its offset, and
 /// ` [module]` for a module's. In `.rodata`, which the loader freezes read-only: the helper
@@ -43,10 +44,9 @@ pub fn name_once(location: u64) {
     }
     let mut args = [location];
     let mut wrote = false;
-    // Written alone (`bpf_snprintf` fills it in the ring), after what this CPU staged and so
-    // before the drop record, which is staged.
-    crate::stage::flush();
-    let reserved = emit_direct(|r: &mut SiteRecord| {
+    // Staged like the drop record after it (`bpf_snprintf` writes the name in place): a flush
+    // here would part the packet's earlier steps from its drop, a batch apart.
+    let reserved = emit(|r: &mut SiteRecord| {
         r.head.kind = kind::SITE;
         r.location = location;
         // SAFETY: `name` is SITE_NAME_MAX writable bytes, the format a NUL-terminated string

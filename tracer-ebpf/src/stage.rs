@@ -5,8 +5,8 @@
 //!
 //! Contract:
 //! - A CPU's records keep their order: every record a program of this CPU emits goes through
-//!   its staging ([`stage`]), and the records that are not staged (site names, `-w` frames)
-//!   are written after the staged ones ([`flush`] first).
+//!   its staging ([`stage`]), and the records that are not staged (`-w` frames) are written
+//!   after the staged ones ([`flush`] first).
 //! - Nothing stays staged for long: user space runs [`flush_staged`] on every CPU whose
 //!   `BATCHES_BEGUN` counter is ahead of its `BATCHES_ENDED` (`BPF_PROG_TEST_RUN` on that
 //!   CPU), on its drain timer and at the end of a session. With `BATCH_BYTES` 0, the
