@@ -50,11 +50,9 @@ fn echo_on(cpu: usize) {
     );
 }
 
-/// Sends one echo request on CPU 0 and waits for its journey to be printed; returns how long
-/// that took, or `None` after three seconds. Echoes on every CPU come first and are waited
-/// for: the kernel frees the echo reply as a drop in the pod, and a drop at a location a CPU
-/// has not named yet writes that CPU's staged records out ahead of the site's name, which would
-/// print the journey whether or not pktrace flushed anything.
+/// Sends one echo request on every CPU and waits for all their journeys (each CPU's staged
+/// records come out, the flush reaching the other CPUs by IPI), then one more on CPU 0, and
+/// returns how long its journey took to be printed, or `None` after three seconds.
 fn one_echo_printed_after(pk: &Pktrace) -> Option<Duration> {
     for cpu in 0..cpus() {
         echo_on(cpu);
