@@ -27,6 +27,27 @@ pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
     }
 }
 
+/// Zeroes the `T` at `at` a word at a time and hands it out for filling: zeroing makes it a
+/// valid `T` (plain integers) and leaks no stale bytes of the ring or the staging. Word by
+/// word because `write_bytes` becomes a call to aya-ebpf's byte-at-a-time `memset` (5
+/// instructions per byte, the costliest part of an emitted event).
+///
+/// # Safety
+/// `at` points to `size_of::<T>()` writable bytes, 8-byte aligned, used by nothing else until
+/// the program returns; `T` is a record layout (a multiple of 8 bytes).
+#[inline(always)]
+pub unsafe fn zeroed<T>(at: *mut T) -> &'static mut T {
+    let words = at.cast::<u64>();
+    let mut i = 0;
+    while i < core::mem::size_of::<T>() / 8 {
+        // SAFETY: within the `size_of::<T>()` bytes the caller vouches for.
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+        i += 1;
+    }
+    // SAFETY: now all zero, a valid `T`; the caller vouches for the rest.
+    unsafe { &mut *at }
+}
+
 /// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`TcFrameRecord`],
 /// [`NatRecordV4`], [`NatRecord`], a drop record or a [`tracer_common::SiteRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
@@ -36,26 +57,13 @@ pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
 #[inline(always)]
 pub fn emit_direct<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
     // Bytes the record takes in the ring buffer: the record header (`BPF_RINGBUF_HDR_SZ`) and
-    // `T`, rounded up to 8; and `T` in 8-byte words.
+    // `T`, rounded up to 8.
     let record_bytes = (8 + core::mem::size_of::<T>() as u64).next_multiple_of(8);
-    let words_of_t = core::mem::size_of::<T>() / 8;
     match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: the reservation is `size_of::<T>()` bytes, 8-byte aligned (both record
-            // types are plain integers, a multiple of 8 bytes: asserted below); zeroing makes
-            // it a valid `T` and leaks no stale ring-buffer bytes. Zeroed a word at a time:
-            // `write_bytes` becomes a call to aya-ebpf's byte-at-a-time `memset` (5
-            // instructions per byte, the costliest part of an emitted event).
-            let ev = unsafe {
-                let words = ev.cast::<u64>();
-                let mut i = 0;
-                while i < words_of_t {
-                    core::ptr::write_volatile(words.add(i), 0);
-                    i += 1;
-                }
-                &mut *ev
-            };
+            // SAFETY: the reservation is `size_of::<T>()` bytes, 8-byte aligned (every record
+            // type is plain integers, a multiple of 8 bytes: asserted below).
+            let ev = unsafe { zeroed(entry.as_mut_ptr()) };
             fill(ev);
             let wake = wake_bytes();
             // Edge-triggered: only the event whose record made the fill cross `wake` wakes the

@@ -171,9 +171,15 @@ pub fn wake_bytes() -> u64 {
 /// Adds one to a per-CPU counter.
 #[inline(always)]
 pub fn count(index: u32) {
+    add(index, 1);
+}
+
+/// Adds `n` to a per-CPU counter.
+#[inline(always)]
+pub fn add(index: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
-        unsafe { *c += 1 };
+        unsafe { *c += n };
     }
 }
 

@@ -30,7 +30,7 @@ use tracer_common::{
     counter, kind,
 };
 
-use crate::maps::{COUNTERS, EVENTS, count, wake_bytes};
+use crate::maps::{EVENTS, add, count, wake_bytes};
 
 /// Bytes of a CPU's staging buffer: a batch's bytes and the record that fills it.
 const STAGE_BYTES: usize = BATCH_BYTES_MAX + STAGED_RECORD_MAX;
@@ -132,17 +132,9 @@ pub fn stage<T: 'static, F: FnOnce(&mut T)>(fill: F) -> Result<(), F> {
         count(counter::BATCHES_BEGUN);
     }
     // SAFETY: `off + size <= BATCH_BYTES_MAX - 8 + STAGED_RECORD_MAX`, within `recs`, and
-    // 8-aligned (`recs` is, `off` is a multiple of 8); zeroed a word at a time (see
-    // `crate::emit`) before it is a `T`, which is plain integers.
-    let rec = unsafe {
-        let words = st.recs.as_mut_ptr().cast::<u8>().add(off).cast::<u64>();
-        let mut i = 0;
-        while i < size / 8 {
-            core::ptr::write_volatile(words.add(i), 0);
-            i += 1;
-        }
-        &mut *words.cast::<T>()
-    };
+    // 8-aligned (`recs` is, `off` is a multiple of 8); this CPU's staging, claimed above.
+    let rec =
+        unsafe { crate::emit::zeroed(st.recs.as_mut_ptr().cast::<u8>().add(off).cast::<T>()) };
     fill(rec);
     let (used, n) = (off + size, n + 1);
     let (used, n) = if used >= limit {
@@ -228,15 +220,6 @@ fn write_out(st: &mut Staging, used: usize, n: u32) {
         u64::from(n),
     );
     count(counter::BATCHES_ENDED);
-}
-
-/// Adds `n` to a per-CPU counter.
-#[inline(always)]
-fn add(index: u32, n: u64) {
-    if let Some(c) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
-        unsafe { *c += n };
-    }
 }
 
 /// Writes this CPU's staged records to the ring: run by user space on each CPU that holds
