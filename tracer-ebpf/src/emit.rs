@@ -27,27 +27,6 @@ pub fn emit<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
     }
 }
 
-/// Zeroes the `T` at `at` a word at a time and hands it out for filling: zeroing makes it a
-/// valid `T` (plain integers) and leaks no stale bytes of the ring or the staging. Word by
-/// word because `write_bytes` becomes a call to aya-ebpf's byte-at-a-time `memset` (5
-/// instructions per byte, the costliest part of an emitted event).
-///
-/// # Safety
-/// `at` points to `size_of::<T>()` writable bytes, 8-byte aligned, used by nothing else until
-/// the program returns; `T` is a record layout (a multiple of 8 bytes).
-#[inline(always)]
-pub unsafe fn zeroed<T>(at: *mut T) -> &'static mut T {
-    let words = at.cast::<u64>();
-    let mut i = 0;
-    while i < core::mem::size_of::<T>() / 8 {
-        // SAFETY: within the `size_of::<T>()` bytes the caller vouches for.
-        unsafe { core::ptr::write_volatile(words.add(i), 0) };
-        i += 1;
-    }
-    // SAFETY: now all zero, a valid `T`; the caller vouches for the rest.
-    unsafe { &mut *at }
-}
-
 /// Reserves a record of type `T` (a [`TcRecordV4`], [`TcRecord`], [`TcFrameRecord`],
 /// [`NatRecordV4`], [`NatRecord`], a drop record or a [`tracer_common::SiteRecord`]) in the
 /// ring buffer, zeroes it, lets `fill` write it in place (no copy on the small BPF stack) and
@@ -63,7 +42,7 @@ pub fn emit_direct<T: 'static>(fill: impl FnOnce(&mut T)) -> bool {
         Some(mut entry) => {
             // SAFETY: the reservation is `size_of::<T>()` bytes, 8-byte aligned (every record
             // type is plain integers, a multiple of 8 bytes: asserted below).
-            let ev = unsafe { zeroed(entry.as_mut_ptr()) };
+            let ev = unsafe { crate::zero::zeroed(entry.as_mut_ptr()) };
             fill(ev);
             let wake = wake_bytes();
             // Edge-triggered: only the event whose record made the fill cross `wake` wakes the

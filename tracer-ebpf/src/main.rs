@@ -37,6 +37,7 @@ mod nat;
 mod site;
 mod stage;
 mod tc;
+mod zero;
 
 #[cfg(not(test))]
 #[panic_handler]

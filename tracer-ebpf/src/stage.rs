@@ -134,7 +134,7 @@ pub fn stage<T: 'static, F: FnOnce(&mut T)>(fill: F) -> Result<(), F> {
     // SAFETY: `off + size <= BATCH_BYTES_MAX - 8 + STAGED_RECORD_MAX`, within `recs`, and
     // 8-aligned (`recs` is, `off` is a multiple of 8); this CPU's staging, claimed above.
     let rec =
-        unsafe { crate::emit::zeroed(st.recs.as_mut_ptr().cast::<u8>().add(off).cast::<T>()) };
+        unsafe { crate::zero::zeroed(st.recs.as_mut_ptr().cast::<u8>().add(off).cast::<T>()) };
     fill(rec);
     let (used, n) = (off + size, n + 1);
     let (used, n) = if used >= limit {
