@@ -7,9 +7,10 @@
 //! - A CPU's records keep their order: every record a program of this CPU emits goes through
 //!   its staging ([`stage`]), and the records that are not staged (`-w` frames) are written
 //!   after the staged ones ([`flush`] first).
-//! - Nothing stays staged for long: user space runs [`flush_staged`] on every CPU whose
-//!   `BATCHES_BEGUN` counter is ahead of its `BATCHES_ENDED` (`BPF_PROG_TEST_RUN` on that
-//!   CPU), on its drain timer and at the end of a session. With `BATCH_BYTES` 0, the
+//! - Nothing stays staged for long: user space runs [`flush_staged`] on each CPU whose
+//!   `BATCHES_BEGUN` counter is ahead of its `BATCHES_ENDED` and that ended no batch since its
+//!   last look (`BPF_PROG_TEST_RUN` on that CPU), on its drain timer, and on every such CPU
+//!   at the end of a session. With `BATCH_BYTES` 0, the
 //!   default, nothing is staged: user space sets it only when it does that.
 //! - A program that finds the staging busy (it interrupted, or was preempting, another
 //!   program of this CPU that is changing it) leaves it alone and writes its record to the
