@@ -244,6 +244,59 @@ fn another_program_on_the_same_hook_still_sees_every_packet() {
     }
 }
 
+/// A collector that gets no CPU for longer than the idle timeout (a busy node, a preempted
+/// vCPU) finds the events of that time waiting in the ring and in the CPUs' staging; a
+/// journey is closed as timed out only when no event of it came for that long, not because
+/// the collector did not look. Where a CPU's staged records begin relative to a journey is
+/// chance, so the stall is repeated.
+#[test]
+fn a_collector_stalled_past_the_idle_timeout_still_joins_every_journey() {
+    const PINGS: usize = 50;
+    const STALLS: usize = 3;
+    let _lab = LabGuard::new();
+    let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    for _ in 0..STALLS {
+        pk.signal(libc::SIGSTOP);
+        let ok = in_ns(
+            &UBUNTU.netns(),
+            "ping",
+            [
+                "-c",
+                &PINGS.to_string(),
+                "-i",
+                "0.01",
+                "-W",
+                "1",
+                "10.13.1.4",
+            ],
+        )
+        .stdout(Stdio::null())
+        .status();
+        // Past the idle timeout (1 s) since the last packet, still stopped.
+        std::thread::sleep(Duration::from_millis(1500));
+        pk.signal(libc::SIGCONT);
+        assert!(ok.expect("ping").success(), "ping failed");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let trace = pk.stop();
+    assert!(trace.status.success(), "{}", trace.dump());
+    assert_eq!(trace.summary().lost_events, 0, "{}", trace.dump());
+    let cut: Vec<_> = trace
+        .journeys()
+        .into_iter()
+        .filter(|j| j.ending != Some(Ending::Left))
+        .collect();
+    assert!(cut.is_empty(), "journeys cut short: {cut:?}");
+    let requests = trace.starting("10.13.76.46", "10.13.1.4").len();
+    let replies = trace.starting("10.13.1.4", "10.13.76.46").len();
+    assert_eq!(
+        (requests, replies),
+        (PINGS * STALLS, PINGS * STALLS),
+        "one journey per packet\n{}",
+        trace.dump()
+    );
+}
+
 #[test]
 fn count_limit_stops_after_n_journeys_with_the_summary_last() {
     let _lab = LabGuard::new();

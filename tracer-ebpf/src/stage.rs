@@ -9,9 +9,10 @@
 //!   after the staged ones ([`flush`] first).
 //! - Nothing stays staged for long: user space runs [`flush_staged`] on each CPU whose
 //!   `BATCHES_BEGUN` counter is ahead of its `BATCHES_ENDED` and that ended no batch since its
-//!   last look (`BPF_PROG_TEST_RUN` on that CPU), on its drain timer; at the end of a
-//!   session, on every CPU whose `BATCHES_BEGUN` is ahead, quiet or not. With `BATCH_BYTES`
-//!   0, the default, nothing is staged: user space sets it only when it does that.
+//!   last look (`BPF_PROG_TEST_RUN` on that CPU), on its drain timer; before it closes idle
+//!   journeys and at the end of a session, on every CPU whose `BATCHES_BEGUN` is ahead,
+//!   quiet or not. With `BATCH_BYTES` 0, the default, nothing is staged: user space sets it
+//!   only when it does that.
 //! - A program that finds the staging busy (it interrupted, or was preempting, another
 //!   program of this CPU that is changing it) leaves it alone and writes its record to the
 //!   ring directly: that record may then reach user space before records staged earlier

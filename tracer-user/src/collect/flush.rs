@@ -2,13 +2,14 @@
 //! (tracer-ebpf's `stage`), so a CPU that goes quiet keeps its last records until something
 //! makes it write them. [`Flusher`] does: it runs the object's `flush_staged` program on each
 //! CPU that holds staged records (`BPF_PROG_TEST_RUN` on that CPU), which the collector asks
-//! for on its drain timer and at the end of a session.
+//! for on its drain timer (the CPUs gone quiet) and, for every CPU holding some, before it
+//! closes idle journeys and at the end of a session.
 //!
 //! Which CPUs hold some comes from two per-CPU counters the programs keep
-//! (`BATCHES_BEGUN`, `BATCHES_ENDED`): a CPU idle since its last batch is not disturbed, and
-//! neither is one that wrote a batch since the last look ([`quiet_holders`]): it is busy and
-//! writes its next batch by itself soon; if it went quiet, the next look flushes it. A staged
-//! record so waits at most two looks.
+//! (`BATCHES_BEGUN`, `BATCHES_ENDED`). On the drain timer a CPU idle since its last batch is
+//! not disturbed, and neither is one that wrote a batch since the last look
+//! ([`quiet_holders`]): it is busy and writes its next batch by itself soon; if it went
+//! quiet, the next look flushes it. A staged record so waits at most two looks.
 
 use std::{io, os::fd::AsFd as _};
 

@@ -76,7 +76,7 @@ impl Session {
                     self.poll_conntrack(ring.get_mut().0)?;
                 }
                 _ = chores.tick() => {
-                    self.housekeeping(ring.get_ref().0, sink)?;
+                    self.housekeeping(ring.get_mut().0, sink)?;
                     self.follow_pod(cfg, hot).await;
                     self.follow_service(hot);
                 }

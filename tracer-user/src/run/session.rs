@@ -27,8 +27,11 @@ const DRAIN_BATCH: usize = 1024;
 /// whose events straddle two batches is whole by then, and so are the records another CPU
 /// still held staged (written out within two drain ticks, 40 ms).
 const EVENT_SLACK_NS: u64 = 100_000_000;
-/// How far behind the clock the quiet node's sweep judges the wait: the housekeeping tick
-/// (250 ms) may come before the drain of a reply already in the ring.
+/// How far behind the clock the quiet node's sweep judges the wait. The sweep follows a flush
+/// and a drain, so a reply stamped before the clock was read is joined by then unless its
+/// record was still on its way (its program between the clock read and the write, or a
+/// record left staged on a CPU whose staging was busy at the flush); a vCPU preempted in
+/// between can hold it back for a while.
 const SWEEP_SLACK_NS: u64 = 250_000_000;
 
 pub(super) struct Session {
@@ -234,12 +237,18 @@ impl Session {
         Ok(())
     }
 
-    /// Reports new losses and evictions and closes idle journeys.
+    /// Reports new losses and evictions and closes idle journeys: those with no event stamped
+    /// in the last idle timeout before the clock was read, judged after every CPU wrote out
+    /// what it staged and the ring was drained (a collector that got no CPU for a while finds
+    /// the events of that time waiting there, not missing).
     pub(super) fn housekeeping(
         &mut self,
-        collector: &Collector,
+        collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
+        let now = kernel::host::monotonic_ns();
+        collector.flush_staged(true);
+        self.drain(collector, sink)?;
         if let Ok(c) = collector.counters() {
             self.counters = c;
         }
@@ -266,7 +275,6 @@ impl Session {
                 ),
             );
         }
-        let now = kernel::host::monotonic_ns();
         self.correlator.expire(now);
         self.output(sink)?;
         self.unanswered.tick(now.saturating_sub(SWEEP_SLACK_NS));
