@@ -82,8 +82,7 @@ impl Session {
                 }
                 events = hot.link_events(), if hot.links.is_some() => {
                     // Journeys must be up to date before one is closed for its interface.
-                    ring.get_mut().0.flush_staged(true);
-                    self.drain(ring.get_mut().0, sink)?;
+                    self.catch_up(ring.get_mut().0, sink)?;
                     hot.apply(events, &mut self.correlator);
                     self.output(sink)?;
                 }

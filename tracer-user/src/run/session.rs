@@ -107,8 +107,7 @@ impl Session {
         collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
-        collector.flush_staged(true);
-        self.drain(collector, sink)?;
+        self.catch_up(collector, sink)?;
         self.correlator.flush();
         self.output(sink)?;
         self.housekeeping(collector, sink)?;
@@ -119,6 +118,17 @@ impl Session {
             .set_no_answer_waiting(self.unanswered.waiting());
         self.flow_evictions(collector, sink, true)?;
         sink.summary(&self.summary)
+    }
+
+    /// Joins every event stamped so far: each CPU that holds staged records writes them out
+    /// (quiet or not), then the ring is drained.
+    pub(super) fn catch_up(
+        &mut self,
+        collector: &mut Collector,
+        sink: &mut (dyn Sink + Send),
+    ) -> io::Result<()> {
+        collector.flush_staged(true);
+        self.drain(collector, sink)
     }
 
     /// Joins every waiting event and writes the journeys they complete, [`DRAIN_BATCH`]
@@ -238,17 +248,16 @@ impl Session {
     }
 
     /// Reports new losses and evictions and closes idle journeys: those with no event stamped
-    /// in the last idle timeout before the clock was read, judged after every CPU wrote out
-    /// what it staged and the ring was drained (a collector that got no CPU for a while finds
-    /// the events of that time waiting there, not missing).
+    /// in the last idle timeout before the clock was read, judged after [`Self::catch_up`] (a
+    /// collector that got no CPU for a while finds the events of that time waiting, not
+    /// missing).
     pub(super) fn housekeeping(
         &mut self,
         collector: &mut Collector,
         sink: &mut (dyn Sink + Send),
     ) -> io::Result<()> {
         let now = kernel::host::monotonic_ns();
-        collector.flush_staged(true);
-        self.drain(collector, sink)?;
+        self.catch_up(collector, sink)?;
         if let Ok(c) = collector.counters() {
             self.counters = c;
         }
