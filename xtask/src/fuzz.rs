@@ -64,7 +64,7 @@ pub const TARGETS: [Target; 7] = [
 ];
 
 /// Seconds per target in `cargo xtask test`.
-pub const CI_SECONDS: u64 = 25;
+pub const CI_SECONDS: u64 = 10;
 /// A single input taking longer than this is reported as a hang.
 const TIMEOUT_SECONDS: u64 = 10;
 

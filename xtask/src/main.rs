@@ -53,8 +53,8 @@ enum Task {
         kernel: Option<String>,
         /// Run the kernel matrix, one cell after the other: Debian's 5.10 (kprobe), 6.1
         /// (kprobe, fentry), 6.12 (netfilter) on `x86_64` and 6.1 (kprobe) on arm64; print one
-        /// table of test × kernel × arch × hook and, without a test filter, write the rows of
-        /// the cells run into docs/compat.md.
+        /// table of test × kernel × arch × hook and, with --full and no test filter, write the
+        /// rows of the cells run into docs/compat.md.
         #[arg(long, conflicts_with = "hook")]
         matrix: bool,
         /// NAT hooks to run the tests with (pktrace --nat-hook; auto: pktrace chooses).
@@ -77,6 +77,11 @@ enum Task {
         /// architecture only [default: `x86_64`; with --matrix, every cell].
         #[arg(long, value_name = "ARCH")]
         arch: Option<String>,
+        /// Run the full set (every NAT-dependent test binary and the lockdown boot; with
+        /// --matrix and no test filter, it writes docs/compat.md) instead of the smoke set
+        /// (attach, one journey through DNAT and MASQUERADE per hook, one drop).
+        #[arg(long)]
+        full: bool,
         /// Arguments for the test harness (e.g. a test name filter), after `--`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -260,6 +265,7 @@ fn run(cli: Cli) -> Result<()> {
             jobs,
             timeout,
             arch,
+            full,
             args,
         } => {
             let arch = arch.as_deref().map(Arch::parse).transpose()?;
@@ -269,6 +275,11 @@ fn run(cli: Cli) -> Result<()> {
                 jobs,
                 timeout: Duration::from_secs(timeout),
                 test_args: args,
+                suite: if full {
+                    xtask::vm::payload::Suite::Full
+                } else {
+                    xtask::vm::payload::Suite::Smoke
+                },
                 arch: arch.unwrap_or_default(),
             };
             if matrix {

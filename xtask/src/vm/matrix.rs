@@ -129,14 +129,14 @@ pub fn run(options: &VmOptions, arch: Option<Arch>, root: &Path) -> Result<()> {
     }
     eprintln!();
     eprint!("{}", table(&results));
-    if options.test_args.is_empty() {
+    if options.harness_args().is_empty() {
         // The rows of the cells not run stay as their own last run wrote them.
         let old = fs::read_to_string(root.join(COMPAT_FILE)).unwrap_or_default();
         write_compat(root, &merge_rows(&compat(&results), &old))?;
     } else {
         eprintln!(
-            "vm-test --matrix: {COMPAT_FILE} not written (a run with a test filter does not \
-             write it)"
+            "vm-test --matrix: {COMPAT_FILE} not written (only a --full run without a test \
+             filter writes it)"
         );
     }
     let failed: Vec<String> = results

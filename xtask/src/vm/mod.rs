@@ -79,8 +79,10 @@ pub struct VmOptions {
     pub jobs: usize,
     /// Time-out of each (hook, test binary) run in a VM.
     pub timeout: Duration,
-    /// Arguments for every test binary (e.g. a name filter).
+    /// Arguments for every test binary (e.g. a name filter); empty: the suite's own.
     pub test_args: Vec<String>,
+    /// The smoke set (CI) or the full set (`--full`).
+    pub suite: payload::Suite,
     /// The guest's architecture (arm64: Debian's arm64 kernel and tools, the aarch64 musl
     /// binaries, `qemu-system-aarch64`).
     pub arch: Arch,
@@ -94,7 +96,20 @@ impl Default for VmOptions {
             jobs: 0,
             timeout: DEFAULT_TIMEOUT,
             test_args: Vec::new(),
+            suite: payload::Suite::default(),
             arch: Arch::default(),
+        }
+    }
+}
+
+impl VmOptions {
+    /// The harness arguments of every run: the caller's, else the suite's.
+    #[must_use]
+    pub fn harness_args(&self) -> Vec<String> {
+        if self.test_args.is_empty() {
+            self.suite.harness_args()
+        } else {
+            self.test_args.clone()
         }
     }
 }
@@ -173,7 +188,8 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
         kernel.vmlinuz.display()
     );
     let prepared = Instant::now();
-    let payload = payload::build(options.arch)?;
+    let payload = payload::build(options.arch, options.suite)?;
+    let test_args = options.harness_args();
     let built = Instant::now();
     let out_dir = target_dir().join("vm-test");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
@@ -185,7 +201,7 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
         .filter(|n| n != payload::LOCKDOWN_TEST)
         .collect();
     let runs = plan::runs(&options.hooks, &binaries);
-    let initrd = pack::pack(&kernel, &payload, &runs, &options.test_args, &out_dir)?;
+    let initrd = pack::pack(&kernel, &payload, &runs, &test_args, &out_dir)?;
     let packed = Instant::now();
 
     let weights: Vec<(String, usize)> = payload
@@ -195,7 +211,7 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
             // Another architecture's binaries cannot be listed here: taken as selecting one
             // test each (dealt evenly; the lockdown boot runs).
             let weight = if options.arch.is_host() {
-                plan::weight_of(path, &options.test_args)
+                plan::weight_of(path, &test_args)
             } else {
                 2
             };

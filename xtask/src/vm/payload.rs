@@ -11,7 +11,60 @@ use anyhow::{Context as _, Result, bail};
 use super::{arch::Arch, initramfs::Payload};
 use crate::{cmd::describe, target_dir, workspace_root};
 
-/// The test binaries the guest runs: those whose outcome depends on the NAT hook (kprobe,
+/// What the guests run: the smoke set (CI's VM tier: attach, one journey through DNAT and
+/// MASQUERADE per NAT hook, one drop), the full set (`--full`: [`VM_TESTS`] and the lockdown
+/// boot), or every test binary ([`VM_ALL_TESTS_ENV`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Suite {
+    #[default]
+    Smoke,
+    Full,
+}
+
+/// The smoke set, as (test binary, test name): run with `--exact` in every cell, per hook.
+pub const VM_SMOKE: [(&str, &str); 3] = [
+    // The hooks this kernel has, the one `auto` picks, and the NAT it then sees.
+    (
+        "nat_hooks",
+        "auto_takes_the_best_hook_and_says_why_it_skipped_the_better_ones",
+    ),
+    // One journey through DNAT and MASQUERADE, checked against `conntrack -L`.
+    (
+        "journeys",
+        "tcp_to_load_balancer_vip_is_dnated_and_masqueraded",
+    ),
+    // One drop, its reason and place, against the kernel's own counter.
+    (
+        "drops",
+        "closed_ports_are_no_socket_drops_counted_by_the_kernel",
+    ),
+];
+
+impl Suite {
+    /// Whether the guests run the test binary `name` (outside the lockdown boot).
+    #[must_use]
+    pub fn runs(self, name: &str, all: bool) -> bool {
+        match self {
+            Self::Smoke => VM_SMOKE.iter().any(|(binary, _)| *binary == name),
+            Self::Full => all || VM_TESTS.contains(&name) || name == LOCKDOWN_TEST,
+        }
+    }
+
+    /// The harness arguments the suite adds to the caller's: the smoke set's names, exact.
+    #[must_use]
+    pub fn harness_args(self) -> Vec<String> {
+        match self {
+            Self::Smoke => VM_SMOKE
+                .iter()
+                .map(|(_, test)| (*test).to_owned())
+                .chain(std::iter::once("--exact".to_owned()))
+                .collect(),
+            Self::Full => Vec::new(),
+        }
+    }
+}
+
+/// The test binaries the full set runs: those whose outcome depends on the NAT hook (kprobe,
 /// fentry), on a kernel without tcx or on how the kernel reports drops. The rest (pod resolution, lab variants, following
 /// interfaces, the safety suite) exercise user space and the tc path, which the host's
 /// integration tier covers; under TCG they would add tens of minutes per hook.
@@ -42,7 +95,7 @@ pub const VM_ALL_TESTS_ENV: &str = "PKTRACE_VM_ALL_TESTS";
 ///
 /// # Errors
 /// If a build fails or a binary is missing after it.
-pub fn build(arch: Arch) -> Result<Payload> {
+pub fn build(arch: Arch, suite: Suite) -> Result<Payload> {
     // arm64: the aarch64 musl builds (static: the guest's libraries are Debian's arm64 ones).
     let cross = (arch == Arch::Arm64).then_some(&crate::dist::AARCH64);
     let with_target = |args: &[&str]| {
@@ -81,6 +134,12 @@ pub fn build(arch: Arch) -> Result<Payload> {
         "--no-run",
         "--message-format=json-render-diagnostics",
     ]);
+    if suite == Suite::Smoke {
+        // Only the smoke set's binaries: an arm64 build of all of them takes minutes more.
+        for (binary, _) in VM_SMOKE {
+            cmd.args(["--test", binary]);
+        }
+    }
     let out = cmd
         .stderr(Stdio::inherit())
         .output()
@@ -91,17 +150,24 @@ pub fn build(arch: Arch) -> Result<Payload> {
     let all = std::env::var_os(VM_ALL_TESTS_ENV).is_some_and(|v| v == "1");
     let tests: Vec<_> = test_executables(&String::from_utf8_lossy(&out.stdout))
         .into_iter()
-        .filter(|(name, _)| all || VM_TESTS.contains(&name.as_str()) || name == LOCKDOWN_TEST)
+        .filter(|(name, _)| suite.runs(name, all))
         .collect();
     if tests.is_empty() {
         bail!("`{}` listed no test executables", describe(&cmd));
     }
-    let dist = match (cross, std::env::var_os(crate::PKTRACE_DIST_BIN_ENV)) {
-        (Some(target), _) => crate::dist::build(target).context("building the musl binary")?,
-        (None, Some(path)) if !path.is_empty() => PathBuf::from(path),
-        (None, _) => {
-            crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?
-        }
+    // The shipped binary, for tests/tests/dist.rs alone (not in the smoke set).
+    let dist = if tests.iter().any(|(name, _)| name == "dist") {
+        Some(match (cross, std::env::var_os(crate::PKTRACE_DIST_BIN_ENV)) {
+            (Some(target), _) => {
+                crate::dist::build(target).context("building the musl binary")?
+            }
+            (None, Some(path)) if !path.is_empty() => PathBuf::from(path),
+            (None, _) => {
+                crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?
+            }
+        })
+    } else {
+        None
     };
     let sysroot = match arch {
         Arch::Arm64 => Some(super::sysroot::arm64()?),
@@ -110,7 +176,7 @@ pub fn build(arch: Arch) -> Result<Payload> {
     Ok(Payload {
         pktrace,
         xtask,
-        dist: Some(dist),
+        dist,
         tests,
         sysroot,
     })
