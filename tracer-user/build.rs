@@ -64,16 +64,30 @@ fn stamp_commit(workspace: &Path) {
         .filter(|c| !c.is_empty())
         .or_else(|| {
             let head = git(workspace, &["rev-parse", "--short=12", "HEAD"])?;
-            // HEAD itself (branch switches), the branch's ref, and packed refs.
+            // HEAD itself (branch switches), the branch's ref, and packed refs: each only
+            // when the file exists (cargo takes a missing one as changed on every build, which
+            // rebuilt tracer-user and all that depends on it each time).
             for name in ["HEAD", "packed-refs"] {
-                if let Some(path) = git(workspace, &["rev-parse", "--git-path", name]) {
-                    println!("cargo:rerun-if-changed={}", workspace.join(path).display());
+                if let Some(path) = git(workspace, &["rev-parse", "--git-path", name])
+                    .map(|p| workspace.join(p))
+                    .filter(|p| p.exists())
+                {
+                    println!("cargo:rerun-if-changed={}", path.display());
                 }
             }
             if let Some(branch) = git(workspace, &["symbolic-ref", "-q", "HEAD"])
                 && let Some(path) = git(workspace, &["rev-parse", "--git-path", &branch])
             {
-                println!("cargo:rerun-if-changed={}", workspace.join(path).display());
+                // A packed branch has no file of its own: its folder shows a new commit.
+                let path = workspace.join(path);
+                let watched = if path.exists() {
+                    Some(path.as_path())
+                } else {
+                    path.parent().filter(|d| d.exists())
+                };
+                if let Some(watched) = watched {
+                    println!("cargo:rerun-if-changed={}", watched.display());
+                }
             }
             Some(head)
         })
