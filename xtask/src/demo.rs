@@ -12,17 +12,20 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::{
+use xtask_common::{
     PKTRACE_BIN_ENV,
     cmd::{capture, find_program, require_root, run},
+    target_dir, workspace_root,
+};
+
+use crate::{
     lab::{
         self, NODE_NS, STATE_FILE, client_tcp, client_udp, in_ns,
         topology::{
             DNS_CLUSTER_IP, INET_HOST, UBUNTU, VNET_HOST, WHEREAMI_CLUSTER_IP, WHEREAMI_LB_VIP,
         },
     },
-    setup, target_dir, workspace_root,
+    setup,
 };
 
 const READY_TIMEOUT: Duration = Duration::from_mins(1);
@@ -57,7 +60,7 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     lab::up()?;
     let ready = env::temp_dir().join(format!("pktrace-demo-{}.ready", std::process::id()));
     let _ = fs::remove_file(&ready);
-    let result = crate::cmd::with_sigint_flag(|| trace(&pktrace, &ready, options));
+    let result = xtask_common::cmd::with_sigint_flag(|| trace(&pktrace, &ready, options));
     let _ = fs::remove_file(&ready);
     if options.keep_lab || was_up {
         eprintln!("demo: leaving the lab up (`cargo xtask lab down` removes it)");
@@ -103,7 +106,7 @@ fn trace(pktrace: &Path, ready: &Path, options: &DemoOptions) -> Result<ExitStat
         &ready_arg,
     ];
     let mut cmd = in_ns(NODE_NS, pktrace, args);
-    eprintln!("demo: starting {}", crate::cmd::describe(&cmd));
+    eprintln!("demo: starting {}", xtask_common::cmd::describe(&cmd));
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", pktrace.display()))?;
@@ -126,7 +129,7 @@ fn wait_ready(child: &mut Child, ready: &Path) -> Result<()> {
         if let Some(status) = child.try_wait()? {
             bail!("pktrace exited before it was ready ({status})");
         }
-        if crate::cmd::interrupted() {
+        if xtask_common::cmd::interrupted() {
             bail!("interrupted");
         }
         if Instant::now() > deadline {
@@ -169,7 +172,7 @@ fn traffic(min_duration: Option<Duration>) {
     let start = Instant::now();
     for round in 1..=MAX_ROUNDS {
         let enough = round > MIN_ROUNDS && min_duration.is_none_or(|d| start.elapsed() >= d);
-        if enough || crate::cmd::interrupted() {
+        if enough || xtask_common::cmd::interrupted() {
             break;
         }
         one_round(round);
@@ -206,7 +209,7 @@ const ROUND: [(Request, &str); 6] = [
 fn one_round(round: u32) {
     let ns = UBUNTU.netns();
     for (request, what) in &ROUND {
-        if crate::cmd::interrupted() {
+        if xtask_common::cmd::interrupted() {
             return;
         }
         let heading = match request {

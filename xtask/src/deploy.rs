@@ -6,12 +6,12 @@
 use std::{fs, path::PathBuf, process::Command};
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::{
+use xtask_common::{
     cmd::{output, run},
-    setup::validator,
     target_dir, workspace_root,
 };
+
+use crate::setup::validator;
 
 /// Kubernetes versions the manifests must be valid for: the oldest AKS still supports
 /// (long-term support) and the newest the validator knows.

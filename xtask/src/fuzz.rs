@@ -10,8 +10,7 @@
 use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::{
+use xtask_common::{
     cmd::{capture, describe, run},
     workspace_root,
 };

@@ -3,18 +3,16 @@
 //! runs the root-only tests: tracer-user's ignored unit tests (the ones that need private
 //! items; see the `tests` crate's doc), then the `tests` crate against the lab.
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::{
-    PKTRACE_BIN_ENV, XTASK_BIN_ENV,
+use xtask_common::{
+    INTEGRATION_LOCK, PKTRACE_BIN_ENV, XTASK_BIN_ENV, cargo_command,
     cmd::{require_root, run},
-    setup, target_dir, workspace_root,
+    target_dir, workspace_root,
 };
+
+use crate::setup;
 
 /// Runs tracer-user's root-tier unit tests (`cargo test -- --ignored`: they load programs and
 /// make throwaway network namespaces of their own, none of the lab's), then builds pktrace and
@@ -32,9 +30,11 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
     cargo(&["build", "-p", "xtask"]).context("building xtask")?;
     // The static binary that ships (tests/tests/dist.rs runs it in the lab); a
     // `PKTRACE_DIST_BIN` already set names one built before and skips the build.
-    let dist = match std::env::var_os(crate::PKTRACE_DIST_BIN_ENV).filter(|p| !p.is_empty()) {
+    let dist = match std::env::var_os(xtask_common::PKTRACE_DIST_BIN_ENV).filter(|p| !p.is_empty())
+    {
         Some(path) => std::path::PathBuf::from(path),
-        None => crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?,
+        None => xtask_common::musl::build(&xtask_common::musl::X86_64)
+            .context("building the musl binary")?,
     };
     let pktrace = target_dir().join("release/pktrace");
     let xtask = target_dir().join("debug/xtask");
@@ -45,12 +45,12 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
     }
     // One lab per machine: concurrent runs (two checkouts, a developer and CI) take turns.
     eprintln!("integration-test: waiting for other lab runs to finish ({INTEGRATION_LOCK})");
-    let _turn = crate::cmd::exclusive_lock(INTEGRATION_LOCK)?;
+    let _turn = xtask_common::cmd::exclusive_lock(INTEGRATION_LOCK)?;
     let mut test = cargo_command(&["test", "--release", "-p", "tests", "--", "--test-threads=1"]);
     test.args(extra)
         .env(PKTRACE_BIN_ENV, &pktrace)
         .env(XTASK_BIN_ENV, &xtask)
-        .env(crate::PKTRACE_DIST_BIN_ENV, &dist);
+        .env(xtask_common::PKTRACE_DIST_BIN_ENV, &dist);
     run(&mut test).context("integration tests failed")?;
     if !extra.is_empty() {
         // A chosen subset: the caller sets PKTRACE_TEST_NAT_HOOK for a conntrack run.
@@ -66,7 +66,7 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
     let mut test = cargo_command(&args);
     test.env(PKTRACE_BIN_ENV, &pktrace)
         .env(XTASK_BIN_ENV, &xtask)
-        .env(crate::PKTRACE_DIST_BIN_ENV, &dist)
+        .env(xtask_common::PKTRACE_DIST_BIN_ENV, &dist)
         .env(NAT_HOOK_ENV, "conntrack");
     run(&mut test).context("integration tests with --nat-hook conntrack failed")
 }
@@ -77,9 +77,6 @@ const NAT_HOOK_ENV: &str = "PKTRACE_TEST_NAT_HOOK";
 /// The integration test files run a second time with `--nat-hook conntrack` (about a minute:
 /// the lab's paths through NAT, on every CNI variant).
 const CONNTRACK_TESTS: [&str; 3] = ["journeys", "variants", "ipv6"];
-
-/// Held for the whole of an integration run (outside the lab's own directory).
-pub(crate) const INTEGRATION_LOCK: &str = "/run/pktrace-integration.lock";
 
 /// One tier of `cargo xtask test`.
 struct Tier {
@@ -195,12 +192,6 @@ fn docs() -> Result<()> {
 
 fn cargo(args: &[&str]) -> Result<()> {
     run(&mut cargo_command(args))
-}
-
-fn cargo_command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.args(args).current_dir(workspace_root());
-    cmd
 }
 
 fn secs(elapsed: Duration) -> String {

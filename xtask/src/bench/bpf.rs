@@ -15,8 +15,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::programs::{ProgramError, ProgramInfo, loaded_programs};
 use serde_json::Value;
-
-use crate::cmd::{command, output};
+use xtask_common::cmd::{command, output};
 
 /// `kernel.bpf_stats_enabled`, the global switch of BPF run-time statistics.
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";

@@ -6,12 +6,12 @@ use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
+use xtask_common::cmd::output;
 
 use super::{
     Results,
     hooks::{HookSample, PathCost},
 };
-use crate::cmd::output;
 
 /// The generated block of `BENCHMARKS.md` lies between these lines.
 pub const BEGIN: &str =

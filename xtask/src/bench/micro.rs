@@ -18,6 +18,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use xtask_common::cmd::output;
 
 use super::{
     Ctx, bpf,
@@ -25,7 +26,7 @@ use super::{
     proc::{TRAFFIC_CPU, pinned},
     tracer::{Condition, Launch, Tracer},
 };
-use crate::{cmd::output, lab::netns::in_ns};
+use crate::lab::netns::in_ns;
 
 /// Program runs per `bpftool prog run` (a few milliseconds). Few enough that pktrace drains
 /// the events of an emitted frame's calls as they come: with 200,000, 10–23 % of the runs

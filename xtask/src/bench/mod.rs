@@ -43,8 +43,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 pub use variants::Variant;
-
-use crate::{
+use xtask_common::{
     PKTRACE_BIN_ENV,
     cmd::{require_root, run},
     target_dir, workspace_root,
@@ -239,7 +238,7 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
     let mut machine = doc::Machine::now(&workspace_root());
     machine.pktrace = origin;
     let start = Instant::now();
-    let results = crate::cmd::with_sigint_flag(|| measure(&ctx, phases, opts));
+    let results = xtask_common::cmd::with_sigint_flag(|| measure(&ctx, phases, opts));
     let results = results?;
     eprintln!("bench: measured in {:.0} s", start.elapsed().as_secs_f64());
     if phases
@@ -343,7 +342,7 @@ fn measure(ctx: &Ctx, phases: Phases, opts: &BenchOptions) -> Result<Results> {
 /// The soak: printed, its samples written to `target/bench/`.
 fn soak_phase(ctx: &Ctx, opts: &soak::SoakOptions, baseline: Option<&Path>) -> Result<()> {
     let measured =
-        crate::cmd::with_sigint_flag(|| soak::run(&ctx.pktrace, baseline, &ctx.dir, opts));
+        xtask_common::cmd::with_sigint_flag(|| soak::run(&ctx.pktrace, baseline, &ctx.dir, opts));
     let measured = measured?;
     println!("{}", soak::report(opts, &measured));
     let raw_dir = target_dir().join("bench");
@@ -404,7 +403,7 @@ fn report(machine: &doc::Machine, opts: &BenchOptions, results: &Results) -> Res
 }
 
 fn preflight() -> Result<()> {
-    crate::cmd::require_programs(&NEEDED, "the bench")?;
+    xtask_common::cmd::require_programs(&NEEDED, "the bench")?;
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     ensure!(
         cpus > proc::TRACER_CPU,
@@ -475,7 +474,7 @@ impl Drop for Scratch {
 /// # Errors
 /// Once Ctrl-C was pressed.
 pub fn check_interrupted() -> Result<()> {
-    if crate::cmd::interrupted() {
+    if xtask_common::cmd::interrupted() {
         bail!("interrupted");
     }
     Ok(())

@@ -14,13 +14,11 @@
 use std::{fmt::Write as _, net::Ipv4Addr};
 
 use anyhow::{Context as _, Result, ensure};
+use xtask_common::cmd::{command, output, output_with_input};
 
-use crate::{
-    cmd::{command, output, output_with_input},
-    lab::{
-        netns::{self, in_ns, ip, sysctl},
-        servers::kill_all_in,
-    },
+use crate::lab::{
+    netns::{self, in_ns, ip, sysctl},
+    servers::kill_all_in,
 };
 
 /// Prefix of every namespace the bench creates (the lab's are `pkt-node`, `pkt-pod-*`, …).

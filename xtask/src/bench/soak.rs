@@ -196,9 +196,9 @@ pub fn run(
 ) -> Result<Soak> {
     eprintln!(
         "bench: soak: waiting for the lab ({})",
-        crate::runner::INTEGRATION_LOCK
+        xtask_common::INTEGRATION_LOCK
     );
-    let _turn = crate::cmd::exclusive_lock(crate::runner::INTEGRATION_LOCK)?;
+    let _turn = xtask_common::cmd::exclusive_lock(xtask_common::INTEGRATION_LOCK)?;
     let mut lab = LabGuard {
         was_up: lab::status()?.up,
         pods: Vec::new(),
@@ -279,7 +279,7 @@ fn soak_loop(
     let (mut next_traffic, mut next_pod, mut next_sample) = (start, start, start);
     let mut next_note = start + Duration::from_mins(1);
     while Instant::now() < end {
-        if crate::cmd::interrupted() {
+        if xtask_common::cmd::interrupted() {
             eprintln!("bench: soak cut short by Ctrl-C: reporting what was sampled");
             break;
         }

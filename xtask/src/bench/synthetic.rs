@@ -17,13 +17,13 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::cmd::output;
 
 use super::{
     bpf,
     net::NODE_NS,
     proc::{TRAFFIC_CPU, pinned},
 };
-use crate::cmd::output;
 
 /// Program runs per `bpftool prog run` (tens of milliseconds each).
 const REPEAT: u64 = 100_000;

@@ -9,9 +9,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::{cmd::output, xtask_exe};
 
 use super::netns::in_ns;
-use crate::{cmd::output, xtask_exe};
 
 /// Default time-out of a lab client request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -24,9 +24,9 @@ mod calico;
 
 use anyhow::Result;
 pub use calico::{CALICO_DENIED_CHAIN, CALICO_DENY_COMMENT, CALICO_POLICY};
+use xtask_common::cmd::output;
 
 use super::{netns::in_ns, topology::NODE_NS};
-use crate::cmd::output;
 
 /// The ClusterIP of `default/web-gone`, a service without endpoints.
 pub const NO_ENDPOINTS_IP: &str = "10.0.77.77";

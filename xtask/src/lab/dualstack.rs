@@ -19,6 +19,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, ensure};
+use xtask_common::cmd::{output, output_with_input};
 
 use super::{
     api,
@@ -29,7 +30,6 @@ use super::{
         VNET_NS, Variant, mac_string,
     },
 };
-use crate::cmd::{output, output_with_input};
 
 /// The ip6tables nat table of the dual-stack node (`ip6tables-save -t nat` format).
 pub const NAT_RULES6: &str = include_str!("nat-rules6.txt");

@@ -29,6 +29,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use xtask_common::cmd::{exclusive_lock, require_programs, require_root};
 
 pub use self::{
     client::{client_tcp, client_tcp_holding, client_udp},
@@ -37,7 +38,6 @@ pub use self::{
     topology::{LAB_DIR, NODE_NS, PODS, STATE_FILE, UBUNTU, VARIANT_FILE, VARIANTS, Variant},
     wiring::{NAT_RULES, nat_rules},
 };
-use crate::cmd::{exclusive_lock, require_programs, require_root};
 
 /// Serializes `up`/`down` between processes (outside `LAB_DIR`, which `down` removes).
 const LOCK_FILE: &str = "/run/pktrace-lab.lock";

@@ -5,9 +5,9 @@
 use std::{ffi::OsStr, fs, process::Command};
 
 use anyhow::{Result, ensure};
+use xtask_common::cmd::{command, output};
 
 use super::topology::NS_PREFIX;
-use crate::cmd::{command, output};
 
 /// A command that runs `program args…` inside network namespace `ns` (`ip netns exec`).
 pub fn in_ns<I, S>(ns: &str, program: impl AsRef<OsStr>, args: I) -> Command

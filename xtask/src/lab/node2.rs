@@ -12,6 +12,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use anyhow::{Context as _, Result, ensure};
+use xtask_common::cmd::{command, output, output_with_input};
 
 use super::{
     netns::{self, in_ns, ip, sysctl},
@@ -19,7 +20,6 @@ use super::{
     topology::{NODE_NS, NODE_UPLINK, Pod, Server, VNET_NS, mac_for, mac_string},
     wiring::{NAT_RULES, node_sysctls},
 };
-use crate::cmd::{command, output, output_with_input};
 
 /// The second node's namespace.
 pub const NODE2_NS: &str = "pkt-node2";

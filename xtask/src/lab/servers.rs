@@ -12,12 +12,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::{cmd::is_root, xtask_exe};
 
 use super::{
     netns::{self, in_ns},
     topology::{LAB_DIR, Server},
 };
-use crate::{cmd::is_root, xtask_exe};
 
 /// How long `lab up` waits for a server to bind its sockets.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);

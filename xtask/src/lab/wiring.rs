@@ -8,6 +8,7 @@
 use std::fs;
 
 use anyhow::{Context as _, Result, ensure};
+use xtask_common::cmd::{command, output, output_with_input};
 
 use super::{
     netns::{self, in_ns, ip, sysctl},
@@ -18,7 +19,6 @@ use super::{
         mac_string, namespaces,
     },
 };
-use crate::cmd::{command, output, output_with_input};
 
 /// The kube-proxy + ip-masq-agent nat table of the Azure CNI variants (`iptables-save -t nat`
 /// format).

@@ -3,8 +3,7 @@
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::cmd::{find_program, is_root, run};
+use xtask_common::cmd::{find_program, is_root, run};
 
 /// Packages `setup` makes sure are installed (`iputils-ping`: the integration tests' `ping`;
 /// `musl-tools`, `gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross`: the C code of ring in the

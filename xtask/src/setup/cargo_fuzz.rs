@@ -4,8 +4,7 @@
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
-
-use crate::cmd::{output, run};
+use xtask_common::cmd::{output, run};
 
 /// Installs cargo-fuzz unless `cargo fuzz --version` already answers.
 pub fn ensure_cargo_fuzz() -> Result<()> {

@@ -10,8 +10,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::cmd::{find_program, output, run};
+use xtask_common::cmd::{find_program, output, run};
 
 /// The LLVM major version bpf-linker is built for.
 const LLVM_MAJOR: u32 = 22;
@@ -118,9 +117,12 @@ fn install_pinned_nightly() -> Result<()> {
 
 /// Adds the musl targets of `cargo xtask dist` to the toolchain cargo uses in the workspace.
 pub fn ensure_dist_targets() -> Result<()> {
-    let root = crate::workspace_root();
+    let root = xtask_common::workspace_root();
     let installed = output(rustup(&["target", "list", "--installed"]).current_dir(&root))?;
-    let wanted: Vec<&str> = crate::dist::TARGETS.iter().map(|t| t.triple).collect();
+    let wanted: Vec<&str> = xtask_common::musl::TARGETS
+        .iter()
+        .map(|t| t.triple)
+        .collect();
     let missing: Vec<&str> = wanted
         .iter()
         .copied()

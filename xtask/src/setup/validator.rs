@@ -5,8 +5,7 @@
 use std::{env, path::PathBuf, process::Command};
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::cmd::{find_program, output, run};
+use xtask_common::cmd::{find_program, output, run};
 
 /// The pinned release (its schemas go up to Kubernetes 1.37).
 pub const VERSION: &str = "1.37.0";

@@ -6,9 +6,9 @@
 use std::{fs, process::Command};
 
 use anyhow::{Context as _, Result};
+use xtask_common::cmd::{output, run};
 
 use super::kernel::cache_dir;
-use crate::cmd::{output, run};
 
 /// A Debian suite the VM tier fetches kernels from through its own apt configuration.
 #[derive(Debug, Clone, Copy)]
@@ -126,7 +126,7 @@ impl Suite {
 #[must_use]
 pub fn apt_get(options: &[String]) -> Command {
     let mut cmd = Command::new("apt-get");
-    if crate::cmd::is_root() {
+    if xtask_common::cmd::is_root() {
         // Root's downloads otherwise warn that the `_apt` user cannot write the cache.
         cmd.args(["-o", "APT::Sandbox::User=root"]);
     }

@@ -10,6 +10,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::cmd::capture;
 
 use super::{
     image::{Image, Node},
@@ -17,7 +18,6 @@ use super::{
     modules::ModuleSet,
     sysroot,
 };
-use crate::cmd::capture;
 
 /// Host programs copied into the guest; `true`: required.
 pub const PROGRAMS: [(&str, bool); 30] = [

@@ -19,9 +19,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::cmd::{describe, find_program, is_root, output, run};
 
 use super::{apt, arch::Arch};
-use crate::cmd::{describe, find_program, is_root, output, run};
 
 /// The package family the default kernel comes from (Debian bookworm's cloud flavour).
 const DEFAULT_PREFIX: &str = "linux-image-6.1.0-";

@@ -37,13 +37,13 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::target_dir;
 
 use self::{
     arch::Arch,
     init::AUTO,
     qemu::{Ending, QemuConfig},
 };
-use crate::target_dir;
 
 /// The hooks `vm-test` runs by default.
 pub const DEFAULT_HOOKS: [&str; 2] = ["kprobe", "fentry"];

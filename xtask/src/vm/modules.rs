@@ -10,9 +10,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use xtask_common::cmd::capture;
 
 use super::kernel::{Kernel, find_sbin};
-use crate::cmd::capture;
 
 /// Modules `/init` loads, in this order (`modprobe -a`).
 pub const MODULES: [&str; 29] = [

@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::cmd::{describe, find_program};
 
 use super::{
     init::{self, InitPlan},
@@ -19,7 +20,6 @@ use super::{
     modules,
     plan::Run,
 };
-use crate::cmd::{describe, find_program};
 
 /// How the archive is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,15 +1,12 @@
 //! The test payload: pktrace and xtask (release) and the integration test binaries of the
 //! `tests` crate, whose paths cargo reports (`--no-run --message-format=json`).
 
-use std::{
-    path::PathBuf,
-    process::{Command, Stdio},
-};
+use std::{path::PathBuf, process::Stdio};
 
 use anyhow::{Context as _, Result, bail};
+use xtask_common::{cargo_command, cmd::describe, target_dir};
 
 use super::{arch::Arch, initramfs::Payload};
-use crate::{cmd::describe, target_dir, workspace_root};
 
 /// What the guests run: the smoke set (CI's VM tier: attach, one journey through DNAT and
 /// MASQUERADE per NAT hook, one drop), the full set (`--full`: [`VM_TESTS`] and the lockdown
@@ -97,16 +94,16 @@ pub const VM_ALL_TESTS_ENV: &str = "PKTRACE_VM_ALL_TESTS";
 /// If a build fails or a binary is missing after it.
 pub fn build(arch: Arch, suite: Suite) -> Result<Payload> {
     // arm64: the aarch64 musl builds (static: the guest's libraries are Debian's arm64 ones).
-    let cross = (arch == Arch::Arm64).then_some(&crate::dist::AARCH64);
+    let cross = (arch == Arch::Arm64).then_some(&xtask_common::musl::AARCH64);
     let with_target = |args: &[&str]| {
         let mut cmd = cargo_command(args);
         if let Some(target) = cross {
             cmd.args(["--target", target.triple]);
-            crate::dist::cross_env(&mut cmd, target);
+            xtask_common::musl::cross_env(&mut cmd, target);
         }
         cmd
     };
-    crate::cmd::run(&mut with_target(&[
+    xtask_common::cmd::run(&mut with_target(&[
         "build",
         "--release",
         "-p",
@@ -157,15 +154,16 @@ pub fn build(arch: Arch, suite: Suite) -> Result<Payload> {
     }
     // The shipped binary, for tests/tests/dist.rs alone (not in the smoke set).
     let dist = if tests.iter().any(|(name, _)| name == "dist") {
-        Some(match (cross, std::env::var_os(crate::PKTRACE_DIST_BIN_ENV)) {
-            (Some(target), _) => {
-                crate::dist::build(target).context("building the musl binary")?
-            }
-            (None, Some(path)) if !path.is_empty() => PathBuf::from(path),
-            (None, _) => {
-                crate::dist::build(&crate::dist::X86_64).context("building the musl binary")?
-            }
-        })
+        Some(
+            match (cross, std::env::var_os(xtask_common::PKTRACE_DIST_BIN_ENV)) {
+                (Some(target), _) => {
+                    xtask_common::musl::build(target).context("building the musl binary")?
+                }
+                (None, Some(path)) if !path.is_empty() => PathBuf::from(path),
+                (None, _) => xtask_common::musl::build(&xtask_common::musl::X86_64)
+                    .context("building the musl binary")?,
+            },
+        )
     } else {
         None
     };
@@ -207,12 +205,6 @@ pub fn test_executables(messages: &str) -> Vec<(String, PathBuf)> {
     }
     found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     found.into_iter().map(|(_, n, p)| (n, p)).collect()
-}
-
-fn cargo_command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.args(args).current_dir(workspace_root());
-    cmd
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::{fs, path::Path, process::Command, thread};
 
-use crate::cmd::capture;
+use xtask_common::cmd::capture;
 
 /// One test binary run under one NAT hook, as `/init` gets it: `hook:binary`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -17,9 +17,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use xtask_common::cmd::{describe, find_program};
 
 use super::arch::Arch;
-use crate::cmd::{describe, find_program};
 
 /// How a VM is started.
 #[derive(Debug, Clone)]

@@ -19,13 +19,13 @@ use object::{
     elf::{DT_NEEDED, FileHeader64},
     read::elf::{FileHeader as _, ProgramHeader as _},
 };
+use xtask_common::cmd::{describe, output, run};
 
 use super::{
     apt::{self, Suite},
     image::Image,
     kernel::cache_dir,
 };
-use crate::cmd::{describe, output, run};
 
 /// The packages of the guest's tools; the library packages they depend on come with them.
 pub const PACKAGES: [&str; 11] = [

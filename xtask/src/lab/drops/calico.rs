@@ -4,12 +4,10 @@
 //! endpoint chain while the other whereami pod, without a policy, is reached.
 
 use anyhow::{Context as _, Result};
+use xtask_common::cmd::output_with_input;
 
 use super::{node, strings};
-use crate::{
-    cmd::output_with_input,
-    lab::{netns::in_ns, topology::NODE_NS},
-};
+use crate::lab::{netns::in_ns, topology::NODE_NS};
 
 /// The filter table felix writes for the policy (`iptables-save` format).
 const FILTER: &str = include_str!("calico-policy-filter.txt");
