@@ -12,21 +12,19 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use pktrace_lab::{
+    self as lab, NODE_NS, STATE_FILE, client_tcp, client_udp, in_ns,
+    topology::{
+        DNS_CLUSTER_IP, INET_HOST, UBUNTU, VNET_HOST, WHEREAMI_CLUSTER_IP, WHEREAMI_LB_VIP,
+    },
+};
 use xtask_common::{
     PKTRACE_BIN_ENV,
     cmd::{capture, find_program, require_root, run},
     target_dir, workspace_root,
 };
 
-use crate::{
-    lab::{
-        self, NODE_NS, STATE_FILE, client_tcp, client_udp, in_ns,
-        topology::{
-            DNS_CLUSTER_IP, INET_HOST, UBUNTU, VNET_HOST, WHEREAMI_CLUSTER_IP, WHEREAMI_LB_VIP,
-        },
-    },
-    setup,
-};
+use crate::setup;
 
 const READY_TIMEOUT: Duration = Duration::from_mins(1);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,12 +7,13 @@ pub mod demo;
 pub mod deploy;
 pub mod dist;
 pub mod fuzz;
-pub mod lab;
 pub mod layers;
 pub mod runner;
 pub mod setup;
 pub mod vm;
 
+/// The lab (its own crate, `tests/lab`), here for the integration tests and the commands.
+pub use pktrace_lab as lab;
 pub use xtask_common::{
     PKTRACE_BIN_ENV, PKTRACE_DIST_BIN_ENV, XTASK_BIN_ENV, target_dir, workspace_root, xtask_exe,
 };

@@ -6,10 +6,10 @@
 //! the client never starts sending.
 
 use anyhow::Result;
+use pktrace_lab::netns::in_ns;
 use xtask_common::cmd::run;
 
 use super::net::{BACKEND, IPERF_PORT};
-use crate::lab::netns::in_ns;
 
 /// The rule in the backend's namespace; deleted when dropped.
 #[must_use = "the rule is deleted when the guard is dropped"]

@@ -79,7 +79,7 @@ impl Floor {
 /// Runs in a thread of its own, which moves into the node's network namespace (only this
 /// thread's: the links keep their namespace after it ends).
 fn attach_in_node(nf_per_hook: usize) -> Result<Floor> {
-    crate::lab::netns::enter_on_this_thread(NODE_NS)?;
+    pktrace_lab::netns::enter_on_this_thread(NODE_NS)?;
     let tc = prog_load(BPF_PROG_TYPE_SCHED_CLS, 0, TC_ACT_UNSPEC, TC_NAME)?;
     let nf = prog_load(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER, NF_ACCEPT, NF_NAME)?;
     let mut links = Vec::new();

@@ -18,6 +18,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use pktrace_lab::netns::in_ns;
 use xtask_common::cmd::output;
 
 use super::{
@@ -26,7 +27,6 @@ use super::{
     proc::{TRAFFIC_CPU, pinned},
     tracer::{Condition, Launch, Tracer},
 };
-use crate::lab::netns::in_ns;
 
 /// Program runs per `bpftool prog run` (a few milliseconds). Few enough that pktrace drains
 /// the events of an emitted frame's calls as they come: with 200,000, 10–23 % of the runs

@@ -14,12 +14,11 @@
 use std::{fmt::Write as _, net::Ipv4Addr};
 
 use anyhow::{Context as _, Result, ensure};
-use xtask_common::cmd::{command, output, output_with_input};
-
-use crate::lab::{
+use pktrace_lab::{
     netns::{self, in_ns, ip, sysctl},
     servers::kill_all_in,
 };
+use xtask_common::cmd::{command, output, output_with_input};
 
 /// Prefix of every namespace the bench creates (the lab's are `pkt-node`, `pkt-pod-*`, …).
 pub const NS_PREFIX: &str = "pkt-b";
@@ -243,7 +242,7 @@ fn remove(ns: &str) -> Result<()> {
 }
 
 fn node() -> Result<()> {
-    crate::lab::wiring::node_sysctls(NODE_NS)?;
+    pktrace_lab::wiring::node_sysctls(NODE_NS)?;
     ip(
         NODE_NS,
         &format!("link add {BRIDGE} address {BRIDGE_MAC} type bridge"),

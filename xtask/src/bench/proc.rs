@@ -18,8 +18,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-
-use crate::lab::netns::in_ns;
+use pktrace_lab::netns::in_ns;
 
 /// The CPU that runs the traffic (iperf3 client and servers, so the whole packet path).
 pub const TRAFFIC_CPU: usize = 0;

@@ -19,6 +19,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use pktrace_lab::{
+    self as lab, NODE_NS, STATE_FILE, client_tcp, client_udp,
+    netns::in_ns,
+    pods,
+    topology::{DNS_CLUSTER_IP, INET_HOST, UBUNTU, WHEREAMI_CLUSTER_IP},
+};
 
 use self::fit::Sample;
 pub use self::report::{raw, report};
@@ -26,12 +32,6 @@ use super::{
     micro::Binary,
     proc::Bg,
     tracer::{JsonTotals, json_totals},
-};
-use crate::lab::{
-    self, NODE_NS, STATE_FILE, client_tcp, client_udp,
-    netns::in_ns,
-    pods,
-    topology::{DNS_CLUSTER_IP, INET_HOST, UBUNTU, WHEREAMI_CLUSTER_IP},
 };
 
 /// How long pktrace may take to be ready.

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 use xtask_common::cmd::output_with_input;
 
 use super::{node, strings};
-use crate::lab::{netns::in_ns, topology::NODE_NS};
+use crate::{netns::in_ns, topology::NODE_NS};
 
 /// The filter table felix writes for the policy (`iptables-save` format).
 const FILTER: &str = include_str!("calico-policy-filter.txt");

@@ -313,7 +313,7 @@ pub fn pid() -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::topology::{PODS, UBUNTU};
+    use crate::topology::{PODS, UBUNTU};
 
     #[test]
     fn answers_pods_lists_and_errors_like_the_api() {

@@ -245,7 +245,7 @@ fn vnet_link() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::topology::{NS_PREFIX, POD_NS_PREFIX, POD_SUBNET, PODS};
+    use crate::topology::{NS_PREFIX, POD_NS_PREFIX, POD_SUBNET, PODS};
 
     #[test]
     fn node2_is_a_lab_namespace_apart_from_node1() {

@@ -335,7 +335,7 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
-    use crate::lab::state_file;
+    use crate::state_file;
 
     #[test]
     fn pod_addresses_are_in_the_subnet_and_distinct() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::*;
-use crate::lab::topology::{PODS, mac_for};
+use crate::topology::{PODS, mac_for};
 
 const FIXTURE: &str = include_str!("../testdata/azure-vnet.fixture.json");
 

@@ -6,6 +6,10 @@
 //! one of another variant rebuilt; the variant is recorded in [`VARIANT_FILE`]) and `down`
 //! removes everything, whatever the variant; both are safe to run twice. Nothing touches the
 //! root namespace.
+//!
+//! This crate is the lab's library; the xtask binary is its front end (`cargo xtask lab …`)
+//! and hosts its servers and clients (`xtask lab serve|serve-api|client`, found by
+//! [`xtask_common::xtask_exe`]). The integration tests, the demo and the bench use it too.
 
 pub mod api;
 pub mod client;

@@ -164,8 +164,8 @@ mod tests {
             thread::sleep(Duration::from_millis(10));
         }
         let timeout = Duration::from_secs(2);
-        let tcp = crate::lab::client::tcp(([127, 0, 0, 1], tcp_port).into(), timeout).unwrap();
-        let udp = crate::lab::client::udp(([127, 0, 0, 1], udp_port).into(), timeout).unwrap();
+        let tcp = crate::client::tcp(([127, 0, 0, 1], tcp_port).into(), timeout).unwrap();
+        let udp = crate::client::udp(([127, 0, 0, 1], udp_port).into(), timeout).unwrap();
         assert!(
             parse_reply(&tcp).is_some_and(|a| a.ip().is_loopback()),
             "{tcp}"
