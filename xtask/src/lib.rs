@@ -10,7 +10,6 @@ pub mod fuzz;
 pub mod layers;
 pub mod runner;
 pub mod setup;
-pub mod vm;
 
 /// The lab (its own crate, `tests/lab`), here for the integration tests and the commands.
 pub use pktrace_lab as lab;

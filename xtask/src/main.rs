@@ -4,7 +4,8 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Result;
 use clap::{ArgGroup, Parser, Subcommand};
-use xtask::{demo::DemoOptions, lab, runner, vm::arch::Arch};
+use pktrace_vm::arch::Arch;
+use xtask::{demo::DemoOptions, lab, runner};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "pktrace's task runner", version)]
@@ -70,7 +71,7 @@ enum Task {
         #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
         jobs: usize,
         /// Kill a VM when one (hook, test binary) run in it takes more than this many seconds.
-        #[arg(long, value_name = "SECONDS", default_value_t = xtask::vm::DEFAULT_TIMEOUT.as_secs())]
+        #[arg(long, value_name = "SECONDS", default_value_t = pktrace_vm::DEFAULT_TIMEOUT.as_secs())]
         timeout: u64,
         /// Guest architecture: `x86_64`, or arm64 (Debian's arm64 cloud kernel and tools, the
         /// aarch64 musl binaries, qemu-system-aarch64). With --matrix: the cells of that
@@ -269,23 +270,23 @@ fn run(cli: Cli) -> Result<()> {
             args,
         } => {
             let arch = arch.as_deref().map(Arch::parse).transpose()?;
-            let options = xtask::vm::VmOptions {
+            let options = pktrace_vm::VmOptions {
                 kernel,
                 hooks: hook,
                 jobs,
                 timeout: Duration::from_secs(timeout),
                 test_args: args,
                 suite: if full {
-                    xtask::vm::payload::Suite::Full
+                    pktrace_vm::payload::Suite::Full
                 } else {
-                    xtask::vm::payload::Suite::Smoke
+                    pktrace_vm::payload::Suite::Smoke
                 },
                 arch: arch.unwrap_or_default(),
             };
             if matrix {
-                xtask::vm::matrix::run(&options, arch, &xtask::workspace_root())
+                pktrace_vm::matrix::run(&options, arch, &xtask::workspace_root())
             } else {
-                xtask::vm::vm_test(&options)
+                pktrace_vm::vm_test(&options)
             }
         }
         Task::Test => runner::test_all(),

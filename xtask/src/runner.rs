@@ -112,17 +112,17 @@ const TIERS: [Tier; 6] = [
     },
 ];
 
-/// The VM tier: the smoke set ([`crate::vm::payload::VM_SMOKE`]: attach, one journey
+/// The VM tier: the smoke set ([`pktrace_vm::payload::VM_SMOKE`]: attach, one journey
 /// through DNAT and MASQUERADE per NAT hook, one drop) on every cell of the kernel matrix
-/// ([`crate::vm::matrix::CELLS`]); `cargo xtask vm-test --matrix --full` runs the rest and
+/// ([`pktrace_vm::matrix::CELLS`]); `cargo xtask vm-test --matrix --full` runs the rest and
 /// writes docs/compat.md. One guest at a time in CI: two TCG guests side by side on two
 /// cores once failed to boot ("IO-APIC + timer doesn't work").
 fn vm() -> Result<()> {
-    let one = crate::vm::VmOptions {
+    let one = pktrace_vm::VmOptions {
         jobs: 1,
-        ..crate::vm::VmOptions::default()
+        ..pktrace_vm::VmOptions::default()
     };
-    crate::vm::matrix::run(&one, None, &workspace_root())
+    pktrace_vm::matrix::run(&one, None, &workspace_root())
 }
 
 /// Runs every tier, stopping at the first failure; prints one final line per tier.

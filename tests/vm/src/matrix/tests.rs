@@ -1,5 +1,5 @@
 use super::*;
-use crate::vm::report::{Report, Run, TestResult};
+use crate::report::{Report, Run, TestResult};
 
 fn outcome(kernel: &str, hook: &str, results: &[(&str, TestOutcome)], probe: &[&str]) -> Outcome {
     Outcome {

@@ -1,5 +1,6 @@
-//! `cargo xtask vm-test`: the integration tests inside a qemu guest running a Debian kernel,
-//! once per NAT hook (`--nat-hook kprobe`, `fentry`, …), because this host's kernel refuses
+//! The VM runner behind `cargo xtask vm-test` (xtask parses the command line and calls
+//! [`vm_test`] or [`matrix::run`]): the integration tests inside a qemu guest running a Debian
+//! kernel, once per NAT hook (`--nat-hook kprobe`, `fentry`, …), because this host's kernel refuses
 //! those hooks (DESIGN.md "Tests", VM-NOTES.md).
 //!
 //! Steps: [`kernel`] (apt-get download, cached) → [`payload`] (pktrace, xtask, the test
@@ -11,7 +12,6 @@
 //! One more boot of the same image runs the lockdown tests ([`payload::LOCKDOWN_TEST`]) under
 //! `lockdown=confidentiality`, after the VM with the least to do.
 
-use std::fmt::Write as _;
 pub mod apt;
 pub mod arch;
 pub mod cpio;
@@ -29,6 +29,7 @@ pub mod report;
 pub mod sysroot;
 
 use std::{
+    fmt::Write as _,
     fs,
     io::{self, Write as _},
     path::{Path, PathBuf},
