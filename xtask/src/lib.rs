@@ -1,8 +1,10 @@
-//! pktrace's task runner: toolchain and package setup, the lab (a simulated AKS node in
-//! network namespaces), the demo, and the test tiers. The binary (`cargo xtask …`) is a thin
-//! CLI over this library; the integration tests use the lab through it too.
+//! pktrace's task runner: the front end of `cargo xtask …` (the binary parses the command line)
+//! and its small commands: toolchain and package setup, the demo, `dist`, `deploy-check`,
+//! `fuzz`, the test tiers ([`runner`]) and the module layers check ([`layers`]). The larger
+//! parts are crates of their own that the commands call: the lab (`tests/lab`, re-exported
+//! here as [`lab`] for the integration tests), the VM runner (`tests/vm`), the bench
+//! (`xtask/bench`), and the helpers they share (`xtask/common`).
 
-pub mod bench;
 pub mod demo;
 pub mod deploy;
 pub mod dist;

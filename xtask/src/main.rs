@@ -1,4 +1,5 @@
-//! `cargo xtask`: setup, the lab, the demo and the test tiers (see the `xtask` library).
+//! `cargo xtask`: the command line of every task (the `xtask` library and the crates it calls
+//! run them).
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -142,9 +143,9 @@ enum Task {
         /// A build of pktrace leaving one part of the traced path out, as NAME=PKTRACE
         /// (repeatable): `--only variants` measures each beside this one, under the streams.
         #[arg(long = "variant", value_name = "NAME=PKTRACE", value_parser = parse_bench_variant)]
-        variants: Vec<xtask::bench::Variant>,
+        variants: Vec<pktrace_bench::Variant>,
         #[command(flatten)]
-        soak: xtask::bench::soak::SoakArgs,
+        soak: pktrace_bench::soak::SoakArgs,
     },
 }
 
@@ -314,14 +315,14 @@ fn run(cli: Cli) -> Result<()> {
             baseline,
             variants,
             soak,
-        } => xtask::bench::bench(&xtask::bench::BenchOptions {
+        } => pktrace_bench::bench(&pktrace_bench::BenchOptions {
             short,
             runs: runs.and_then(|n| usize::try_from(n).ok()),
             seconds,
             no_write,
             only: only
                 .as_deref()
-                .map(xtask::bench::Phases::parse)
+                .map(pktrace_bench::Phases::parse)
                 .transpose()?,
             baseline,
             variants,
@@ -330,8 +331,8 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn parse_bench_variant(spec: &str) -> Result<xtask::bench::Variant, String> {
-    xtask::bench::Variant::parse(spec).map_err(|e| format!("{e:#}"))
+fn parse_bench_variant(spec: &str) -> Result<pktrace_bench::Variant, String> {
+    pktrace_bench::Variant::parse(spec).map_err(|e| format!("{e:#}"))
 }
 
 fn parse_variant(name: &str) -> Result<lab::Variant, String> {

@@ -108,7 +108,7 @@ const TIERS: [Tier; 6] = [
     },
     Tier {
         name: "bench (short)",
-        run: crate::bench::short,
+        run: pktrace_bench::short,
     },
 ];
 

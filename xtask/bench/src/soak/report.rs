@@ -129,7 +129,7 @@ pub fn raw(opts: &SoakOptions, soak: &Soak) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{micro::Binary, soak::Run, tracer::JsonTotals};
+    use crate::{micro::Binary, soak::Run, tracer::JsonTotals};
 
     fn run(binary: Binary, kib_per_min: u64) -> Run {
         let samples = (0..=20u32)

@@ -1,4 +1,6 @@
-//! `cargo xtask bench [--short] [--runs N]`: what tracing costs the packets and the node.
+//! The bench behind `cargo xtask bench [--short] [--runs N]` (xtask parses the command line
+//! and calls [`bench`]; its test tier calls [`short`]): what tracing costs the packets and the
+//! node.
 //!
 //! Builds pktrace, then on a simulated node of its own (`net`, namespaces `pkt-b*`) measures
 //! `throughput` retention under five conditions (and, with less of the machine's noise, TCP

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::Row;
-use crate::bench::{
+use crate::{
     Results, floor,
     hooks::{HookSample, Hooks},
     iperf::Stream,
@@ -109,7 +109,7 @@ fn weighted(samples: &[&HookSample]) -> Option<f64> {
 /// Per stream (in the phase's order), the medians over the rounds of the net figure, the raw
 /// one and the floor.
 fn per_stream(nets: &[Net]) -> Vec<(Stream, Dist, f64, f64)> {
-    crate::bench::hooks::STREAMS
+    crate::hooks::STREAMS
         .iter()
         .filter_map(|&stream| {
             let of =
@@ -171,7 +171,7 @@ fn row(r: &Results, condition: Condition, limit: f64, what: &str, frames: &[Fram
          the empty tc program's {floor:.0} ns; median of {}); per stream, ns net: {}",
         worst.short(),
         d.median,
-        crate::bench::doc::runs(d.n),
+        crate::doc::runs(d.n),
         streams
             .iter()
             .map(|(s, d, ..)| format!("{} {:.0}", s.short(), d.median))
@@ -203,7 +203,7 @@ fn without_floor(r: &Results, condition: Condition, target: String) -> Row {
         .iter()
         .filter(|s| s.condition == condition && is_tc(&s.program))
         .collect();
-    let raw = Dist::of(crate::bench::hooks::STREAMS.iter().filter_map(|&stream| {
+    let raw = Dist::of(crate::hooks::STREAMS.iter().filter_map(|&stream| {
         let runs: Vec<&HookSample> = tc.iter().copied().filter(|s| s.stream == stream).collect();
         weighted(&runs)
     }));

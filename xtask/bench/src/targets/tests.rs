@@ -1,5 +1,5 @@
 use super::*;
-use crate::bench::{
+use crate::{
     floor,
     hooks::HookSample,
     micro::Binary,
@@ -301,7 +301,7 @@ fn the_collector_is_judged_on_real_journeys_only() {
 
 #[test]
 fn the_report_heads_the_table_plainly() {
-    let tables = crate::bench::report::tables(&Results::default());
+    let tables = crate::report::tables(&Results::default());
     assert!(tables.starts_with("#### Targets\n\n| target "), "{tables}");
     assert!(!tables.to_lowercase().contains("issue"));
 }
