@@ -8,7 +8,7 @@ use std::{fs, process::Command};
 use anyhow::{Context as _, Result};
 use xtask_common::cmd::{output, run};
 
-use super::kernel::cache_dir;
+use super::cache_dir;
 
 /// A Debian suite the VM tier fetches kernels from through its own apt configuration.
 #[derive(Debug, Clone, Copy)]

@@ -26,11 +26,11 @@ pub mod payload;
 pub mod plan;
 pub mod qemu;
 pub mod report;
+mod summary;
 pub mod sysroot;
 
 use std::{
-    fmt::Write as _,
-    fs,
+    env, fs,
     io::{self, Write as _},
     path::{Path, PathBuf},
     thread,
@@ -40,11 +40,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use xtask_common::target_dir;
 
-use self::{
-    arch::Arch,
-    init::AUTO,
-    qemu::{Ending, QemuConfig},
-};
+use self::{arch::Arch, init::AUTO, qemu::QemuConfig};
 
 /// The hooks `vm-test` runs by default.
 pub const DEFAULT_HOOKS: [&str; 2] = ["kprobe", "fentry"];
@@ -66,6 +62,17 @@ const LOCKDOWN_CMDLINE: [&str; 2] = [
     "lockdown=confidentiality",
     "PKTRACE_EXPECT_LOCKDOWN=confidentiality",
 ];
+
+/// The cache of the VM tier: `$XDG_CACHE_HOME/pktrace/vm`, else `~/.cache/pktrace/vm`.
+#[must_use]
+pub fn cache_dir() -> PathBuf {
+    let base = env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
+    base.join("pktrace/vm")
+}
 
 /// Options of `cargo xtask vm-test`.
 #[derive(Debug, Clone)]
@@ -271,7 +278,7 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
         }
     }
     let vms = run_vms(lanes, &base, &out_dir);
-    Ok(summarize(
+    Ok(summary::summarize(
         &vms,
         &order,
         &kernel.version,
@@ -381,93 +388,6 @@ fn parse(console: &Result<qemu::Console>) -> report::Report {
         .unwrap_or_default()
 }
 
-/// Prints the timings, the per-run and per-test tables (runs in `order`); fails when
-/// anything failed.
-fn summarize(
-    vms: &[Vm],
-    order: &[plan::Run],
-    kernel: &str,
-    options: &VmOptions,
-    [start, prepared, built, packed]: [Instant; 4],
-    out_dir: &Path,
-) -> Outcome {
-    let mut failures = Vec::new();
-    let mut all = report::Report::default();
-    eprintln!();
-    eprintln!("vm-test summary: kernel {kernel}");
-    eprintln!(
-        "  kernel ready {:.1} s, builds {:.1} s, initramfs {:.1} s",
-        secs(prepared - start),
-        secs(built - prepared),
-        secs(packed - built),
-    );
-    for vm in vms {
-        let tag = &vm.tag;
-        match &vm.console {
-            Ok(console) => {
-                eprintln!(
-                    "  {tag}: qemu {:.1} s (CPU {:.1} s){}; {}; console {}",
-                    secs(console.elapsed),
-                    secs(console.cpu),
-                    ending(console.ending, options.timeout),
-                    timings(&vm.report),
-                    vm.log.display()
-                );
-                let expected: Vec<(String, String)> = vm
-                    .runs
-                    .iter()
-                    .map(|r| (r.hook.clone(), r.binary.clone()))
-                    .collect();
-                failures.extend(
-                    report::failures(&vm.report, &expected)
-                        .into_iter()
-                        .map(|f| format!("{tag}: {f}")),
-                );
-            }
-            Err(err) => failures.push(format!("{tag}: {err:#}")),
-        }
-        for alarm in &vm.report.alarms {
-            eprintln!("  {tag}: kernel/init: {alarm}");
-        }
-        all.runs.extend(vm.report.runs.iter().cloned());
-    }
-    all.runs.sort_by_key(|r| {
-        order
-            .iter()
-            .position(|o| o.hook == r.hook && o.binary == r.binary)
-    });
-    // Columns: the hooks asked for, then any other a run had (the lockdown boot's `auto`).
-    let mut hooks = options.hooks.clone();
-    for run in order {
-        if !hooks.contains(&run.hook) {
-            hooks.push(run.hook.clone());
-        }
-    }
-    eprint!("{}", indent(&report::table(&all, &hooks)));
-    eprintln!("  total {:.1} s", secs(start.elapsed()));
-    if all.runs.iter().all(|r| r.tests.is_empty()) {
-        eprintln!("vm-test: warning: no test ran (does the filter match any?)");
-    }
-    Outcome {
-        kernel: kernel.to_owned(),
-        probe: vms
-            .iter()
-            .map(|vm| &vm.report.probe)
-            .find(|p| !p.is_empty())
-            .cloned()
-            .unwrap_or_default(),
-        report: all,
-        failures,
-        elapsed: start.elapsed(),
-        guest: vms
-            .iter()
-            .filter_map(|vm| vm.console.as_ref().ok())
-            .map(|c| c.elapsed)
-            .sum(),
-        out_dir: out_dir.to_path_buf(),
-    }
-}
-
 /// Removes the console logs of an earlier run (it may have had more VMs).
 fn remove_old_logs(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -482,18 +402,6 @@ fn remove_old_logs(dir: &Path) {
     }
 }
 
-fn ending(ending: Ending, timeout: Duration) -> String {
-    match ending {
-        Ending::TimedOut => format!(
-            " (killed: a run took more than the {} s time-out)",
-            timeout.as_secs()
-        ),
-        Ending::BootTimedOut => " (killed: no /init before the boot time-out)".to_owned(),
-        Ending::Exited(status) if !status.success() => format!(" (qemu {status})"),
-        Ending::Exited(_) => String::new(),
-    }
-}
-
 fn check_hooks(hooks: &[String]) -> Result<()> {
     if hooks.is_empty() {
         bail!("--hook: give at least one of {}", HOOKS.join(", "));
@@ -504,39 +412,6 @@ fn check_hooks(hooks: &[String]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Guest-side timings from the markers.
-fn timings(report: &report::Report) -> String {
-    let Some((host_at, uptime)) = report.init else {
-        return "/init never started".to_owned();
-    };
-    let mut text = format!(
-        "/init at {:.1} s after qemu started (guest uptime {uptime:.1} s)",
-        secs(host_at)
-    );
-    if let Some(modules) = report.modules {
-        let _ = write!(text, ", modules loaded in {:.1} s", modules - uptime);
-    }
-    if let Some(done) = report.done {
-        let _ = write!(
-            text,
-            ", tests {:.1} s",
-            done - report.modules.unwrap_or(uptime)
-        );
-    }
-    text
-}
-
-fn secs(elapsed: Duration) -> f64 {
-    elapsed.as_secs_f64()
-}
-
-fn indent(text: &str) -> String {
-    text.lines().fold(String::new(), |mut out, l| {
-        let _ = writeln!(out, "  {l}");
-        out
-    })
 }
 
 #[cfg(test)]

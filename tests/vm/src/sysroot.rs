@@ -23,8 +23,8 @@ use xtask_common::cmd::{describe, output, run};
 
 use super::{
     apt::{self, Suite},
+    cache_dir,
     image::Image,
-    kernel::cache_dir,
 };
 
 /// The packages of the guest's tools; the library packages they depend on come with them.
