@@ -1,7 +1,15 @@
-//! The product crates' modules form layers: no import cycle between the top-level modules of
-//! a crate, nor between sibling submodules of one folder (`explain::ipset` ↔
-//! `explain::rules`). Checked by `cargo test` (this module's tests read tracer-user,
-//! tracer-common and tracer-ebpf).
+//! Every crate of the workspace has layered modules: no import cycle between the top-level
+//! modules of a crate, nor between sibling submodules of one folder (`explain::ipset` ↔
+//! `explain::rules`). Checked by `cargo test` (this module's tests read the `src` of every
+//! crate the workspace's Cargo.toml lists in `members`, xtask's own included). Between crates
+//! cargo itself refuses a cycle.
+//!
+//! Hand-written rather than a maintained tool: `cargo modules dependencies --acyclic`
+//! (cargo-modules) draws the module graph but is a separate binary built on rust-analyzer's
+//! crates (a long build, an install step in `cargo xtask setup`, one pass per crate outside
+//! `cargo test`) and counts test code unless told otherwise; cargo-cycles is young (0.x).
+//! This check needs no dependency, runs inside `cargo test` in about a second and applies
+//! exactly the rule below.
 //!
 //! A module's imports are the `crate::…` and `super::…` paths in its production code (`use`
 //! trees included; comments, strings, test modules and test files left out). A path is cut to

@@ -1,5 +1,5 @@
 //! The checker on small made-up crates (a cycle is found and named, a layered graph passes,
-//! what is not an import is ignored), then on the product crates themselves.
+//! what is not an import is ignored), then on every crate of the workspace.
 
 use super::*;
 use crate::workspace_root;
@@ -118,12 +118,40 @@ fn nested_use_trees_and_super_chains_resolve() {
 /// shrinks: a new cycle fails, and so does a listed one that is gone (delete its line).
 const KNOWN_CYCLES: [&str; 0] = [];
 
+/// The workspace's crates, as the root Cargo.toml's `members` lists them (folders).
+fn workspace_members() -> Vec<String> {
+    let manifest = fs::read_to_string(workspace_root().join("Cargo.toml")).unwrap();
+    let list = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = ["))
+        .and_then(|l| l.strip_suffix(']'))
+        .expect("a one-line `members = [...]` in the workspace's Cargo.toml");
+    list.split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
 #[test]
-fn the_product_crates_have_no_new_import_cycle() {
+fn every_crate_of_the_workspace_is_checked() {
+    let members = workspace_members();
+    for krate in [
+        "tracer-user",
+        "tracer-ebpf",
+        "xtask",
+        "xtask/common",
+        "tests/lab",
+    ] {
+        assert!(members.iter().any(|m| m == krate), "{members:?}");
+    }
+}
+
+#[test]
+fn the_crates_have_no_new_import_cycle() {
     let root = workspace_root();
     let mut found = Vec::new();
-    for krate in ["tracer-user", "tracer-common", "tracer-ebpf"] {
-        let cycles = check_crate(&root.join(krate).join("src")).unwrap();
+    for krate in workspace_members() {
+        let cycles = check_crate(&root.join(&krate).join("src")).unwrap();
         found.extend(cycles.iter().map(|c| {
             let name = format!("{krate}: {}", c.modules.join(" -> "));
             (name, format!("{krate}: {c}"))
