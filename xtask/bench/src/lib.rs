@@ -1,5 +1,5 @@
 //! The bench behind `cargo xtask bench [--short] [--runs N]` (xtask parses the command line
-//! and calls [`bench`]; its test tier calls [`short`]): what tracing costs the packets and the
+//! and calls [`bench()`]; its test tier calls [`short`]): what tracing costs the packets and the
 //! node.
 //!
 //! Builds pktrace, then on a simulated node of its own (`net`, namespaces `pkt-b*`) measures
