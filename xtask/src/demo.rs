@@ -5,7 +5,7 @@
 use std::{
     env, fs,
     net::{Ipv4Addr, SocketAddrV4},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, ExitStatus},
     thread,
     time::{Duration, Instant},
@@ -18,11 +18,7 @@ use pktrace_lab::{
         DNS_CLUSTER_IP, INET_HOST, UBUNTU, VNET_HOST, WHEREAMI_CLUSTER_IP, WHEREAMI_LB_VIP,
     },
 };
-use xtask_common::{
-    PKTRACE_BIN_ENV,
-    cmd::{capture, find_program, require_root, run},
-    target_dir, workspace_root,
-};
+use xtask_common::cmd::{capture, find_program, require_root};
 
 use crate::setup;
 
@@ -52,7 +48,7 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     if !options.no_setup {
         setup()?;
     }
-    let pktrace = pktrace_binary()?;
+    let (pktrace, _) = xtask_common::pktrace_binary("demo")?;
     require_root("the demo (lab namespaces, eBPF)")?;
     let was_up = lab::status()?.up;
     lab::up()?;
@@ -71,24 +67,6 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     }
     eprintln!("demo: done");
     Ok(())
-}
-
-/// `$PKTRACE_BIN` if set, else a fresh release build of pktrace.
-fn pktrace_binary() -> Result<PathBuf> {
-    if let Some(path) = env::var_os(PKTRACE_BIN_ENV).filter(|p| !p.is_empty()) {
-        eprintln!(
-            "demo: using {} from {PKTRACE_BIN_ENV} (not building)",
-            Path::new(&path).display()
-        );
-        return Ok(PathBuf::from(path));
-    }
-    let mut build =
-        std::process::Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    build
-        .args(["build", "--release", "-p", "tracer-user"])
-        .current_dir(workspace_root());
-    run(&mut build).context("building pktrace failed (see the compiler output above)")?;
-    Ok(target_dir().join("release/pktrace"))
 }
 
 /// Starts pktrace, waits until it is ready, makes traffic, stops it; returns its status.

@@ -7,6 +7,7 @@ use std::{fs, path::PathBuf, process::Command};
 
 use anyhow::{Context as _, Result, bail};
 use xtask_common::{
+    cargo_command,
     cmd::{output, run},
     target_dir, workspace_root,
 };
@@ -65,8 +66,7 @@ fn manifests() -> Result<Vec<PathBuf>> {
 /// The pod kubectl-pktrace would create, written to a file (with a name: the server would
 /// make one from `generateName`).
 fn plugin_pod() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run(Command::new(cargo).current_dir(workspace_root()).args([
+    run(&mut cargo_command(&[
         "build",
         "-p",
         "tracer-user",

@@ -45,11 +45,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 pub use variants::Variant;
-use xtask_common::{
-    PKTRACE_BIN_ENV,
-    cmd::{require_root, run},
-    target_dir, workspace_root,
-};
+use xtask_common::{cmd::require_root, target_dir, workspace_root};
 
 /// Options of `cargo xtask bench`.
 #[derive(Clone, Debug, Default)]
@@ -211,7 +207,7 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         opts.only.is_none_or(|p| !p.variants) || !opts.variants.is_empty(),
         "--only variants needs at least one --variant NAME=PKTRACE"
     );
-    let (pktrace, origin) = pktrace_binary()?;
+    let (pktrace, origin) = xtask_common::pktrace_binary("bench")?;
     let phases = opts.only.unwrap_or(Phases::ALL);
     let scratch = Scratch::new()?;
     let ctx = Ctx {
@@ -412,27 +408,6 @@ fn preflight() -> Result<()> {
         "the bench pins the traffic and the tracer to different CPUs: it needs at least 2 (found {cpus})"
     );
     Ok(())
-}
-
-/// `$PKTRACE_BIN` if set, else a fresh release build of pktrace; with where it came from.
-fn pktrace_binary() -> Result<(PathBuf, String)> {
-    if let Some(path) = env::var_os(PKTRACE_BIN_ENV).filter(|p| !p.is_empty()) {
-        eprintln!(
-            "bench: using {} from {PKTRACE_BIN_ENV} (not building)",
-            PathBuf::from(&path).display()
-        );
-        let path = PathBuf::from(path);
-        let origin = format!("{} (from {PKTRACE_BIN_ENV})", path.display());
-        return Ok((path, origin));
-    }
-    let mut build =
-        std::process::Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    build
-        .args(["build", "--release", "-p", "tracer-user"])
-        .current_dir(workspace_root());
-    run(&mut build).context("building pktrace failed (see the compiler output above)")?;
-    let origin = "built from the working tree (cargo build --release -p tracer-user)".to_owned();
-    Ok((target_dir().join("release/pktrace"), origin))
 }
 
 /// An exclusive lock on [`LOCK_FILE`], held until dropped.

@@ -78,6 +78,32 @@ pub fn cargo_command(args: &[&str]) -> Command {
     cmd
 }
 
+/// `$PKTRACE_BIN` if set (`who` says so on stderr), else a fresh release build of pktrace;
+/// with where it came from, for reports.
+///
+/// # Errors
+/// If the build fails.
+pub fn pktrace_binary(who: &str) -> Result<(PathBuf, String)> {
+    if let Some(path) = env::var_os(PKTRACE_BIN_ENV).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        eprintln!(
+            "{who}: using {} from {PKTRACE_BIN_ENV} (not building)",
+            path.display()
+        );
+        let origin = format!("{} (from {PKTRACE_BIN_ENV})", path.display());
+        return Ok((path, origin));
+    }
+    cmd::run(&mut cargo_command(&[
+        "build",
+        "--release",
+        "-p",
+        "tracer-user",
+    ]))
+    .context("building pktrace failed (see the compiler output above)")?;
+    let origin = "built from the working tree (cargo build --release -p tracer-user)".to_owned();
+    Ok((target_dir().join("release/pktrace"), origin))
+}
+
 #[cfg(test)]
 mod exe_tests {
     use std::{fs, path::PathBuf};

@@ -13,8 +13,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
+    cargo_command,
     cmd::{find_program, run},
-    target_dir, workspace_root,
+    target_dir,
 };
 
 /// A target the static build is for.
@@ -83,19 +84,16 @@ pub fn build(target: &DistTarget) -> Result<PathBuf> {
             target.triple
         );
     }
-    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cargo
-        .current_dir(workspace_root())
-        .args([
-            "build",
-            "--profile",
-            PROFILE,
-            "--target",
-            target.triple,
-            "-p",
-            "tracer-user",
-        ])
-        .args(BINARIES.iter().flat_map(|b| ["--bin", b]));
+    let mut cargo = cargo_command(&[
+        "build",
+        "--profile",
+        PROFILE,
+        "--target",
+        target.triple,
+        "-p",
+        "tracer-user",
+    ]);
+    cargo.args(BINARIES.iter().flat_map(|b| ["--bin", b]));
     cross_env(&mut cargo, target);
     run(&mut cargo).with_context(|| {
         format!(
