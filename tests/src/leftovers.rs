@@ -7,7 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use xtask::lab::{NODE_NS, in_ns};
+use xtask::{
+    lab::{NODE_NS, in_ns},
+    needs,
+};
 
 /// Names of pktrace's kernel programs (prefixes), as bpftool lists them.
 const OUR_PROGRAMS: [&str; 6] = [
@@ -22,17 +25,27 @@ const OUR_PROGRAMS: [&str; 6] = [
 /// tcx links exist from Linux 6.6 (pktrace uses them there unless told otherwise).
 #[must_use]
 pub fn kernel_has_tcx() -> bool {
-    kernel_at_least(6, 6)
+    needs::release_at_least(&needs::running_release(), needs::TCX_SINCE)
+}
+
+/// For the tests that need tcx links ([`needs::NEEDS`], which the runners skip by name on
+/// a kernel without them): fails on such a kernel, rather than pass without testing.
+///
+/// # Panics
+/// If this kernel has no tcx.
+pub fn require_tcx() {
+    assert!(
+        kernel_has_tcx(),
+        "this test needs tcx links (Linux 6.6+) and the kernel is {}: the runners skip it on \
+         such a kernel (xtask::needs::NEEDS)",
+        needs::running_release()
+    );
 }
 
 /// Whether the running kernel's release (`/proc/sys/kernel/osrelease`) is `major.minor` or later.
 #[must_use]
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let have_major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let have_minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (have_major, have_minor) >= (major, minor)
+    needs::release_at_least(&needs::running_release(), (major, minor))
 }
 
 /// Our programs and links as `bpftool prog/link show` lists them.

@@ -2,6 +2,8 @@
 //! link waits for an RCU grace period under rtnl, about 30 ms per interface) and keeps tcx on the
 //! interfaces `--interfaces` names (`eth0`, `azure0`); veths that appear while following get
 //! clsact too. Journeys still cross both kinds, and nothing is left after exit or SIGKILL.
+//! The `many_veths_` tests need tcx (Linux 6.6+): the runners skip them by name on older
+//! kernels (`xtask::needs::NEEDS`).
 
 use std::{
     fs,
@@ -12,7 +14,7 @@ use std::{
 
 use tests::{
     LabGuard,
-    leftovers::{kernel_has_tcx, our_filters, ours_loaded_after_settling, tagged_pid, tc_snapshot},
+    leftovers::{our_filters, ours_loaded_after_settling, require_tcx, tagged_pid, tc_snapshot},
     trace::{Pktrace, Trace},
 };
 use tracer_user::output::json::contract::{JourneyLine, Point};
@@ -156,17 +158,13 @@ struct ManyRun {
 }
 
 /// The scenario, run once for this file's `many_veths_` tests (they run one at a time; each
-/// also runs alone); `None` (they skip) on a kernel without tcx (< 6.6), where every interface
-/// gets clsact. The lab is down again once it is built.
-fn many_run() -> Option<&'static ManyRun> {
-    static RUN: OnceLock<Option<ManyRun>> = OnceLock::new();
-    let run = RUN
-        .get_or_init(|| kernel_has_tcx().then(run_many_veths))
-        .as_ref();
-    if run.is_none() {
-        eprintln!("skipped: this kernel has no tcx (< 6.6), so every interface gets clsact");
-    }
-    run
+/// also runs alone). They need tcx: on a kernel without it (< 6.6) every interface gets
+/// clsact, the runners skip them by name (`xtask::needs::NEEDS`) and they fail if run
+/// anyway. The lab is down again once it is built.
+fn many_run() -> &'static ManyRun {
+    static RUN: OnceLock<ManyRun> = OnceLock::new();
+    require_tcx();
+    RUN.get_or_init(run_many_veths)
 }
 
 fn run_many_veths() -> ManyRun {
@@ -248,7 +246,7 @@ fn run_many_veths() -> ManyRun {
 /// have tcx links); the start-up line says so.
 #[test]
 fn many_veths_get_clsact_and_named_interfaces_keep_tcx() {
-    let Some(r) = many_run() else { return };
+    let r = many_run();
     let want = format!(
         "attach: tcx on eth0, azure0; clsact on {} interfaces matching azv*",
         r.globbed
@@ -273,14 +271,14 @@ fn many_veths_get_clsact_and_named_interfaces_keep_tcx() {
 /// A pod that appears while following gets clsact as well (the count is still above 8).
 #[test]
 fn many_veths_a_pod_added_while_following_gets_clsact() {
-    let Some(r) = many_run() else { return };
+    let r = many_run();
     assert_eq!(r.added_filters, 2, "filters on the new pod's veth");
 }
 
 /// The request entered on the pod's veth (clsact) and crossed azure0 and eth0 (tcx).
 #[test]
 fn many_veths_journeys_cross_clsact_and_tcx_interfaces() {
-    let Some(r) = many_run() else { return };
+    let r = many_run();
     let trace = &r.trace;
     assert!(trace.status.success(), "{}", trace.dump());
     let want = [
@@ -315,7 +313,7 @@ fn many_veths_journeys_cross_clsact_and_tcx_interfaces() {
 
 #[test]
 fn many_veths_nothing_is_left_after_exit() {
-    let Some(r) = many_run() else { return };
+    let r = many_run();
     let left = &r.after_exit;
     assert!(
         left.filters.is_empty(),
@@ -338,7 +336,7 @@ fn many_veths_nothing_is_left_after_exit() {
 /// SIGKILL: the filters stay, tagged with the dead PID; the next pktrace removes them.
 #[test]
 fn many_veths_filters_left_by_sigkill_are_swept_by_the_next_run() {
-    let Some(r) = many_run() else { return };
+    let r = many_run();
     let left = &r.killed_left;
     assert_eq!(
         left.len(),
@@ -385,7 +383,7 @@ fn many_veths_filters_left_by_sigkill_are_swept_by_the_next_run() {
 /// on the deleted veths went with them).
 #[test]
 fn many_veths_a_run_that_picks_tcx_still_sweeps_clsact_filters_left() {
-    let Some(r) = many_run() else { return };
+    let r = many_run();
     assert_eq!(
         r.killed_again_left,
         2 * r.globbed,

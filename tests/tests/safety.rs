@@ -26,7 +26,8 @@ mod safety {
     use tests::{
         LabGuard,
         leftovers::{
-            kernel_has_tcx, our_filters, ours_loaded_after_settling, tagged_pid, tc_snapshot,
+            kernel_has_tcx, our_filters, ours_loaded_after_settling, require_tcx, tagged_pid,
+            tc_snapshot,
         },
         pktrace_bin,
         rawbpf::{CountingProgram, enter_netns, ifindex, in_netns},
@@ -421,10 +422,9 @@ mod safety {
 
     #[test]
     fn another_program_on_the_same_hook_counts_and_drops_the_same_with_and_without_pktrace() {
-        if !kernel_has_tcx() {
-            eprintln!("skipped: the test program attaches with a tcx link (Linux 6.6+)");
-            return;
-        }
+        // The test program attaches with a tcx link: the runners skip this test on a kernel
+        // without tcx (xtask::needs::NEEDS).
+        require_tcx();
         let _lab = LabGuard::new();
         for drop in [false, true] {
             let prog = CountingProgram::load(VNET_HOST.tcp_port, DROPPED_PORT, drop);

@@ -10,6 +10,7 @@ pub mod deploy;
 pub mod dist;
 pub mod fuzz;
 pub mod layers;
+pub mod needs;
 pub mod runner;
 pub mod setup;
 

@@ -17,14 +17,17 @@ use crate::setup;
 /// Runs tracer-user's root-tier unit tests (`cargo test -- --ignored`: they load programs and
 /// make throwaway network namespaces of their own, none of the lab's), then builds pktrace and
 /// xtask and runs the `tests` crate (one test at a time) with `PKTRACE_BIN` and
-/// `PKTRACE_XTASK_BIN` set; `extra` goes to both test harnesses.
+/// `PKTRACE_XTASK_BIN` set; `extra` goes to both test harnesses, and so does `--skip NAME` for
+/// each test this kernel cannot run ([`crate::needs`]).
 ///
 /// # Errors
 /// If not root, a build fails, a binary is missing after it, or a test fails.
 pub fn integration_test(extra: &[String]) -> Result<()> {
     require_root("`cargo xtask integration-test` (it builds network namespaces and loads eBPF)")?;
+    // The tests this kernel cannot run, skipped by name (said once, here).
+    let skips = crate::needs::skip_args("integration-test", &crate::needs::running_release());
     let mut unit = cargo_command(&["test", "-p", "tracer-user", "--", "--ignored"]);
-    unit.args(extra);
+    unit.args(extra).args(&skips);
     run(&mut unit).context("tracer-user's root-tier unit tests failed")?;
     cargo(&["build", "--release", "-p", "tracer-user"]).context("building pktrace")?;
     cargo(&["build", "-p", "xtask"]).context("building xtask")?;
@@ -48,6 +51,7 @@ pub fn integration_test(extra: &[String]) -> Result<()> {
     let _turn = xtask_common::cmd::exclusive_lock(INTEGRATION_LOCK)?;
     let mut test = cargo_command(&["test", "--release", "-p", "tests", "--", "--test-threads=1"]);
     test.args(extra)
+        .args(&skips)
         .env(PKTRACE_BIN_ENV, &pktrace)
         .env(XTASK_BIN_ENV, &xtask)
         .env(xtask_common::PKTRACE_DIST_BIN_ENV, &dist);

@@ -17,12 +17,16 @@ use crate::{
     test_support::in_new_netns,
 };
 
-/// Why these tests cannot run here: a kernel before 6.4 has no BPF netfilter links (the
-/// only case that ends a root-tier test early). Not being root fails the test.
-fn too_old() -> Option<String> {
+/// Fails unless root on a kernel with BPF netfilter links (6.4+): `cargo xtask
+/// integration-test` skips the tests that call this by name on older kernels (xtask's
+/// `needs::NEEDS`).
+fn require_netfilter_links() {
     crate::test_support::require_root();
     let (new_enough, release) = crate::test_support::kernel_at_least(6, 4);
-    (!new_enough).then(|| format!("kernel {release} < 6.4 has no BPF netfilter links"))
+    assert!(
+        new_enough,
+        "kernel {release} < 6.4 has no BPF netfilter links: the runners skip this test there"
+    );
 }
 
 /// Sends `n` UDP datagrams of `payload` bytes with socket mark `mark` over loopback and
@@ -106,10 +110,7 @@ fn counts(map: &OwnedFd, slot: u32) -> [u64; 4] {
 #[test]
 #[ignore = "root tier: loads and attaches netfilter programs"]
 fn links_count_packets_in_a_new_namespace_until_dropped() {
-    if let Some(why) = too_old() {
-        println!("not applicable: {why}");
-        return;
-    }
+    require_netfilter_links();
     let btf = Btf::from_sys_fs().unwrap();
     let o = kernel_offsets(&btf).unwrap();
     let mark = btf.struct_member_offset("sk_buff", "mark").unwrap();
@@ -145,10 +146,7 @@ fn links_count_packets_in_a_new_namespace_until_dropped() {
 #[test]
 #[ignore = "root tier: loads and attaches netfilter programs"]
 fn link_and_load_errors_say_why() {
-    if let Some(why) = too_old() {
-        println!("not applicable: {why}");
-        return;
-    }
+    require_netfilter_links();
     let accept = [insn(0xb7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)];
     let prog = NetfilterProgram::load("pkt_test_err", &accept, c"GPL").unwrap();
     in_new_netns(|| {
@@ -196,10 +194,7 @@ fn the_kernel_object_loads_and_its_brackets_pair_up() {
         !object.is_empty(),
         "built with AYA_BUILD_SKIP=1: no kernel object"
     );
-    if let Some(why) = too_old() {
-        println!("not applicable: {why}");
-        return;
-    }
+    require_netfilter_links();
     let offsets = crate::kernel::btf::kernel_offsets_bytes(
         &kernel_offsets(&Btf::from_sys_fs().unwrap()).unwrap(),
     );
