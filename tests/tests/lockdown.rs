@@ -9,9 +9,9 @@
 //! path with its NAT steps, untimed. Either way nothing of pktrace's is left in the kernel.
 //!
 //! Only a kernel booted with `lockdown=confidentiality` can run these, and lockdown cannot be
-//! lifted without a reboot: `cargo xtask vm-test` boots its guest once more that way and runs
-//! this binary there (with `PKTRACE_EXPECT_LOCKDOWN=confidentiality`, so that a guest that is
-//! not locked down fails them). Anywhere else they say that they skip, and why.
+//! lifted without a reboot: they are `#[ignore]`d (counted as ignored elsewhere), and `cargo
+//! xtask vm-test --full` boots its guest once more that way and runs this binary there with
+//! `--include-ignored`. Run on a kernel that is not locked down, they fail.
 
 /// Named so that `cargo xtask vm-test -- lockdown` selects these tests.
 mod lockdown {
@@ -33,8 +33,6 @@ mod lockdown {
     use tracer_user::output::json::contract::{JourneyLine, Point, StepLine};
     use xtask::lab::{self, UBUNTU, topology::VNET_HOST};
 
-    /// Set by the VM tier's lockdown boot: the mode the kernel must be in.
-    const EXPECT_ENV: &str = "PKTRACE_EXPECT_LOCKDOWN";
     const LOCKDOWN_FILE: &str = "/sys/kernel/security/lockdown";
     /// whereami's ClusterIP: DNAT to a backend on the node.
     const CLUSTER_IP: &str = "10.0.159.58:80";
@@ -45,32 +43,17 @@ mod lockdown {
                            that read kernel memory (bpf_probe_read";
     const ADVICE: &str = "boot the node without lockdown=confidentiality to see timed NAT steps";
 
-    /// True when the kernel is locked down in confidentiality mode. Otherwise the test says it
-    /// skips, or fails when [`EXPECT_ENV`] says this kernel must be locked down.
-    #[expect(
-        clippy::similar_names,
-        reason = "`test` and `text`: the test's name and the lockdown file's text"
-    )]
-    fn locked_down(test: &str) -> bool {
+    /// Fails unless the kernel is locked down in confidentiality mode (these tests run only
+    /// where it should be: the VM tier's lockdown boot, or when asked for by `--ignored`).
+    fn require_lockdown() {
         let text = fs::read_to_string(LOCKDOWN_FILE)
             .unwrap_or_else(|e| format!("unreadable ({e}; is securityfs mounted?)"));
-        let locked = text.contains("[confidentiality]");
-        if let Ok(want) = std::env::var(EXPECT_ENV) {
-            assert!(
-                locked,
-                "{EXPECT_ENV}={want}, but {LOCKDOWN_FILE} says: {}",
-                text.trim()
-            );
-        }
-        if !locked {
-            eprintln!(
-                "{test}: SKIPPED: this kernel is not locked down in confidentiality mode \
-                 ({LOCKDOWN_FILE}: {}); `cargo xtask vm-test` runs this test in a guest booted \
-                 with lockdown=confidentiality",
-                text.trim()
-            );
-        }
-        locked
+        assert!(
+            text.contains("[confidentiality]"),
+            "this test needs a kernel locked down in confidentiality mode, and {LOCKDOWN_FILE} \
+             says: {}",
+            text.trim()
+        );
     }
 
     /// The warning of a pktrace whose drop program the kernel refused.
@@ -107,10 +90,9 @@ mod lockdown {
     }
 
     #[test]
+    #[ignore = "needs a kernel booted with lockdown=confidentiality (the VM tier's lockdown boot)"]
     fn a_nat_hook_refused_by_lockdown_is_one_line_and_exit_1() {
-        if !locked_down("a_nat_hook_refused_by_lockdown_is_one_line_and_exit_1") {
-            return;
-        }
+        require_lockdown();
         let bin = pktrace_bin();
         for hook in refused_hooks() {
             // tc attaches first (to lo: no lab needed), then the NAT hook is refused.
@@ -194,12 +176,12 @@ mod lockdown {
         }
     }
 
-    /// The run, once for the `auto_` tests (they run one at a time; each also runs alone);
-    /// `None` (they skip) when the kernel is not locked down. The lab is down again once it
-    /// is built.
-    fn auto_run(test: &str) -> Option<&'static AutoRun> {
+    /// The run, once for the `auto_` tests (they run one at a time; each also runs alone).
+    /// The lab is down again once it is built.
+    fn auto_run() -> &'static AutoRun {
         static RUN: OnceLock<AutoRun> = OnceLock::new();
-        locked_down(test).then(|| RUN.get_or_init(trace_with_auto))
+        require_lockdown();
+        RUN.get_or_init(trace_with_auto)
     }
 
     fn trace_with_auto() -> AutoRun {
@@ -231,12 +213,9 @@ mod lockdown {
     /// Once per refused hook, a line that lockdown refused it; the last NAT hook line says
     /// conntrack is the fallback; pktrace runs and exits 0.
     #[test]
+    #[ignore = "needs a kernel booted with lockdown=confidentiality (the VM tier's lockdown boot)"]
     fn auto_names_lockdown_once_for_each_refused_nat_hook_and_falls_back_to_conntrack() {
-        let Some(r) = auto_run(
-            "auto_names_lockdown_once_for_each_refused_nat_hook_and_falls_back_to_conntrack",
-        ) else {
-            return;
-        };
+        let r = auto_run();
         let trace = &r.trace;
         assert!(trace.status.success(), "{}", trace.dump());
         let nat_lines = r.nat_lines();
@@ -261,11 +240,9 @@ mod lockdown {
 
     /// The ClusterIP's DNAT, from conntrack's events: what conntrack recorded, untimed.
     #[test]
+    #[ignore = "needs a kernel booted with lockdown=confidentiality (the VM tier's lockdown boot)"]
     fn auto_on_lockdown_shows_the_cluster_ip_dnat_from_conntrack_untimed() {
-        let Some(r) = auto_run("auto_on_lockdown_shows_the_cluster_ip_dnat_from_conntrack_untimed")
-        else {
-            return;
-        };
+        let r = auto_run();
         let to_svc = r.to_svc();
         assert!(
             !to_svc.is_empty(),
@@ -284,10 +261,9 @@ mod lockdown {
     /// The tc path is traced: the pod's packets to the VNet host, hop by hop from its veth out
     /// of eth0, without a NAT step (no hook to see one).
     #[test]
+    #[ignore = "needs a kernel booted with lockdown=confidentiality (the VM tier's lockdown boot)"]
     fn auto_on_lockdown_traces_the_tc_path() {
-        let Some(r) = auto_run("auto_on_lockdown_traces_the_tc_path") else {
-            return;
-        };
+        let r = auto_run();
         let journeys = r.to_vnet();
         assert!(!journeys.is_empty(), "no journey: {}", r.trace.dump());
         for j in &journeys {
@@ -319,10 +295,9 @@ mod lockdown {
     }
 
     #[test]
+    #[ignore = "needs a kernel booted with lockdown=confidentiality (the VM tier's lockdown boot)"]
     fn auto_on_lockdown_leaves_nothing_behind() {
-        let Some(r) = auto_run("auto_on_lockdown_leaves_nothing_behind") else {
-            return;
-        };
+        let r = auto_run();
         assert!(
             r.loaded_after.is_empty(),
             "auto: left behind: {:?}",

@@ -18,6 +18,9 @@ pub const AUTO: &str = "auto";
 /// The kernel command line parameter (an environment variable of /init) listing the runs a
 /// VM does, as `hook:binary`, comma-separated.
 pub const RUNS_VAR: &str = "vmtest_runs";
+/// The kernel command line parameter (an environment variable of /init) holding harness
+/// arguments of one boot, before the tests' own (the lockdown boot's `--include-ignored`).
+pub const HARNESS_VAR: &str = "vmtest_harness";
 /// The marker word of pktrace's start-up lines in the guest, one marker line each.
 pub const PROBE: &str = "probe";
 /// The address the start-up probe traces (TEST-NET-1: nothing sends to it).
@@ -103,7 +106,7 @@ pub fn script(plan: &InitPlan) -> String {
     line(w, "cd /tmp");
     probe(w);
     let args: Vec<String> = std::iter::once("--test-threads=1".to_owned())
-        .chain(std::iter::once("--show-output".to_owned()))
+        .chain(["--show-output".to_owned(), format!("${HARNESS_VAR}")])
         .chain(plan.test_args.iter().map(|a| quote(a)))
         .collect();
     // Which (hook, binary) runs this VM does comes from the kernel command line
@@ -240,9 +243,9 @@ mod tests {
         assert!(text.contains(
             "if [ \"$hook\" = auto ]; then unset PKTRACE_TEST_NAT_HOOK; else export PKTRACE_TEST_NAT_HOOK=$hook; fi"
         ));
-        assert!(
-            text.contains("  \"$path\" --test-threads=1 --show-output 'tcp_it'\\''s' </dev/null")
-        );
+        assert!(text.contains(
+            "  \"$path\" --test-threads=1 --show-output $vmtest_harness 'tcp_it'\\''s' </dev/null"
+        ));
         assert!(text.contains("echo \"@@vm-test hook=$hook binary=$binary exit=$rc uptime=$up\""));
         assert!(text.contains("mount -t bpf bpf /sys/fs/bpf"));
         assert!(text.contains(

@@ -185,7 +185,8 @@ fn is_alarm(line: &str) -> bool {
     .any(|needle| line.contains(needle))
 }
 
-/// The verdict: every expected (hook, binary) run ended with exit 0 and `/init` finished.
+/// The verdict: every expected (hook, binary) run ended with exit 0 and no test ignored, and
+/// `/init` finished.
 #[must_use]
 pub fn failures(report: &Report, expected: &[(String, String)]) -> Vec<String> {
     let mut failures = Vec::new();
@@ -204,6 +205,14 @@ pub fn failures(report: &Report, expected: &[(String, String)]) -> Vec<String> {
             )),
             Some(Some(0)) => {}
             Some(Some(code)) => failures.push(format!("hook={hook} binary={binary}: exit {code}")),
+        }
+        // A guest runs every test it is given (the lockdown boot's with `--include-ignored`):
+        // an ignored one would pass there without running.
+        let ignored = run.map_or(0, |r| r.count(Outcome::Ignored));
+        if ignored > 0 {
+            failures.push(format!(
+                "hook={hook} binary={binary}: {ignored} ignored (not run)"
+            ));
         }
     }
     if report.init.is_some() && report.done.is_none() {
@@ -350,7 +359,7 @@ test count_limit_stops ... ok
     }
 
     #[test]
-    fn every_expected_run_must_end_with_exit_0() {
+    fn every_expected_run_must_end_with_exit_0_and_nothing_ignored() {
         let report = parse(&lines(CONSOLE));
         let expected: Vec<(String, String)> = ["kprobe", "fentry"]
             .iter()
@@ -361,6 +370,7 @@ test count_limit_stops ... ok
             found,
             [
                 "hook=kprobe binary=lifecycle: exit 101",
+                "hook=kprobe binary=lifecycle: 1 ignored (not run)",
                 "hook=kprobe binary=journeys: never started",
                 "hook=fentry binary=lifecycle: no exit marker (hung or crashed)",
                 "hook=fentry binary=journeys: never started",
