@@ -10,7 +10,8 @@ use std::{
 use tests::{
     LabGuard,
     leftovers::{
-        kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tc_snapshot,
+        kernel_has_tcx, our_filters, ours_loaded, ours_loaded_after_settling, tagged_pid,
+        tc_snapshot,
     },
     pktrace_bin,
     trace::{Pktrace, Trace, assert_path, conntrack, nat_steps},
@@ -126,15 +127,13 @@ fn fifty_concurrent_connections_are_neither_merged_nor_split() {
     );
 }
 
+/// With tcx (Linux 6.6+) SIGKILL leaves nothing: every link and program goes with the
+/// process. Without tcx the tc programs are clsact filters, which outlive the process by the
+/// kernel's design: then only they are left (tagged with the dead PID, holding only the tc
+/// programs; the NAT hook's and the drop program are gone), and the next pktrace removes them
+/// and the qdiscs.
 #[test]
 fn sigkill_leaves_no_program_link_filter_or_qdisc() {
-    if !kernel_has_tcx() {
-        // clsact filters (and the programs they hold) outlive SIGKILL by design of the
-        // kernel; the next pktrace removes them: see
-        // clsact_path_detaches_on_exit_and_sweeps_what_a_killed_pktrace_left.
-        eprintln!("skipped: this kernel has no tcx (< 6.6), so tc programs are clsact filters");
-        return;
-    }
     let _lab = LabGuard::new();
     // The previous test's programs may still be on their way out (RCU).
     let loaded = ours_loaded_after_settling();
@@ -144,6 +143,7 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
     );
     let tc_before = tc_snapshot();
     let pk = Pktrace::start(&["--pod", "ubuntu", "--follow"]);
+    let pid = u32::try_from(pk.pid()).unwrap_or(0);
     let loaded = ours_loaded();
     assert!(
         loaded.iter().any(|l| l.contains("tc_ingress")),
@@ -159,8 +159,45 @@ fn sigkill_leaves_no_program_link_filter_or_qdisc() {
     assert!(!trace.status.success());
     // The kernel frees programs after the last reference is gone (RCU): give it a moment.
     let loaded = ours_loaded_after_settling();
-    assert!(loaded.is_empty(), "left behind after SIGKILL: {loaded:?}");
+    if kernel_has_tcx() {
+        assert!(loaded.is_empty(), "left behind after SIGKILL: {loaded:?}");
+    } else {
+        clsact_left_by_sigkill_is_swept_by_the_next_run(pid, &loaded);
+    }
     assert_eq!(tc_snapshot(), tc_before, "tc qdiscs/filters changed");
+}
+
+/// Without tcx: after a SIGKILL of pktrace `pid`, which left `loaded`, the clsact filters
+/// (tagged with `pid`) and the tc programs they hold are all that is left, and the next
+/// pktrace removes them.
+fn clsact_left_by_sigkill_is_swept_by_the_next_run(pid: u32, loaded: &[String]) {
+    let filters = our_filters();
+    assert!(!filters.is_empty(), "no clsact filter left by SIGKILL");
+    assert!(
+        filters.iter().all(|(_, h)| tagged_pid(*h) == Some(pid)),
+        "filters not tagged with the killed PID {pid}: {filters:?}"
+    );
+    let tc_program = |l: &String| {
+        l.starts_with("prog: ") && (l.contains("name tc_ingress") || l.contains("name tc_egress"))
+    };
+    let other: Vec<&String> = loaded.iter().filter(|l| !tc_program(l)).collect();
+    assert!(
+        other.is_empty(),
+        "left behind after SIGKILL besides the tc programs: {other:?}"
+    );
+    let next = Pktrace::start(&["--pod", "ubuntu", "--follow"]).stop();
+    assert!(next.status.success(), "{}", next.dump());
+    let swept = format!("removed {} tc filters left", filters.len());
+    assert!(
+        next.stderr.contains(&swept),
+        "no '{swept}':\n{}",
+        next.stderr
+    );
+    let loaded = ours_loaded_after_settling();
+    assert!(
+        loaded.is_empty(),
+        "left behind after the next run: {loaded:?}"
+    );
 }
 
 /// `n` pings from `ubuntu` to the VNet host, 50 ms apart.
