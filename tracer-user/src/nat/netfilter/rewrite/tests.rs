@@ -200,21 +200,22 @@ fn without_nf_conn_the_conntrack_loads_read_zero() {
     assert_eq!(fields(insns[12]), (LDX_DW, 4, 6, 128, 0));
 }
 
-/// The conntrack offsets from this kernel's BTF, where it has `struct nf_conn`: the reply
-/// tuple is one `nf_conntrack_tuple_hash` after the original, both before `status`.
+/// The conntrack offsets from this kernel's BTF (vmlinux's, or with `nf_conntrack` built as a
+/// module the module's on top of it): the reply tuple is one `nf_conntrack_tuple_hash` after
+/// the original, both before `status`.
 #[test]
 #[ignore = "root tier: reads the running kernel's BTF"]
 fn conntrack_offsets_from_this_kernel() {
-    let btf = Btf::from_sys_fs().expect("the running kernel's BTF");
-    let Some(o) = ConnOffsets::from_btf(&btf).unwrap() else {
-        // nf_conntrack built as a module: its types are in the module's BTF, not vmlinux's.
-        assert!(
-            std::path::Path::new("/sys/kernel/btf/nf_conntrack").exists(),
-            "no struct nf_conn in vmlinux BTF, and no nf_conntrack module BTF either"
-        );
-        println!("not applicable: nf_conntrack is a module (its BTF is not vmlinux's)");
-        return;
+    let vmlinux = Btf::from_sys_fs().expect("the running kernel's BTF");
+    let btf = if ConnOffsets::from_btf(&vmlinux).unwrap().is_some() {
+        vmlinux
+    } else {
+        Btf::from_sys_fs_module(&vmlinux, "nf_conntrack")
+            .expect("no struct nf_conn in vmlinux BTF, and no nf_conntrack module BTF either")
     };
+    let o = ConnOffsets::from_btf(&btf)
+        .unwrap()
+        .expect("struct nf_conn in nf_conntrack's BTF");
     let stride = btf.struct_size("nf_conntrack_tuple_hash").unwrap();
     assert_eq!(o.reply_src - o.orig_src, stride);
     assert_eq!(o.reply_dst - o.orig_dst, stride);
