@@ -4,7 +4,8 @@
 //! such a kernel (`--skip NAME`: counted in libtest's "N filtered out", and the runner says
 //! why), and the test fails where it runs without it. A test that needs a boot of its own
 //! (tests/tests/lockdown.rs: `lockdown=confidentiality`) is `#[ignore = "why"]` instead, and
-//! the VM tier's lockdown boot runs it with `--include-ignored`.
+//! the VM tier's lockdown boot runs it with `--include-ignored`. `cargo test` checks that no
+//! `#[test]` function holds a bare `return` (this module's `no_test_returns_early`).
 
 /// A kernel feature, the first release with it, and the root-tier tests that need it (names
 /// as libtest's filters match them: a substring of the path, here the function's name, so
@@ -123,6 +124,153 @@ mod tests {
                 found.push(path);
             }
         }
+    }
+
+    /// `line` without its string literals' contents and its `//` comment.
+    fn code_of(line: &str) -> String {
+        let mut code = String::new();
+        let (mut in_str, mut escaped) = (false, false);
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if in_str {
+                match (escaped, c) {
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        in_str = false;
+                        code.push(c);
+                    }
+                    _ => escaped = false,
+                }
+            } else if c == '"' {
+                in_str = true;
+                code.push(c);
+            } else if c == '/' && chars.peek() == Some(&'/') {
+                break;
+            } else {
+                code.push(c);
+            }
+        }
+        code
+    }
+
+    /// The `#[test]` functions of `source` (rustfmt's layout: the body ends at the first `}`
+    /// line indented as its `fn` line) with a bare `return` in their body: (name, line).
+    fn early_returns(source: &str) -> Vec<(String, String)> {
+        let lines: Vec<&str> = source.lines().collect();
+        let mut found = Vec::new();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i].trim() != "#[test]" {
+                i += 1;
+                continue;
+            }
+            let Some(start) = (i + 1..lines.len()).find(|&j| {
+                let l = lines[j].trim_start();
+                l.starts_with("fn ") || l.starts_with("pub fn ")
+            }) else {
+                break;
+            };
+            let head = lines[start].trim_start();
+            let indent = lines[start].len() - head.len();
+            let name = head
+                .trim_start_matches("pub ")
+                .trim_start_matches("fn ")
+                .split(['(', '<'])
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let close = format!("{}}}", " ".repeat(indent));
+            let end = if head.trim_end().ends_with('}') {
+                start
+            } else {
+                (start + 1..lines.len())
+                    .find(|&j| lines[j] == close)
+                    .unwrap_or(lines.len())
+            };
+            for line in lines.get(start + 1..end).unwrap_or_default() {
+                let code = code_of(line);
+                let code = code.trim();
+                let bare = code == "return"
+                    || ["return;", "return }", "return,", "return Ok(())"]
+                        .iter()
+                        .any(|r| code.contains(r));
+                if bare {
+                    found.push((name.clone(), line.trim().to_owned()));
+                }
+            }
+            i = end + 1;
+        }
+        found
+    }
+
+    #[test]
+    fn finds_bare_returns_in_test_bodies() {
+        let source = [
+            "#[test]",
+            "fn skips() {",
+            "    if x() {",
+            "        return;",
+            "    }",
+            "}",
+            "#[test]",
+            "#[ignore = \"why\"]",
+            "fn also() {",
+            "    let Some(r) = run() else { return };",
+            "}",
+            "fn helper() {",
+            "    return;",
+            "}",
+            "mod m {",
+            "    #[test]",
+            "    fn fine() {",
+            "        assert!(x()); // return;",
+            "    }",
+            "    #[test]",
+            "    fn empty() {}",
+            "    #[test]",
+            "    fn matched() -> Result<()> {",
+            "        match a {",
+            "            _ => return Ok(()),",
+            "        }",
+            "    }",
+            "}",
+        ]
+        .join("\n");
+        let found: Vec<String> = early_returns(&source)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(found, ["skips", "also", "matched"]);
+    }
+
+    /// No test of the workspace passes by returning early: a test that needs what a kernel
+    /// may lack is skipped by name by the runners ([`NEEDS`]) or `#[ignore]`d, and fails
+    /// where it runs without it.
+    #[test]
+    fn no_test_returns_early() {
+        let root = crate::workspace_root();
+        let mut files = Vec::new();
+        for dir in ["tests", "tracer-user", "tracer-common", "xtask"] {
+            sources(&root.join(dir), &mut files);
+        }
+        assert!(
+            files.iter().any(|f| f.ends_with("tests/tests/lockdown.rs")),
+            "the root tier's sources were not found under {}",
+            root.display()
+        );
+        let mut found = Vec::new();
+        for file in &files {
+            let source = fs::read_to_string(file).unwrap_or_default();
+            for (name, line) in early_returns(&source) {
+                found.push(format!("{}: {name}: {line}", file.display()));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "tests that return early (skip by name in xtask::needs or #[ignore = \"why\"], \
+             and fail where the condition should hold):\n{}",
+            found.join("\n")
+        );
     }
 
     /// Every name in [`NEEDS`] is a test of the workspace (a renamed test would otherwise run,
