@@ -10,12 +10,13 @@ pub mod deploy;
 pub mod dist;
 pub mod fuzz;
 pub mod layers;
-pub mod needs;
 pub mod runner;
 pub mod setup;
 
 /// The lab (its own crate, `tests/lab`), here for the integration tests and the commands.
 pub use pktrace_lab as lab;
+/// Which tests need which kernel feature (in `xtask/common`, for the VM runner too).
+pub use xtask_common::needs;
 pub use xtask_common::{
     PKTRACE_BIN_ENV, PKTRACE_DIST_BIN_ENV, XTASK_BIN_ENV, target_dir, workspace_root, xtask_exe,
 };

@@ -199,7 +199,7 @@ pub fn run(options: &VmOptions) -> Result<Outcome> {
     let prepared = Instant::now();
     let payload = payload::build(options.arch, options.suite)?;
     let mut test_args = options.harness_args();
-    test_args.extend(crate::needs::skip_args("vm-test", &kernel.version));
+    test_args.extend(xtask_common::needs::skip_args("vm-test", &kernel.version));
     let built = Instant::now();
     let out_dir = target_dir().join("vm-test");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;

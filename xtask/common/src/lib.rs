@@ -5,6 +5,7 @@
 
 pub mod cmd;
 pub mod musl;
+pub mod needs;
 
 use std::{
     env,
