@@ -384,14 +384,14 @@ pub fn merge_rows(new: &str, old: &str) -> String {
 #[must_use]
 pub fn compat(results: &[(Cell, Result<Outcome>)]) -> String {
     let mut out = String::from(
-        "# Kernel compatibility\n\n<!-- Written by `cargo xtask vm-test --matrix` from what the \
-         guests reported; do not edit by hand. -->\n\nWhat pktrace found on each kernel of the \
-         VM tier's matrix (qemu, TCG) in the last run of its cell without a test filter: the tc mechanism and the NAT hook \
-         `--nat-hook auto` chose and how drops attach, as pktrace's start-up lines in the \
-         guest said them, the integration tests run there per NAT hook, and the guests' time \
-         (qemu, one boot after the other, lockdown boot included; CI runs every cell, one \
-         guest at a time). The development \
-         host (6.18) runs every test on tcx, netfilter links and `tp_btf` drops.\n\n\
+        "# Kernel compatibility\n\n<!-- Written by `cargo xtask vm-test --matrix --full` from \
+         what the guests reported; do not edit by hand. -->\n\nWhat pktrace found on each \
+         kernel of the VM tier's matrix (qemu, TCG) in the last full run of its cell without a \
+         test filter: the tc mechanism and the NAT hook `--nat-hook auto` chose and how drops \
+         attach, as pktrace's start-up lines in the guest said them, the integration tests run \
+         there per NAT hook, and the guests' time (qemu, one boot after the other, lockdown \
+         boot included). CI runs the smoke set in every cell, one guest at a time. The \
+         development host (6.18) runs every test on tcx, netfilter links and `tp_btf` drops.\n\n\
          | kernel | arch | NAT hooks tested | auto NAT hook | tc | drop reasons | tests | guest time | \
          kernel package |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
