@@ -16,7 +16,8 @@ use libfuzzer_sys::fuzz_target;
 use pktrace_fuzz::terminal_safe;
 use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 use tracer_user::{
-    explain::{NatDecision, NatRules, PacketCtx},
+    explain::NatDecision,
+    rules::{NatRules, PacketCtx},
     util::safe,
 };
 

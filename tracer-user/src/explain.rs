@@ -14,89 +14,23 @@
 //! Conditions pktrace cannot check (ipsets, connmark, unknown interfaces, …) are assumed to
 //! hold, and the `why` text says so.
 
-mod addr;
 mod decide;
 pub mod drop;
 mod drop_step;
-mod eval;
-mod genid;
-mod host;
-mod ipset;
-mod kernel_tables;
-mod nft;
-mod read;
-mod rules;
-mod ruleset;
 mod services;
 mod session;
-mod source;
 
-use std::{collections::HashSet, fmt::Write as _, io, sync::Arc};
+use std::{fmt::Write as _, sync::Arc};
 
 pub use drop_step::DropExplainer;
-use eval::Hit;
-pub use eval::PacketCtx;
-// The fuzz targets (`fuzz/`) evaluate parsed rules directly.
-#[allow(unused_imports, reason = "used by the tests and the fuzz targets")]
-pub use rules::NatRules;
-use rules::{Rule, Test};
-pub use ruleset::Ruleset;
 pub use services::{Endpoint, Front, FrontKind, Service, services};
 pub use session::Explainer;
-
-/// The rules of one `iptables-save` dump (tests of the modules that read services).
-#[cfg(test)]
-pub(crate) fn ruleset_from_iptables(dump: &str) -> Ruleset {
-    Ruleset::from_raw(&ruleset::Raw {
-        dumps: vec![("iptables".into(), dump.into())],
-        ..ruleset::Raw::default()
-    })
-}
 use tracer_common::Tuple;
 
-use crate::journey::{Attribution, Journey, Point, Step, src_ip};
-
-/// Why the node's NAT rules (or ipsets) could not be read; the caller reports it once and
-/// traces on with less attribution.
-#[derive(Debug, thiserror::Error)]
-pub enum ExplainError {
-    /// None of the commands exists.
-    #[error(
-        "none of {tried} is installed (here or on the node); install it to see which rule did \
-         each NAT step (tracing goes on without it)"
-    )]
-    NotInstalled { tried: String },
-    /// A command ran and failed.
-    #[error(
-        "`{command}` failed ({status}): {stderr}; run as root (CAP_NET_ADMIN) to see which \
-         rule did each NAT step (tracing goes on without it)"
-    )]
-    Failed {
-        command: String,
-        status: String,
-        stderr: String,
-    },
-    /// A command exists but could not be started.
-    #[error("cannot run `{command}`: {err}; rule attribution is off (tracing goes on)")]
-    Spawn { command: String, err: io::Error },
-}
-
-impl ExplainError {
-    /// What went wrong, without the advice: `not installed`, `` `nft list tables` failed
-    /// (exit status: 1): … ``.
-    #[must_use]
-    pub fn reason(&self) -> String {
-        match self {
-            Self::NotInstalled { .. } => "not installed".into(),
-            Self::Failed {
-                command,
-                status,
-                stderr,
-            } => format!("`{command}` failed ({status}): {stderr}"),
-            Self::Spawn { command, err } => format!("cannot run `{command}`: {err}"),
-        }
-    }
-}
+use crate::{
+    journey::{Attribution, Journey, Point, Step, src_ip},
+    rules::{PacketCtx, Rule, Test, eval::Hit},
+};
 
 /// What the table says about one NAT step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -272,48 +206,12 @@ fn decision(hit: &Hit<'_>, service: Option<String>, why: String) -> NatDecision 
     }
 }
 
-/// Different unchecked conditions a `why` line lists before "… and N more".
-const NOTES_SHOWN: usize = 8;
-
-/// ` [assumed: …]` for conditions that were not checked, or nothing. Linear in the notes: a
-/// hostile dump can make a walk collect one per rule it passes (issue 6).
-fn assumed(notes: &[String]) -> String {
-    let mut seen = HashSet::new();
-    let unique: Vec<&str> = notes
-        .iter()
-        .map(String::as_str)
-        .filter(|n| seen.insert(*n))
-        .collect();
-    if unique.is_empty() {
-        return String::new();
-    }
-    let mut text = unique[..unique.len().min(NOTES_SHOWN)].join("; ");
-    if unique.len() > NOTES_SHOWN {
-        let _ = write!(text, "; … and {} more", unique.len() - NOTES_SHOWN);
-    }
-    format!(" [assumed: {text}]")
-}
-
 /// False when the rule's `-p` excludes `proto`.
 fn proto_allows(rule: &Rule, proto: u8) -> bool {
     rule.conds.iter().all(|c| match c.test {
         Test::Proto(p) => (p == 0 || p == proto) != c.negated,
         _ => true,
     })
-}
-
-/// `default/whereami` from kube-proxy comments such as `default/whereami:`,
-/// `kube-system/kube-dns:dns cluster IP` or `default/whereami: loadbalancer IP`.
-pub(crate) fn service_of(rule: &Rule) -> Option<String> {
-    let word = rule.comment.as_deref()?.split_whitespace().next()?;
-    let name = word.split(':').next()?;
-    let (ns, svc) = name.split_once('/')?;
-    let valid = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-    };
-    (valid(ns) && valid(svc)).then(|| name.to_owned())
 }
 
 #[cfg(test)]

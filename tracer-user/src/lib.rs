@@ -31,6 +31,7 @@ pub mod merge;
 mod nat;
 pub mod output;
 pub mod resolve;
+pub mod rules;
 pub mod run;
 mod summary;
 #[cfg(test)]

@@ -1,18 +1,21 @@
-//! The decisions of one nat table: which rule DNATed or SNATed a packet, or why none did.
+//! The decisions of one nat table: which rule DNATed or SNATed a packet, or why none did; and
+//! of the node's tables ([`Ruleset`]), asked in the kernel's order.
 
 use std::{collections::HashSet, fmt::Write as _};
 
 use tracer_common::{PROTO_TCP, PROTO_UDP, Tuple};
 
-use super::{
-    Attribute, NatDecision, PacketCtx, assumed, decision,
-    eval::{Hit, Miss, Steer, Walk, cidr_label, render_facts},
-    nft::service_of_chain,
-    proto_allows,
-    rules::{BUILTIN, Hook, NatRules, NatTo, Rule, Target, Test, in_range},
-    service_of,
+use super::{Attribute, NatDecision, decision, proto_allows};
+use crate::{
+    journey::dst_ip,
+    rules::{
+        BUILTIN, Hook, NatRules, NatTo, PacketCtx, Rule, Ruleset, Target, Test,
+        eval::{Hit, Miss, Steer, Walk, assumed, cidr_label, render_facts},
+        in_range,
+        nft::service_of_chain,
+        service_of,
+    },
 };
-use crate::journey::dst_ip;
 
 impl Attribute for NatRules {
     fn snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
@@ -359,5 +362,46 @@ impl NatRules {
 
     fn rule_at(&self, chain: &str, index: usize) -> Option<&Rule> {
         self.chain(chain)?.rules.get(index)
+    }
+}
+
+impl Attribute for Ruleset {
+    fn snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
+        let mut ctx = ctx.clone();
+        for table in self.of_family(pre.family) {
+            match table.postrouting(pre, &ctx) {
+                Ok(_) => return table.snat_decision(pre, &ctx),
+                Err(miss) => ctx.mark = miss.mark,
+            }
+        }
+        None
+    }
+
+    fn no_snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
+        if self.snat_decision(pre, ctx).is_some() {
+            return None;
+        }
+        let answers: Vec<NatDecision> = self
+            .of_family(pre.family)
+            .filter_map(|t| t.no_snat_decision(pre, ctx))
+            .collect();
+        let telling = answers.iter().rposition(|d| {
+            d.target != "none" || !d.why.contains("no nat POSTROUTING rule applies")
+        });
+        telling
+            .or(answers.len().checked_sub(1))
+            .map(|i| answers[i].clone())
+    }
+
+    fn dnat_decision(&self, pre: &Tuple, post: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
+        self.of_family(pre.family)
+            .find_map(|t| t.dnat_decision(pre, post, ctx))
+    }
+
+    fn marks_set(&self) -> Vec<u32> {
+        let mut marks: Vec<u32> = self.tables.iter().flat_map(Attribute::marks_set).collect();
+        marks.sort_unstable();
+        marks.dedup();
+        marks
     }
 }

@@ -15,11 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    drop::{DropFacts, DropRules, Lookup, Routes, lookup, why},
-    genid,
+use super::drop::{DropFacts, DropRules, Lookup, Routes, lookup, why};
+use crate::{
+    journey::{Attribution, Ending, Journey, Point, dst_ip},
+    rules::genid,
 };
-use crate::journey::{Attribution, Ending, Journey, Point, dst_ip};
 
 /// How often, at most, a drop asks whether the nftables generation moved.
 pub const ASK_EVERY: Duration = Duration::from_millis(50);

@@ -20,6 +20,7 @@ use crate::{
         test_support::{Shared, nat, t, tc},
         text::TextSink,
     },
+    rules::NatRules,
 };
 
 /// Well above what the walks below take (milliseconds), well below a hang.

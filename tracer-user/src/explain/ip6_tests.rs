@@ -5,11 +5,11 @@ use std::net::IpAddr;
 
 use tracer_common::{PROTO_TCP, PROTO_UDP};
 
-use super::{
-    ruleset::{Raw, Ruleset},
-    *,
+use super::*;
+use crate::{
+    rules::{Ruleset, ruleset::Raw},
+    test_support::t,
 };
-use crate::test_support::t;
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 /// The dual-stack lab's ip6tables nat table (`xtask/src/lab/nat-rules6.txt`).

@@ -7,10 +7,11 @@ use std::net::IpAddr;
 
 use tracer_common::{PROTO_TCP, Tuple};
 
-use super::{ruleset::Raw, *};
+use super::*;
 use crate::{
     journey::Ending,
     output::test_support::{nat, t, tc},
+    rules::{NatRules, Ruleset, ruleset::Raw},
 };
 
 const LAB_AZURE: &str = include_str!("../../../xtask/src/lab/nat-rules.txt");

@@ -5,7 +5,12 @@
 use tracer_common::{PROTO_ICMP, PROTO_TCP};
 
 use super::*;
-use crate::{journey::Ending, test_support::t, traced::TracedAddrs};
+use crate::{
+    journey::Ending,
+    rules::{Ruleset, ruleset},
+    test_support::t,
+    traced::TracedAddrs,
+};
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED000: &str = include_str!("../../tests-data/iptables-seed000-calico.txt");

@@ -20,12 +20,7 @@
 
 use std::{collections::BTreeMap, net::IpAddr};
 
-use super::{
-    Ruleset,
-    nft::service_of_chain,
-    rules::{NatRules, Rule, Target, Test, Val},
-    service_of,
-};
+use crate::rules::{NatRules, Rule, Ruleset, Target, Test, Val, nft::service_of_chain, service_of};
 
 /// What kind of front address a service has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -22,10 +22,10 @@ use std::{
 use tracer_common::Tuple;
 
 use self::cache::Cache;
-use super::{Attribute, PacketCtx, genid, read::legacy_in_use, ruleset::fingerprint};
+use super::Attribute;
 use crate::{
-    explain::Ruleset,
     journey::{Attribution, Journey, Point},
+    rules::{PacketCtx, Ruleset, genid, read::legacy_in_use, ruleset::fingerprint, source},
     traced::TracedAddrs,
 };
 
@@ -270,7 +270,7 @@ fn ipset_print(uses_ipsets: bool) -> Option<u64> {
     if !uses_ipsets {
         return None;
     }
-    let out = super::source::run("ipset", &["save"]).ok()?;
+    let out = source::run("ipset", &["save"]).ok()?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::hash::Hash::hash(&out.stdout, &mut h);
     Some(std::hash::Hasher::finish(&h))
@@ -352,7 +352,7 @@ mod tests {
     const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 
     fn rules(dump: &str) -> Arc<Ruleset> {
-        Arc::new(Ruleset::from_raw(&super::super::ruleset::Raw {
+        Arc::new(Ruleset::from_raw(&crate::rules::ruleset::Raw {
             dumps: vec![("iptables".into(), dump.into())],
             ..Default::default()
         }))

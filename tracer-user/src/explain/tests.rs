@@ -5,8 +5,12 @@ use std::net::IpAddr;
 
 use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP, Tuple};
 
-use super::{rules::Target, *};
-use crate::{journey::Ending, test_support::t};
+use super::*;
+use crate::{
+    journey::Ending,
+    rules::{ExplainError, NatRules, Target, service_of, source},
+    test_support::t,
+};
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 const SEED001: &str = include_str!("../../tests-data/iptables-seed001-azure-cni.txt");

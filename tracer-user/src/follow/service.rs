@@ -3,8 +3,9 @@
 //! the new set (an endpoint added, removed or replaced).
 
 use crate::{
-    explain::{Ruleset, Service, services},
+    explain::{Service, services},
     resolve::service::describe,
+    rules::Ruleset,
     traced::{Changes, TracedAddrs},
     util::safe,
 };
@@ -59,7 +60,7 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::explain::ruleset_from_iptables;
+    use crate::rules::ruleset_from_iptables;
 
     const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 

@@ -12,7 +12,7 @@ pub mod api;
 use std::collections::BTreeMap;
 
 pub use crate::explain::{Endpoint, Front, FrontKind, Service};
-use crate::{explain::Ruleset, resolve::kube::KubeApi, util::safe};
+use crate::{resolve::kube::KubeApi, rules::Ruleset, util::safe};
 
 /// A service found, and how.
 #[derive(Clone, Debug)]

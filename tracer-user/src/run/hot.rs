@@ -20,10 +20,10 @@ use crate::{
     },
     config::{Config, Target},
     diag,
-    explain::Ruleset,
     follow::{self, Action, PodWatch, service::ServiceWatch},
     journey::correlate::Correlator,
     resolve,
+    rules::Ruleset,
     traced::TracedAddrs,
     util,
 };

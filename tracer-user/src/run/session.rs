@@ -8,7 +8,7 @@ use std::{io, sync::Arc};
 use crate::{
     collect::{self, Collector, Counters, Drained},
     diag,
-    explain::{DropExplainer, Explainer, Ruleset},
+    explain::{DropExplainer, Explainer},
     expr::Filter,
     journey::{
         Ending, Journey,
@@ -18,6 +18,7 @@ use crate::{
     kernel,
     nat::conntrack::{self, Conntrack},
     output::{Sink, pcapng},
+    rules::Ruleset,
     summary::Summary,
 };
 

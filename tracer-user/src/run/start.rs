@@ -19,7 +19,7 @@ use crate::{
     config::{Config, Knobs, Target},
     diag,
     drop::{DropAttachment, DropNames, Reasons},
-    explain::{DropExplainer, Explainer, Ruleset},
+    explain::{DropExplainer, Explainer},
     expr::Filter,
     journey::correlate::{Correlator, Limits},
     kernel::{self, btf::KernelBtf, caps},
@@ -29,6 +29,7 @@ use crate::{
     },
     output::{self, Sink, pcapng},
     resolve,
+    rules::Ruleset,
     traced::TracedAddrs,
     util,
 };

@@ -8,13 +8,12 @@ use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP}
 
 use super::{DropFacts, DropTable, DropWhy};
 use crate::{
-    explain::{
-        assumed,
-        eval::{DropHit, render_facts},
+    journey::{dst_ip, src_ip},
+    rules::{
+        eval::{DropHit, assumed, render_facts},
         nft::service_of_chain,
         service_of,
     },
-    journey::{dst_ip, src_ip},
 };
 
 /// The explanation of `hit` in `table` for the dropped packet.
@@ -211,9 +210,7 @@ fn calico(table: &DropTable, hit: &DropHit<'_>) -> Option<String> {
         .into_iter()
         .flatten()
         .filter_map(|r| match &r.target {
-            crate::explain::rules::Target::Jump(n) if is_policy_chain(n) => {
-                Some(policy_name(table, n))
-            }
+            crate::rules::Target::Jump(n) if is_policy_chain(n) => Some(policy_name(table, n)),
             _ => None,
         })
         .collect();

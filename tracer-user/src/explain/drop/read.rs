@@ -4,7 +4,7 @@
 //! A source that cannot be read becomes a note; the rest is still used.
 
 use super::DropRules;
-use crate::explain::{ExplainError, read::Run, ruleset::parse_tables, source};
+use crate::rules::{ExplainError, read::Run, ruleset::parse_tables, source};
 
 /// The legacy backend's tables, as the kernel lists them.
 const LEGACY_TABLES: &str = "/proc/net/ip_tables_names";

@@ -6,12 +6,11 @@ use std::fmt::Write as _;
 
 use super::{DropFacts, DropRules, DropTable, DropWhy, Traversal, UNKNOWN_ORDER, name};
 use crate::{
-    explain::{
-        PacketCtx,
-        eval::{DropHit, DropWalk, Seen, Verdict, Walk},
-        rules::Hook,
-    },
     journey::dst_ip,
+    rules::{
+        Hook, PacketCtx,
+        eval::{DropHit, DropWalk, Seen, Verdict, Walk},
+    },
 };
 
 impl Traversal {

@@ -3,11 +3,7 @@
 //! tables with `type filter` base chains (from `nft -j list ruleset` or `list table`), with
 //! the ipsets their rules test.
 
-use crate::explain::{
-    ipset::IpSets,
-    nft,
-    rules::{Hook, NatRules},
-};
+use crate::rules::{Hook, NatRules, ipset::IpSets, nft};
 
 /// The iptables tables that can drop, with the priority of their chains
 /// (`NF_IP_PRI_RAW`, `NF_IP_PRI_MANGLE`, `NF_IP_PRI_FILTER`).

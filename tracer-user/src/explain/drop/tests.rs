@@ -779,7 +779,7 @@ fn other_reasons_fill_in_the_packet() {
 
 #[test]
 fn read_from_the_node_tools() {
-    use crate::explain::{ExplainError, source::Output};
+    use crate::rules::{ExplainError, source::Output};
     let run = |program: &str, args: &[&str]| -> Result<Output, ExplainError> {
         let stdout = match (program, args) {
             ("iptables-nft-save", []) => KUBE_FILTER,

@@ -1,7 +1,7 @@
 use std::net::IpAddr;
 
 use super::*;
-use crate::explain::ruleset::Raw;
+use crate::rules::ruleset::Raw;
 
 const KUBE_PROXY: &str = include_str!("../../../tests-data/iptables-kube-proxy-services.txt");
 const AZURE: &str = include_str!("../../../tests-data/iptables-save-azure-cni.txt");

@@ -4,9 +4,9 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    explain::ruleset_from_iptables,
     kube::fake_api::{FakeApi, Scenario},
     resolve::kube::tests::{TOKEN, kubeconfig, source},
+    rules::ruleset_from_iptables,
 };
 
 const KUBE_PROXY: &str = include_str!("../../../tests-data/iptables-kube-proxy-services.txt");

@@ -12,7 +12,7 @@
 use std::ptr;
 
 use super::{Fact, Truth, Walk, conds::iface_match};
-use crate::explain::rules::{Cond, MapRef, Rule, Target, Test};
+use crate::rules::{Cond, MapRef, Rule, Target, Test};
 
 /// What the drop walk knows of the packet beyond [`super::PacketCtx`].
 #[derive(Clone, Copy, Debug, Default)]

@@ -1,12 +1,12 @@
 //! The packet's state for the `why` line: one [`Fact`] per condition of the rule that applied
 //! (prefixes it lies outside grouped per address), rendered by [`render_facts`].
 
-use std::net::IpAddr;
+use std::{collections::HashSet, fmt::Write as _, net::IpAddr};
 
 use super::Walk;
 use crate::{
-    explain::rules::{Cond, Rule, SetRef, Target, Test, in_range},
     journey::{dst_ip, src_ip},
+    rules::{Cond, Rule, SetRef, Target, Test, in_range},
 };
 
 /// One thing the packet is, stated for the `why` line.
@@ -191,4 +191,26 @@ fn placed(
     } else {
         Fact::NotIn { who, net, label }
     }
+}
+
+/// Different unchecked conditions a `why` line lists before "… and N more".
+const NOTES_SHOWN: usize = 8;
+
+/// ` [assumed: …]` for conditions that were not checked, or nothing. Linear in the notes: a
+/// hostile dump can make a walk collect one per rule it passes (issue 6).
+pub fn assumed(notes: &[String]) -> String {
+    let mut seen = HashSet::new();
+    let unique: Vec<&str> = notes
+        .iter()
+        .map(String::as_str)
+        .filter(|n| seen.insert(*n))
+        .collect();
+    if unique.is_empty() {
+        return String::new();
+    }
+    let mut text = unique[..unique.len().min(NOTES_SHOWN)].join("; ");
+    if unique.len() > NOTES_SHOWN {
+        let _ = write!(text, "; … and {} more", unique.len() - NOTES_SHOWN);
+    }
+    format!(" [assumed: {text}]")
 }

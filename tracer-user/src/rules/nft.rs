@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use self::matches::{elem, elems, keys_of, match_cond};
-use super::rules::{Base, Cond, Hook, MapKey, MapRef, NatRules, NatTo, Rule, Target, Test, Val};
+use super::{Base, Cond, Hook, MapKey, MapRef, NatRules, NatTo, Rule, Target, Test, Val};
 
 /// Why the JSON could not be read at all (a rule pktrace cannot read only becomes unknown).
 #[derive(Debug, thiserror::Error)]

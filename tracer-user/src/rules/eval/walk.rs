@@ -8,7 +8,7 @@ use tracer_common::Tuple;
 
 use super::{Fact, MAX_DEPTH, MAX_RULES, cidr_label};
 use crate::{
-    explain::rules::{Cond, NatRules, Rule, Target},
+    rules::{Cond, NatRules, Rule, Target},
     traced::TracedAddrs,
 };
 

@@ -1,15 +1,15 @@
 //! Every nat table the kernel runs, read from the node: iptables' legacy and nft backends
 //! (both, when both hold rules: the kernel runs both), native nftables tables, and the
-//! ipsets their rules test. Decisions go through the tables in the kernel's order.
+//! ipsets their rules test. [`crate::explain`] asks them in the kernel's order.
 
 use std::{
     collections::hash_map::DefaultHasher,
     hash::{Hash as _, Hasher as _},
 };
 
-use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, Tuple};
+use tracer_common::{FAMILY_IPV4, FAMILY_IPV6};
 
-use super::{Attribute, NatDecision, PacketCtx, ipset::IpSets, nft, rules::NatRules};
+use super::{NatRules, ipset::IpSets, nft};
 
 /// The nat tables of the node, in the order the kernel runs them.
 #[derive(Clone, Debug, Default)]
@@ -53,7 +53,7 @@ const XT_TABLES: [&str; 7] = [
 /// `(family, name)` of the tables `nft list tables` shows that are not iptables-nft's: the
 /// only ones worth dumping as JSON (a whole kube-proxy iptables ruleset in JSON costs
 /// ~0.75 s and 140 MB of nft's memory at 16k rules).
-pub(super) fn parse_tables(text: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_tables(text: &str) -> Vec<(String, String)> {
     text.lines()
         .filter_map(
             |l| match l.split_whitespace().collect::<Vec<_>>().as_slice() {
@@ -101,7 +101,7 @@ impl Ruleset {
         }
         // Stable: at equal priority the iptables tables stay first.
         set.tables.sort_by_key(|t| {
-            t.bases_of(super::rules::Hook::Postrouting)
+            t.bases_of(super::Hook::Postrouting)
                 .first()
                 .map_or(0, |&(p, _)| p)
         });
@@ -144,47 +144,6 @@ pub fn fingerprint(set: &Ruleset) -> u64 {
     let mut h = DefaultHasher::new();
     format!("{:?}", set.tables).hash(&mut h);
     h.finish()
-}
-
-impl Attribute for Ruleset {
-    fn snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
-        let mut ctx = ctx.clone();
-        for table in self.of_family(pre.family) {
-            match table.postrouting(pre, &ctx) {
-                Ok(_) => return table.snat_decision(pre, &ctx),
-                Err(miss) => ctx.mark = miss.mark,
-            }
-        }
-        None
-    }
-
-    fn no_snat_decision(&self, pre: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
-        if self.snat_decision(pre, ctx).is_some() {
-            return None;
-        }
-        let answers: Vec<NatDecision> = self
-            .of_family(pre.family)
-            .filter_map(|t| t.no_snat_decision(pre, ctx))
-            .collect();
-        let telling = answers.iter().rposition(|d| {
-            d.target != "none" || !d.why.contains("no nat POSTROUTING rule applies")
-        });
-        telling
-            .or(answers.len().checked_sub(1))
-            .map(|i| answers[i].clone())
-    }
-
-    fn dnat_decision(&self, pre: &Tuple, post: &Tuple, ctx: &PacketCtx) -> Option<NatDecision> {
-        self.of_family(pre.family)
-            .find_map(|t| t.dnat_decision(pre, post, ctx))
-    }
-
-    fn marks_set(&self) -> Vec<u32> {
-        let mut marks: Vec<u32> = self.tables.iter().flat_map(Attribute::marks_set).collect();
-        marks.sort_unstable();
-        marks.dedup();
-        marks
-    }
 }
 
 #[cfg(test)]

@@ -7,11 +7,8 @@ use tracer_common::{PROTO_TCP, PROTO_UDP};
 
 use super::{Truth, Walk};
 use crate::{
-    explain::{
-        ipset::Probe,
-        rules::{Cond, Key, MapKey, MapRef, Rule, SetRef, Target, Test, Val, in_range},
-    },
     journey::{dst_ip, src_ip},
+    rules::{Cond, Key, MapKey, MapRef, Rule, SetRef, Target, Test, Val, in_range, ipset::Probe},
 };
 
 /// SCTP carries ports too.

@@ -12,8 +12,7 @@
 use std::fmt::Write as _;
 
 use super::{
-    ExplainError, kernel_tables,
-    rules::NatRules,
+    ExplainError, NatRules, kernel_tables,
     ruleset::{Lost, Raw, Ruleset, parse_tables},
     source::{self, Output},
 };

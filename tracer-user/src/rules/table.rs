@@ -5,7 +5,7 @@
 use std::{collections::HashMap, net::IpAddr, sync::OnceLock};
 
 use super::{MapRef, Rule, SetRef, Target, Test, Val};
-use crate::explain::ipset::IpSets;
+use crate::rules::ipset::IpSets;
 
 /// Chains the kernel calls; the rest are reached by jumps.
 pub const BUILTIN: [&str; 4] = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"];

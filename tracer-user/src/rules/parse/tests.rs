@@ -178,7 +178,7 @@ fn parses_dumps_leniently() {
     assert!(rules.chain("EMPTY").is_some_and(|c| c.rules.is_empty()));
 
     let fixture = NatRules::parse(include_str!(
-        "../../../../tests-data/iptables-save-azure-cni.txt"
+        "../../../tests-data/iptables-save-azure-cni.txt"
     ));
     assert_eq!((fixture.rule_count(), fixture.skipped_lines), (31, 0));
     assert!(

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::{Cidr, NatTo};
-use crate::explain::ipset::SetMatch;
+use crate::rules::ipset::SetMatch;
 
 /// One `-A` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,4 +162,19 @@ impl Target {
             Self::None => "",
         }
     }
+}
+
+/// `default/whereami` from kube-proxy comments such as `default/whereami:`,
+/// `kube-system/kube-dns:dns cluster IP` or `default/whereami: loadbalancer IP`.
+#[must_use]
+pub fn service_of(rule: &Rule) -> Option<String> {
+    let word = rule.comment.as_deref()?.split_whitespace().next()?;
+    let name = word.split(':').next()?;
+    let (ns, svc) = name.split_once('/')?;
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    };
+    (valid(ns) && valid(svc)).then(|| name.to_owned())
 }

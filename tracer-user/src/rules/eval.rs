@@ -9,11 +9,11 @@ mod tests;
 mod verdict;
 mod walk;
 
-pub(super) use facts::{Fact, cidr_label, render_facts};
-pub(super) use verdict::{DropHit, DropWalk, Seen, Verdict};
+pub(crate) use facts::{Fact, assumed, cidr_label, render_facts};
+pub(crate) use verdict::{DropHit, DropWalk, Seen, Verdict};
 pub use walk::PacketCtx;
 use walk::Truth;
-pub(super) use walk::{Hit, Miss, Steer, Walk};
+pub(crate) use walk::{Hit, Miss, Steer, Walk};
 
 /// Deepest chain nesting followed (iptables itself stops loops; a dump might not).
 const MAX_DEPTH: usize = 32;

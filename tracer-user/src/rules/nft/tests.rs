@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use tracer_common::{PROTO_TCP, PROTO_UDP};
 
 use super::{super::*, *};
-use crate::test_support::t;
+use crate::{explain::Attribute as _, test_support::t};
 
 const JSON: &str = include_str!("../../../tests-data/nft-kube-proxy.json");
 const AZURE: &str = include_str!("../../../tests-data/iptables-save-azure-cni.txt");

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use super::{Cidr, Cond, NatRules, NatTo, Rule, Target, Test};
-use crate::explain::ipset::SetMatch;
+use crate::rules::ipset::SetMatch;
 
 impl NatRules {
     /// Parses a dump; lines of other tables (`*filter`) and unreadable lines are skipped.

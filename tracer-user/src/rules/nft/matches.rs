@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::number;
-use crate::explain::rules::{Cidr, Cond, Key, SetRef, Test, Val};
+use crate::rules::{Cidr, Cond, Key, SetRef, Test, Val};
 
 /// A `match` expression as conditions (a port match also implies its protocol).
 pub(super) fn match_cond(m: &Value) -> Vec<Cond> {
