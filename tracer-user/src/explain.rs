@@ -28,8 +28,9 @@ pub use session::Explainer;
 use tracer_common::Tuple;
 
 use crate::{
-    journey::{Attribution, Journey, Point, Step, src_ip},
+    journey::{Attribution, Journey, Point, Step},
     rules::{PacketCtx, Rule, Test, eval::Hit},
+    util::tuple::src_ip,
 };
 
 /// What the table says about one NAT step.

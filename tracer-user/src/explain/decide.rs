@@ -7,7 +7,6 @@ use tracer_common::{PROTO_TCP, PROTO_UDP, Tuple};
 
 use super::{Attribute, NatDecision, decision, proto_allows};
 use crate::{
-    journey::dst_ip,
     rules::{
         BUILTIN, Hook, NatRules, NatTo, PacketCtx, Rule, Ruleset, Target, Test,
         eval::{Hit, Miss, Steer, Walk, assumed, cidr_label, render_facts},
@@ -15,6 +14,7 @@ use crate::{
         nft::service_of_chain,
         service_of,
     },
+    util::tuple::dst_ip,
 };
 
 impl Attribute for NatRules {

@@ -17,8 +17,9 @@ use std::{
 
 use super::drop::{DropFacts, DropRules, Lookup, Routes, lookup, why};
 use crate::{
-    journey::{Attribution, Ending, Journey, Point, dst_ip},
+    journey::{Attribution, Ending, Journey, Point},
     rules::genid,
+    util::tuple::dst_ip,
 };
 
 /// How often, at most, a drop asks whether the nftables generation moved.

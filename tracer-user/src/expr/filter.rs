@@ -4,11 +4,12 @@
 //! ([`Filter::kernel`]).
 
 use tracer_common::{
-    ExprFilter, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Tuple,
+    ExprFilter, Tuple,
     filter::{EXPR_V4, EXPR_V6},
 };
 
 use super::{ExprError, Family, PacketView, Prefilter, ast::Expr};
+use crate::util::tuple::proto_spelled;
 
 /// A parsed expression with its text (for messages) and its prefilter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +84,7 @@ impl Filter {
         let protos = self.prefilter.protos.as_ref().map_or_else(
             || "every protocol".to_owned(),
             |set| {
-                let names: Vec<String> = set.iter().map(|p| name(*p)).collect();
+                let names: Vec<String> = set.iter().map(|p| proto_spelled(*p)).collect();
                 names.join(", ")
             },
         );
@@ -125,17 +126,6 @@ impl Filter {
             None => ExprFilter::of(families, 0..=u8::MAX),
             Some(set) => ExprFilter::of(families, set.iter().copied()),
         }
-    }
-}
-
-/// A protocol's name as the expression spells it, else its number.
-fn name(proto: u8) -> String {
-    match proto {
-        PROTO_TCP => "tcp".into(),
-        PROTO_UDP => "udp".into(),
-        PROTO_ICMP => "icmp".into(),
-        PROTO_ICMPV6 => "icmp6".into(),
-        other => format!("proto {other}"),
     }
 }
 

@@ -1,14 +1,11 @@
 //! What the collector rebuilds: a packet's [`Journey`] through the node as a list of [`Step`]s.
 
-use std::{
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    rc::Rc,
-    sync::Arc,
-};
+use std::{net::SocketAddr, rc::Rc, sync::Arc};
 
-use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, TcHook, Tuple};
+use tracer_common::{PROTO_TCP, PROTO_UDP, TcHook, Tuple};
 
 pub use super::packet::PacketKind;
+use crate::util::tuple::{dst_ip, proto_name, src_ip};
 
 /// Where in the node a step was observed (serde names: the JSON lines contract's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -296,37 +293,6 @@ impl Journey {
     }
 }
 
-/// Protocol name for output.
-#[must_use]
-pub fn proto_name(proto: u8) -> String {
-    match proto {
-        PROTO_TCP => "tcp".into(),
-        PROTO_UDP => "udp".into(),
-        PROTO_ICMP => "icmp".into(),
-        PROTO_ICMPV6 => "icmp6".into(),
-        other => other.to_string(),
-    }
-}
-
-/// Source address of a tuple.
-#[must_use]
-pub fn src_ip(t: &Tuple) -> IpAddr {
-    ip(t.family, &t.saddr)
-}
-
-/// Destination address of a tuple.
-#[must_use]
-pub fn dst_ip(t: &Tuple) -> IpAddr {
-    ip(t.family, &t.daddr)
-}
-
-fn ip(family: u8, a: &[u8; 16]) -> IpAddr {
-    match family {
-        FAMILY_IPV6 => IpAddr::V6(Ipv6Addr::from(*a)),
-        _ => IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
-    }
-}
-
 /// An endpoint as the JSON contract writes it: `ip:port`, `[ip]:port` for IPv6, and the bare
 /// address for ICMP (and any protocol without ports).
 #[must_use]
@@ -352,13 +318,13 @@ pub fn tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Tuple {
     };
     for (addr, out) in [(src.ip(), &mut t.saddr), (dst.ip(), &mut t.daddr)] {
         match addr {
-            IpAddr::V4(a) => {
+            std::net::IpAddr::V4(a) => {
                 out[..4].copy_from_slice(&a.octets());
                 t.family = tracer_common::FAMILY_IPV4;
             }
-            IpAddr::V6(a) => {
+            std::net::IpAddr::V6(a) => {
                 *out = a.octets();
-                t.family = FAMILY_IPV6;
+                t.family = tracer_common::FAMILY_IPV6;
             }
         }
     }
@@ -458,16 +424,5 @@ impl Step {
         if let StepKind::Tc { time_bound, .. } = &mut self.kind {
             *time_bound = true;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn protocol_names_are_the_json_contracts() {
-        let names = [PROTO_TCP, PROTO_UDP, PROTO_ICMP, PROTO_ICMPV6, 132].map(proto_name);
-        assert_eq!(names, ["tcp", "udp", "icmp", "icmp6", "132"]);
     }
 }

@@ -12,8 +12,8 @@ use super::{
     wall::{rfc3339, time_of_day_ms},
 };
 use crate::{
-    journey::{endpoint, proto_name, unanswered::NoAnswer},
-    util::safe,
+    journey::{endpoint, unanswered::NoAnswer},
+    util::{safe, tuple::proto_name},
 };
 
 /// The text line, without the newline: the connection as the pod sent it, what NAT made of

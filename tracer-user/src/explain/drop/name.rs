@@ -4,16 +4,16 @@
 
 use std::net::IpAddr;
 
-use tracer_common::{FAMILY_IPV6, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP};
+use tracer_common::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP};
 
 use super::{DropFacts, DropTable, DropWhy};
 use crate::{
-    journey::{dst_ip, src_ip},
     rules::{
         eval::{DropHit, assumed, render_facts},
         nft::service_of_chain,
         service_of,
     },
+    util::tuple::{dst_ip, proto_spelled, src_ip},
 };
 
 /// The explanation of `hit` in `table` for the dropped packet.
@@ -326,7 +326,7 @@ fn verb(hit: &DropHit<'_>) -> &'static str {
 pub fn packet(drop: &DropFacts) -> String {
     let t = &drop.tuple;
     let (src, dst) = (src_ip(t), dst_ip(t));
-    let proto = proto_name(t.proto);
+    let proto = proto_spelled(t.proto);
     if matches!(t.proto, PROTO_TCP | PROTO_UDP) {
         format!(
             "{proto} {} → {}",
@@ -343,16 +343,5 @@ fn endpoint(ip: IpAddr, port: u16, family: u8) -> String {
         format!("[{ip}]:{port}")
     } else {
         format!("{ip}:{port}")
-    }
-}
-
-/// `tcp`, `udp`, `icmp`, `icmp6`, or the number.
-pub fn proto_name(proto: u8) -> String {
-    match proto {
-        PROTO_TCP => "tcp".into(),
-        PROTO_UDP => "udp".into(),
-        PROTO_ICMP => "icmp".into(),
-        PROTO_ICMPV6 => "icmp6".into(),
-        n => format!("proto {n}"),
     }
 }

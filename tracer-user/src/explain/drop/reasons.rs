@@ -5,11 +5,8 @@
 //! `IP_OUTNOROUTES`, `QDISC_EGRESS` before `QDISC_DROP`), and families of newer ones by
 //! prefix (`TC_*`, `QDISC_*`, `TCP_*`, `NEIGH_*`, `FRAG_*`).
 
-use super::{
-    DropFacts,
-    name::{packet, proto_name},
-};
-use crate::journey::{dst_ip, src_ip};
+use super::{DropFacts, name::packet};
+use crate::util::tuple::{dst_ip, proto_spelled, src_ip};
 
 /// Kernel functions that free a packet for a netfilter verdict (`nf_hook_slow` for any
 /// table, `nft_do_chain` for nftables and iptables-nft rules, `ipt_do_table` for legacy).
@@ -92,7 +89,7 @@ fn iface(name: Option<&str>) -> &str {
 fn exact(drop: &DropFacts, reason: &str) -> Option<String> {
     let t = &drop.tuple;
     let (src, dst) = (src_ip(t), dst_ip(t));
-    let proto = proto_name(t.proto);
+    let proto = proto_spelled(t.proto);
     Some(match reason {
         "NO_SOCKET" => format!(
             "nothing listens on {dst} {proto}/{}: no socket took the packet (look at \
@@ -148,7 +145,7 @@ fn exact(drop: &DropFacts, reason: &str) -> Option<String> {
 fn host(drop: &DropFacts, reason: &str) -> Option<String> {
     let t = &drop.tuple;
     let dst = dst_ip(t);
-    let proto = proto_name(t.proto);
+    let proto = proto_spelled(t.proto);
     Some(match reason {
         "FULL_RING" => format!(
             "the ring of {} was full: the receiver is not keeping up",

@@ -6,11 +6,11 @@ use std::fmt::Write as _;
 
 use super::{DropFacts, DropRules, DropTable, DropWhy, Traversal, UNKNOWN_ORDER, name};
 use crate::{
-    journey::dst_ip,
     rules::{
         Hook, PacketCtx,
         eval::{DropHit, DropWalk, Seen, Verdict, Walk},
     },
+    util::tuple::dst_ip,
 };
 
 impl Traversal {

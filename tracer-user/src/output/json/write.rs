@@ -8,7 +8,10 @@ use std::{io::Write as _, net::SocketAddr, ops::Range};
 use tracer_common::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP, Tuple};
 
 use super::lines::serialize;
-use crate::journey::{DropStep, Ending, Journey, Point, Step, dst_ip, proto_name, src_ip};
+use crate::{
+    journey::{DropStep, Ending, Journey, Point, Step},
+    util::tuple::{dst_ip, proto_name, src_ip},
+};
 
 /// What a step line is written from: every read of [`Step`]'s fields is here.
 pub(super) struct StepView<'a> {

@@ -7,8 +7,8 @@ use tracer_common::{PROTO_TCP, PROTO_UDP};
 
 use super::{Truth, Walk};
 use crate::{
-    journey::{dst_ip, src_ip},
     rules::{Cond, Key, MapKey, MapRef, Rule, SetRef, Target, Test, Val, in_range, ipset::Probe},
+    util::tuple::{dst_ip, src_ip},
 };
 
 /// SCTP carries ports too.

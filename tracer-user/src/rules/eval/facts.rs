@@ -5,8 +5,8 @@ use std::{collections::HashSet, fmt::Write as _, net::IpAddr};
 
 use super::Walk;
 use crate::{
-    journey::{dst_ip, src_ip},
     rules::{Cond, Rule, SetRef, Target, Test, in_range},
+    util::tuple::{dst_ip, src_ip},
 };
 
 /// One thing the packet is, stated for the `why` line.
