@@ -15,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 use pktrace_fuzz::terminal_safe;
 use tracer_common::{FAMILY_IPV4, FAMILY_IPV6, Tuple};
 use tracer_user::{
-    explain::drop::{DropFacts, DropRules, Traversal, why},
+    drops::why::{DropFacts, DropRules, Traversal, why},
     util::safe,
 };
 

@@ -15,7 +15,6 @@
 //! hold, and the `why` text says so.
 
 mod decide;
-pub mod drop;
 mod drop_step;
 mod services;
 mod session;

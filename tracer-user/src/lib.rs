@@ -18,7 +18,7 @@ pub mod cli;
 mod collect;
 pub mod config;
 pub mod diag;
-mod drop;
+pub mod drops;
 pub mod explain;
 pub mod expr;
 mod follow;

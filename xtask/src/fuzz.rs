@@ -54,10 +54,10 @@ pub const TARGETS: [Target; 7] = [
     Target {
         name: "drop_why",
         fixtures: &[
-            "../tracer-user/src/explain/drop/testdata/kube-proxy-filter.txt",
-            "../tracer-user/src/explain/drop/testdata/calico-filter.txt",
-            "../tracer-user/src/explain/drop/testdata/azure-npm-filter.txt",
-            "../tracer-user/src/explain/drop/testdata/admin-drop.txt",
+            "../tracer-user/src/drops/why/testdata/kube-proxy-filter.txt",
+            "../tracer-user/src/drops/why/testdata/calico-filter.txt",
+            "../tracer-user/src/drops/why/testdata/azure-npm-filter.txt",
+            "../tracer-user/src/drops/why/testdata/admin-drop.txt",
         ],
     },
 ];

@@ -62,7 +62,7 @@ pub struct Globals {
     /// `-w`: bytes of each traced frame the tc programs copy (`--snaplen`); 0 without `-w`.
     pub snaplen: u32,
     /// 1 when the drop program names its sites itself (the kernel has `bpf_snprintf`,
-    /// [`crate::drop::attach::kernel_names_sites`]); 0 leaves that code dead.
+    /// [`crate::drops::attach::kernel_names_sites`]); 0 leaves that code dead.
     pub site_names: u32,
     /// The fill (bytes) at which a CPU writes the records it staged to the ring as one batch
     /// (`tracer_common::batch`); 0, the default, stages none. Only for a session that has

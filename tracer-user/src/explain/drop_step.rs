@@ -1,5 +1,5 @@
 //! The explain stage of drop steps: a journey that ended in a drop gets its drop step's
-//! `rule`, `why` and `service` from the drop replay ([`super::drop::why`]) over the node's
+//! `rule`, `why` and `service` from the drop replay ([`crate::drops::why::why`]) over the node's
 //! filter-type rules, read at the first drop of the session and again at a later drop when
 //! they changed since: the nftables generation moved (asked at most every
 //! [`ASK_EVERY`]), or the NAT rules' poller ([`super::Explainer`]) saw a change it detects by
@@ -15,8 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::drop::{DropFacts, DropRules, Lookup, Routes, lookup, why};
 use crate::{
+    drops::why::{DropFacts, DropRules, Lookup, Routes, lookup, why},
     journey::{Attribution, Ending, Journey, Point},
     rules::genid,
     util::tuple::dst_ip,

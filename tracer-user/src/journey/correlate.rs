@@ -20,7 +20,7 @@ use tracer_common::{FAMILY_IPV4, Fingerprint, NatSeen, Observation, TcHook, TcSe
 use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, NatChange, NatPoint, PacketKind, Step, StepKind};
 pub use crate::attach::roles::HostIf;
-use crate::{drop::DropNames, nat::conntrack::NatTable};
+use crate::{drops::DropNames, nat::conntrack::NatTable};
 
 /// Limits of the join table. Past either, the oldest open journeys are closed early (as
 /// [`Ending::TimedOut`], counted in [`Correlator::evicted`]).
@@ -109,7 +109,7 @@ pub struct Correlator {
     /// With `--nat-hook conntrack`: the NAT mappings conntrack reported, which put the NAT
     /// steps into journeys (no NAT events come from the kernel then; see [`conntrack`]).
     nat_table: Option<NatTable>,
-    /// Names for drops; without them drop observations are ignored ([`mod@drop`]).
+    /// Names for drops; without them drop observations are ignored ([`crate::drops`]).
     drop_names: Option<DropNames>,
 }
 

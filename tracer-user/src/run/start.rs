@@ -18,7 +18,7 @@ use crate::{
     collect::{flush::Flusher, frames},
     config::{Config, Knobs, Target},
     diag,
-    drop::{DropAttachment, DropNames, Reasons},
+    drops::{DropAttachment, DropNames, Reasons},
     explain::{DropExplainer, Explainer},
     expr::Filter,
     journey::correlate::{Correlator, Limits},
@@ -155,7 +155,7 @@ pub(super) fn load(cfg: &Config, subject: &Subject) -> Result<Kernel, RunError> 
     let mut globals = Globals::new(cfg.trace_all || cfg.target == Target::All, offsets)
         .with_expr(cfg.filter.as_ref().map_or(ExprFilter::ANY, Filter::kernel));
     globals.snaplen = cfg.capture.as_ref().map_or(0, |c| c.snaplen);
-    globals.site_names = u32::from(crate::drop::attach::kernel_names_sites());
+    globals.site_names = u32::from(crate::drops::attach::kernel_names_sites());
     // `-w` writes every record alone: its frame records are too large to stage.
     globals.batch_bytes = if globals.snaplen == 0 {
         cfg.knobs.batch_bytes.unwrap_or(BATCH_BYTES_DEFAULT)
@@ -215,7 +215,7 @@ fn attach_drops(
         .and_then(|b| b.enum_values("skb_drop_reason").ok().flatten());
     let bytes = globals.as_bytes();
     let named: Vec<(&str, &[u8])> = bytes.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-    match crate::drop::attach::attach(ebpf, &named, kernel_btf, values.is_some()) {
+    match crate::drops::attach::attach(ebpf, &named, kernel_btf, values.is_some()) {
         Ok(a) => {
             let reasons = Reasons::new(&values.unwrap_or_default());
             (Some(a), Some(DropNames::new(reasons, &knobs.kallsyms_path)))

@@ -11,7 +11,7 @@ use tracer_common::{PROTO_TCP, PROTO_UDP};
 
 use super::*;
 use crate::{
-    explain::drop::Route,
+    drops::why::Route,
     journey::{Ending, Step, tuple},
     output::test_support::tc,
 };

@@ -8,7 +8,7 @@ use super::{
     tests::{AZURE0, AZV_BACKEND, AZV_CLIENT, clusterip_packet, fp, ifaces, t, take, tc},
 };
 use crate::{
-    drop::{DropNames, Reasons, names::Symbols},
+    drops::{DropNames, Reasons, names::Symbols},
     journey::{Ending, Point},
 };
 
