@@ -12,9 +12,9 @@
 //!   of the four hooks it runs in, and the `nat_*` fentry/fexit and kprobe/kretprobe pairs on
 //!   `nf_nat_manip_pkt`. Both see a packet before and after NAT, time the step, follow the
 //!   translated flows and emit one event per step, through one report path.
-//! - [`drop`]: `drop_btf` / `drop_raw` / `drop_raw_old` on `skb:kfree_skb`: one event per
-//!   traced packet the kernel drops, with its reason and where; [`site`]: the kernel's own name
-//!   for where, written once per location and CPU on kernels with `bpf_snprintf`.
+//! - [`drops`]: `drop_btf` / `drop_raw` / `drop_raw_old` on `skb:kfree_skb`: one event per
+//!   traced packet the kernel drops, with its reason and where; `drops::site`: the kernel's
+//!   own name for where, written once per location and CPU on kernels with `bpf_snprintf`.
 //! - Shared by all: [`maps`] (every map and global user space knows by name), [`filter`]
 //!   (tracked addresses, and whether a packet is traced), [`followed`] (followed flows: their
 //!   hashes, per-CPU cache and table), [`emit`] (ring records) and [`stage`] (each CPU's
@@ -27,14 +27,13 @@
 // An empty `asm!` as a compiler barrier (`stage`): the BPF target's asm is still unstable.
 #![feature(asm_experimental_arch)]
 
-mod drop;
+mod drops;
 mod emit;
 mod filter;
 mod first;
 mod followed;
 mod maps;
 mod nat;
-mod site;
 mod stage;
 mod tc;
 mod zero;

@@ -1,4 +1,4 @@
-//! Attaching the drop programs (tracer-ebpf/src/drop.rs) to `skb:kfree_skb`, the best way
+//! Attaching the drop programs (tracer-ebpf/src/drops.rs) to `skb:kfree_skb`, the best way
 //! this kernel allows: `tp_btf` (a tracing program on `btf_trace_kfree_skb`, loaded here like
 //! the fentry programs, see [`crate::nat::probe`]), else a raw tracepoint through aya, with the
 //! drop reason when the kernel's BTF has `enum skb_drop_reason` (5.17+) and without it before.

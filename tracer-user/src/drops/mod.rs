@@ -1,5 +1,5 @@
 //! Drops in user space: the kernel's drop of a traced packet (`skb:kfree_skb`, the programs
-//! of `tracer-ebpf/src/drop.rs`). `attach` puts the drop program on the tracepoint; `names`
+//! of `tracer-ebpf/src/drops.rs`). `attach` puts the drop program on the tracepoint; `names`
 //! names the reason (the kernel's BTF) and the location (`/proc/kallsyms`, or the kernel's
 //! own names from site records); `decode` tells the drops from the frees that are no failure.
 //! The join puts a drop into its packet's journey and ends it (`journey::correlate::drop`);

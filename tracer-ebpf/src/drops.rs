@@ -46,8 +46,11 @@ use crate::{
     filter::{is_traced, v4_set, v4_tracked},
     followed::{addr_maybe_followed, flows_present},
     maps::{SCRATCH_DROP, count, offsets, scratch, trace_all},
-    site::name_once,
 };
+
+mod site;
+
+use site::name_once;
 
 /// `skb->network_header` when unset (`(typeof(skb->network_header))~0U`,
 /// include/linux/skbuff.h, v6.1).
