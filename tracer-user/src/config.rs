@@ -24,7 +24,7 @@ const IFNAME_MAX: usize = 15;
 pub enum Target {
     /// A pod, resolved later ([`crate::resolve`]).
     Pod { namespace: String, name: String },
-    /// A Kubernetes service (`--svc`), resolved later ([`crate::resolve::service`]).
+    /// A Kubernetes service (`--svc`), resolved later ([`crate::services`]).
     Service { namespace: String, name: String },
     /// These addresses (`--pod-ip`), without duplicates.
     Ips(Vec<IpAddr>),

@@ -16,13 +16,11 @@
 
 mod decide;
 mod drop_step;
-mod services;
 mod session;
 
 use std::{fmt::Write as _, sync::Arc};
 
 pub use drop_step::DropExplainer;
-pub use services::{Endpoint, Front, FrontKind, Service, services};
 pub use session::Explainer;
 use tracer_common::Tuple;
 

@@ -4,8 +4,6 @@
 //! The decisions are pure functions here; `run` applies them to the attachments, the in-kernel
 //! address filter and the correlator.
 
-pub mod service;
-
 use std::{
     net::IpAddr,
     path::{Path, PathBuf},

@@ -33,6 +33,7 @@ pub mod output;
 pub mod resolve;
 pub mod rules;
 pub mod run;
+pub mod services;
 mod summary;
 #[cfg(test)]
 mod test_support;

@@ -451,4 +451,4 @@ fn call_reason(e: &ApiError, timeout: Duration) -> String {
 }
 
 #[cfg(test)]
-pub(super) mod tests;
+pub(crate) mod tests;

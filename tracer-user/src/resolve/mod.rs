@@ -9,7 +9,6 @@
 
 pub mod cri;
 pub mod kube;
-pub mod service;
 pub mod state_file;
 
 use std::path::{Path, PathBuf};

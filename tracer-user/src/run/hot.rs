@@ -20,10 +20,11 @@ use crate::{
     },
     config::{Config, Target},
     diag,
-    follow::{self, Action, PodWatch, service::ServiceWatch},
+    follow::{self, Action, PodWatch},
     journey::correlate::Correlator,
     resolve,
     rules::Ruleset,
+    services::follow::ServiceWatch,
     traced::TracedAddrs,
     util,
 };

@@ -19,7 +19,7 @@ use crate::{
     collect::{self, Collector},
     config::Config,
     kernel::caps,
-    nat, resolve,
+    nat, resolve, services,
 };
 
 /// Failures of a session; `main` turns them into messages and exit codes.
@@ -28,7 +28,7 @@ pub enum RunError {
     #[error(transparent)]
     Resolve(#[from] resolve::ResolveError),
     #[error(transparent)]
-    Service(#[from] resolve::service::ServiceError),
+    Service(#[from] services::ServiceError),
     #[error(transparent)]
     Privilege(#[from] caps::PrivilegeError),
     #[error(transparent)]

@@ -30,6 +30,7 @@ use crate::{
     output::{self, Sink, pcapng},
     resolve,
     rules::Ruleset,
+    services,
     traced::TracedAddrs,
     util,
 };
@@ -44,7 +45,7 @@ pub(super) struct Subject {
     pub(super) label: String,
     pub(super) addrs: TracedAddrs,
     /// With `--svc`: the service as resolved (its addresses are `addrs`).
-    pub(super) service: Option<resolve::service::Service>,
+    pub(super) service: Option<services::Service>,
 }
 
 /// Resolves the target: a pod's addresses, the given ones, or every packet.
@@ -93,7 +94,7 @@ fn pod(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
 fn service(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
     let rules = Ruleset::load().map_err(|e| e.to_string());
     let api = resolve::kube::KubeApi::from_env(cfg.kubeconfig.as_deref());
-    let found = resolve::service::resolve(
+    let found = services::resolve(
         rules.as_ref().map_err(Clone::clone),
         Some(&api),
         namespace,
@@ -107,7 +108,7 @@ fn service(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunErro
         "service {} found through {}: {}",
         util::safe(&s.label),
         found.via,
-        resolve::service::describe(&s)
+        services::describe(&s)
     ));
     Ok(Subject {
         label: s.label.clone(),

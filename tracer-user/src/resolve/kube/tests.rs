@@ -14,8 +14,8 @@ use serde_json::json;
 use super::*;
 use crate::kube::fake_api::{FakeApi, Scenario};
 
-pub(in crate::resolve) const TOKEN: &str = "node-t0k3n";
-pub(in crate::resolve) const HERE: &str = "10.13.76.4";
+pub(crate) const TOKEN: &str = "node-t0k3n";
+pub(crate) const HERE: &str = "10.13.76.4";
 
 fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -27,7 +27,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A kubeconfig for `server` with a token, in a fresh dir.
-pub(in crate::resolve) fn kubeconfig(server: &str, token: &str) -> PathBuf {
+pub(crate) fn kubeconfig(server: &str, token: &str) -> PathBuf {
     let path = temp_dir("kc").join("config");
     let text = format!(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    \
@@ -39,7 +39,7 @@ pub(in crate::resolve) fn kubeconfig(server: &str, token: &str) -> PathBuf {
 }
 
 /// The API source for `kubeconfig` on a node whose address is [`HERE`].
-pub(in crate::resolve) fn source(kubeconfig: &Path, timeout: Duration) -> KubeApi {
+pub(crate) fn source(kubeconfig: &Path, timeout: Duration) -> KubeApi {
     KubeApi {
         explicit: Some(kubeconfig.to_owned()),
         timeout,
@@ -52,7 +52,7 @@ pub(in crate::resolve) fn source(kubeconfig: &Path, timeout: Duration) -> KubeAp
     }
 }
 
-pub(in crate::resolve) fn pod(node: &str, host_ip: &str) -> Value {
+pub(crate) fn pod(node: &str, host_ip: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "ubuntu", "namespace": "default"},
            "spec": {"nodeName": node, "containers": [{"name": "ubuntu"}]},
@@ -61,7 +61,7 @@ pub(in crate::resolve) fn pod(node: &str, host_ip: &str) -> Value {
                       "podIPs": [{"ip": "10.13.76.46"}, {"ip": "fd00:10:13::2e"}]}})
 }
 
-pub(in crate::resolve) fn serve(target: Option<Value>) -> FakeApi {
+pub(crate) fn serve(target: Option<Value>) -> FakeApi {
     FakeApi::start(Scenario {
         target,
         token: Some(TOKEN.into()),

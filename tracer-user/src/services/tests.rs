@@ -9,7 +9,7 @@ use crate::{
     rules::ruleset_from_iptables,
 };
 
-const KUBE_PROXY: &str = include_str!("../../../tests-data/iptables-kube-proxy-services.txt");
+const KUBE_PROXY: &str = include_str!("../../tests-data/iptables-kube-proxy-services.txt");
 
 #[test]
 fn found_in_the_rules_with_its_addresses() {

@@ -3,9 +3,8 @@
 //! the new set (an endpoint added, removed or replaced).
 
 use crate::{
-    explain::{Service, services},
-    resolve::service::describe,
     rules::Ruleset,
+    services::{Service, describe, services},
     traced::{Changes, TracedAddrs},
     util::safe,
 };

@@ -1,17 +1,21 @@
-//! Kubernetes service → the addresses to trace, from two sources tried in order: the node's
-//! own rules (kube-proxy writes every service into them, iptables and nftables modes:
-//! [`crate::explain::services`]), then the Kubernetes API ([`api`]: the Service and its
-//! `EndpointSlice`s).
+//! Kubernetes services (`--svc`): a service → the addresses to trace, from two sources tried
+//! in order: the node's own rules (kube-proxy writes every service into them, iptables and
+//! nftables modes: [`kube_proxy`]), then the Kubernetes API ([`api`]: the Service and its
+//! `EndpointSlice`s); and the followed service moved to its new addresses when the rules
+//! change ([`follow`]).
 //!
 //! The rules are the node's truth (what DNAT will do here) and need no credentials; the API
 //! is asked when the rules do not hold the service (no kube-proxy, or a service without
 //! endpoints, which kube-proxy's iptables mode writes into the filter table only).
 
 pub mod api;
+pub mod follow;
+pub mod kube_proxy;
 
 use std::collections::BTreeMap;
 
-pub use crate::explain::{Endpoint, Front, FrontKind, Service};
+pub use kube_proxy::{Endpoint, Front, FrontKind, Service, services};
+
 use crate::{resolve::kube::KubeApi, rules::Ruleset, util::safe};
 
 /// A service found, and how.
@@ -81,7 +85,7 @@ pub fn resolve(
     match rules {
         Ok(rules) => {
             any_read = true;
-            let all = crate::explain::services(rules);
+            let all = services(rules);
             if let Some(service) = all.get(&label) {
                 return Ok(Found {
                     service: service.clone(),
