@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 pub use kube_proxy::{Endpoint, Front, FrontKind, Service, services};
 
-use crate::{resolve::kube::KubeApi, rules::Ruleset, util::safe};
+use crate::{resolve::api::KubeApi, rules::Ruleset, util::safe};
 
 /// A service found, and how.
 #[derive(Clone, Debug)]

@@ -1,16 +1,14 @@
 //! `kubectl pktrace POD [-n NS] [-- PKTRACE FLAGS]`: runs pktrace on the node of a pod.
 //!
 //! The command line, signals and exit codes; the plugin itself is
-//! [`tracer_user::kubectl`] (its node lookup, pod and session).
+//! [`tracer_user::kubernetes::kubectl`] (its node lookup, pod and session).
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Parser;
-use tracer_user::{
-    kube::{
-        api::{self, Api},
-        kubeconfig::{self, ClusterAccess, Kubeconfig},
-    },
+use tracer_user::kubernetes::{
+    api::{self, Api},
+    kubeconfig::{self, ClusterAccess, Kubeconfig},
     kubectl::{
         DEFAULT_IMAGE,
         session::{self, Plan, Stop},

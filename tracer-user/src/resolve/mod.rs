@@ -1,14 +1,14 @@
 //! Pod → addresses, from three sources tried in order: the Azure CNI state file
 //! ([`state_file`]), the container runtime through crictl ([`cri`]), then the Kubernetes API
-//! ([`kube`]). The first that finds the pod wins; each that failed is one line (`state file
+//! ([`api`]). The first that finds the pod wins; each that failed is one line (`state file
 //! PATH: not found`, `crictl: not installed`, `kubernetes API URL: 401 Unauthorized`), printed
 //! when a later one succeeds and listed in the error when none does.
 //!
 //! [`resolve`] is a plain function of its [`Sources`]: call it again to re-resolve a pod that
 //! was recreated.
 
+pub mod api;
 pub mod cri;
-pub mod kube;
 pub mod state_file;
 
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ pub struct Sources {
     /// The container runtime; `None` skips it.
     pub cri: Option<cri::Crictl>,
     /// The Kubernetes API; `None` skips it.
-    pub api: Option<kube::KubeApi>,
+    pub api: Option<api::KubeApi>,
 }
 
 impl Sources {
@@ -34,7 +34,7 @@ impl Sources {
         Self {
             state_file: state_file.to_owned(),
             cri: Some(cri::Crictl::from_env()),
-            api: Some(kube::KubeApi::from_env(kubeconfig)),
+            api: Some(api::KubeApi::from_env(kubeconfig)),
         }
     }
 }
@@ -91,7 +91,7 @@ pub enum ResolveError {
     NotReady { label: String, lines: Vec<String> },
     /// The pod runs on another node.
     #[error(transparent)]
-    OtherNode(kube::KubeError),
+    OtherNode(api::KubeError),
     /// No source could be asked.
     #[error(
         "cannot resolve pod {}: {}; use --pod-ip IP to skip pod resolution (kubectl get pod \
@@ -159,7 +159,7 @@ pub fn resolve(sources: &Sources, namespace: &str, name: &str) -> Result<Resolve
             Ok((pod, server)) => {
                 return Ok(found(pod, format!("the Kubernetes API {server}"), failures));
             }
-            Err(e @ kube::KubeError::OtherNode { .. }) => return Err(ResolveError::OtherNode(e)),
+            Err(e @ api::KubeError::OtherNode { .. }) => return Err(ResolveError::OtherNode(e)),
             Err(e) => failures.push(kube_failure(e)),
         }
     }
@@ -239,20 +239,20 @@ fn cri_failure(e: cri::CriError) -> Failure {
     Failure { line, kind, detail }
 }
 
-fn kube_failure(e: kube::KubeError) -> Failure {
+fn kube_failure(e: api::KubeError) -> Failure {
     let kind = match &e {
-        kube::KubeError::NotFound { .. } => Kind::Absent,
-        kube::KubeError::Unscheduled { .. } | kube::KubeError::NoAddress { .. } => Kind::NotReady,
+        api::KubeError::NotFound { .. } => Kind::Absent,
+        api::KubeError::Unscheduled { .. } | api::KubeError::NoAddress { .. } => Kind::NotReady,
         _ => Kind::Unavailable,
     };
     let line = match &e {
-        kube::KubeError::NoConfig { .. } | kube::KubeError::Config { .. } => {
+        api::KubeError::NoConfig { .. } | api::KubeError::Config { .. } => {
             format!("kubernetes API: {e}")
         }
         _ => format!("kubernetes API {e}"),
     };
     let detail = match e {
-        kube::KubeError::NotFound { detail, .. } => detail,
+        api::KubeError::NotFound { detail, .. } => detail,
         _ => None,
     };
     Failure { line, kind, detail }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
+    api::tests::{HERE, kubeconfig, pod, serve, source},
     cri::tests::Fake,
-    kube::tests::{HERE, kubeconfig, pod, serve, source},
     *,
 };
 
@@ -26,10 +26,10 @@ fn sources(state: PathBuf, crictl: Option<&Fake>, api: Option<&str>, fake: &Fake
         None => cri.program = fake.dir.join("not-installed"),
     }
     let kube = match api {
-        Some(url) => source(&kubeconfig(url, kube::tests::TOKEN), Duration::from_secs(2)),
-        None => kube::KubeApi {
+        Some(url) => source(&kubeconfig(url, api::tests::TOKEN), Duration::from_secs(2)),
+        None => api::KubeApi {
             timeout: Duration::from_secs(2),
-            ..kube::KubeApi::default()
+            ..api::KubeApi::default()
         },
     };
     Sources {
@@ -235,11 +235,11 @@ fn named(mut base: serde_json::Value, namespace: &str, name: &str) -> serde_json
     base
 }
 
-fn serve_pods(pods: Vec<serde_json::Value>) -> crate::kube::fake_api::FakeApi {
-    crate::kube::fake_api::FakeApi::start(crate::kube::fake_api::Scenario {
-        token: Some(kube::tests::TOKEN.into()),
+fn serve_pods(pods: Vec<serde_json::Value>) -> crate::kubernetes::fake_api::FakeApi {
+    crate::kubernetes::fake_api::FakeApi::start(crate::kubernetes::fake_api::Scenario {
+        token: Some(api::tests::TOKEN.into()),
         pods,
-        ..crate::kube::fake_api::Scenario::default()
+        ..crate::kubernetes::fake_api::Scenario::default()
     })
 }
 

@@ -93,7 +93,7 @@ fn pod(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
 /// Resolves a service: the node's rules, then the Kubernetes API.
 fn service(cfg: &Config, namespace: &str, name: &str) -> Result<Subject, RunError> {
     let rules = Ruleset::load().map_err(|e| e.to_string());
-    let api = resolve::kube::KubeApi::from_env(cfg.kubeconfig.as_deref());
+    let api = resolve::api::KubeApi::from_env(cfg.kubeconfig.as_deref());
     let found = services::resolve(
         rules.as_ref().map_err(Clone::clone),
         Some(&api),

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use super::{Endpoint, Front, FrontKind, Service};
-use crate::{kube::api::Api, resolve::kube::KubeApi};
+use crate::{kubernetes::api::Api, resolve::api::KubeApi};
 
 /// Why the API did not give the service.
 #[derive(Debug)]

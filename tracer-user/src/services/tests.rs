@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    kube::fake_api::{FakeApi, Scenario},
-    resolve::kube::tests::{TOKEN, kubeconfig, source},
+    kubernetes::fake_api::{FakeApi, Scenario},
+    resolve::api::tests::{TOKEN, kubeconfig, source},
     rules::ruleset_from_iptables,
 };
 

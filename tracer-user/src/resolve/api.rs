@@ -4,7 +4,7 @@
 //! Credentials, first found wins: `--kubeconfig`, `$KUBECONFIG`, the kubelet's kubeconfig on
 //! AKS nodes (`/var/lib/kubelet/kubeconfig`, `/etc/kubernetes/kubelet.conf`), `~/.kube/config`,
 //! then the pod's service account when pktrace runs in a pod. The client is the one
-//! `kubectl-pktrace` uses ([`crate::kube`]); every call ends within [`CALL_TIMEOUT`], name
+//! `kubectl-pktrace` uses ([`crate::kubernetes`]); every call ends within [`CALL_TIMEOUT`], name
 //! resolution and connecting included, so a server that is down, unknown or black-holed
 //! costs seconds, never a hang.
 
@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::{PodTarget, state_file};
 use crate::{
-    kube::{
+    kubernetes::{
         api::{Api, ApiError},
         kubeconfig::{ClusterAccess, Kubeconfig, KubeconfigError},
     },

@@ -1,7 +1,7 @@
 //! `kubectl pktrace POD`: runs pktrace on the node of a pod (the `kubectl-pktrace` binary is
 //! its command line).
 //!
-//! Finds the pod's node through the Kubernetes API ([`crate::kube`]), starts pktrace there in
+//! Finds the pod's node through the Kubernetes API ([`crate::kubernetes`]), starts pktrace there in
 //! a short-lived privileged pod ([`pod_spec`], like `kubectl debug node/…`), streams its
 //! output and deletes the pod when pktrace ends or on Ctrl-C ([`session`]).
 

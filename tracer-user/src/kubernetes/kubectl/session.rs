@@ -13,7 +13,7 @@ use std::{
 use serde_json::Value;
 
 use super::pod_spec::{CONTAINER, DebugPod};
-use crate::kube::api::{Api, ApiError};
+use crate::kubernetes::api::{Api, ApiError};
 
 /// How often the pod's status is polled while it starts and ends.
 const POLL: Duration = Duration::from_millis(300);

@@ -12,7 +12,7 @@ use std::{
 use serde_json::json;
 
 use super::*;
-use crate::kube::fake_api::{FakeApi, Scenario};
+use crate::kubernetes::fake_api::{FakeApi, Scenario};
 
 pub(crate) const TOKEN: &str = "node-t0k3n";
 pub(crate) const HERE: &str = "10.13.76.4";

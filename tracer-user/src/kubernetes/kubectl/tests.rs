@@ -1,4 +1,4 @@
-//! The plugin against a fake API server ([`crate::kube::fake_api`]): which node it picks, the pod it
+//! The plugin against a fake API server ([`crate::kubernetes::fake_api`]): which node it picks, the pod it
 //! creates, the arguments it passes, that it always cleans up, and how it logs in.
 
 use std::{sync::Arc, thread, time::Duration};
@@ -7,7 +7,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::session::{self, Plan, SessionError, Stop};
-use crate::kube::{
+use crate::kubernetes::{
     api::{self, Api, ApiError},
     fake_api::{FakeApi, Request, SUFFIX, Scenario, Tls},
     kubeconfig::{ClusterAccess, Kubeconfig},
@@ -338,7 +338,7 @@ fn dry_run_prints_the_manifest_and_creates_nothing() {
 #[test]
 fn the_daemonset_mounts_what_the_plugins_pod_mounts() {
     use serde::Deserialize as _;
-    let text = include_str!("../../../deploy/daemonset.yaml");
+    let text = include_str!("../../../../deploy/daemonset.yaml");
     let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| Value::deserialize(d).expect("YAML"))
         .collect();
