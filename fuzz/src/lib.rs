@@ -2,8 +2,9 @@
 //! programs run, from tracer-common), the Azure CNI state file, `iptables-save` output and the
 //! filter expression on the command line.
 //!
-//! The targets call tracer-user's library (`tracer_user::{explain, expr, resolve, util}`), the
-//! very code `pktrace` runs; this crate adds only the properties they check.
+//! The targets call tracer-user's library (`tracer_user::{rules, explain, drops, expr,
+//! resolve, util}`), the very code `pktrace` runs; this crate adds only the properties they
+//! check.
 //! `.cargo/config.toml` sets `AYA_BUILD_SKIP`: the targets need no eBPF object.
 //!
 //! Run with `cargo xtask fuzz` (every target, briefly) or, in this directory,
