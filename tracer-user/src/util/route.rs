@@ -1,23 +1,18 @@
 //! The current network namespace's route towards one address, asked over rtnetlink
 //! (`RTM_GETROUTE`, as `ip route get` asks it): the interface it leaves by and its gateway.
-//! One request and one answer on a socket of its own, microseconds, no tool run.
+//! One request and one answer on a socket of its own, microseconds, no tool run; the
+//! messages are netlink-packet-route's.
 
 use std::{net::IpAddr, ops::ControlFlow, time::Duration};
 
-use super::netlink::{NLM_F_REQUEST, NLMSG_HDR, ask};
+use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::{
+    AddressFamily, RouteNetlinkMessage,
+    route::{RouteAddress, RouteAttribute, RouteMessage, RouteType},
+};
 
-/// `RTM_GETROUTE`, `RTM_NEWROUTE`, `NLMSG_ERROR`.
-const RTM_GETROUTE: u16 = 26;
-const RTM_NEWROUTE: u16 = 24;
-const NLMSG_ERROR: u16 = 2;
-/// `struct rtmsg`.
-const RTMSG: usize = 12;
-/// `RTA_DST`, `RTA_OIF`, `RTA_GATEWAY`.
-const RTA_DST: u16 = 1;
-const RTA_OIF: u16 = 4;
-const RTA_GATEWAY: u16 = 5;
-/// `RTN_UNICAST`: a route that forwards (not local, broadcast, unreachable, throw…).
-const RTN_UNICAST: u8 = 1;
+use super::netlink::ask;
+
 /// How long the kernel may take to answer.
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -55,56 +50,50 @@ pub fn ifname(ifindex: u32) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
-/// `nlmsghdr` + `rtmsg` (family, destination length) + `RTA_DST`.
+/// `RTM_GETROUTE` for `dst`: its family, a full-length destination prefix and `RTA_DST`.
 fn request(dst: IpAddr) -> Vec<u8> {
-    let (family, addr): (u8, Vec<u8>) = match dst {
-        IpAddr::V4(a) => (2, a.octets().to_vec()),
-        IpAddr::V6(a) => (10, a.octets().to_vec()),
+    let mut route = RouteMessage::default();
+    (
+        route.header.address_family,
+        route.header.destination_prefix_length,
+    ) = match dst {
+        IpAddr::V4(_) => (AddressFamily::Inet, 32),
+        IpAddr::V6(_) => (AddressFamily::Inet6, 128),
     };
-    let attr_len = 4 + addr.len();
-    let len = NLMSG_HDR + RTMSG + attr_len;
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&u32::try_from(len).unwrap_or(0).to_ne_bytes());
-    m.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
-    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    m.extend_from_slice(&1u32.to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
-    let dst_len = u8::try_from(addr.len() * 8).unwrap_or(0);
-    m.extend_from_slice(&[family, dst_len, 0, 0, 0, 0, 0, 0]);
-    m.extend_from_slice(&0u32.to_ne_bytes());
-    m.extend_from_slice(&u16::try_from(attr_len).unwrap_or(0).to_ne_bytes());
-    m.extend_from_slice(&RTA_DST.to_ne_bytes());
-    m.extend_from_slice(&addr);
-    m
+    route
+        .attributes
+        .push(RouteAttribute::Destination(RouteAddress::from(dst)));
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    header.sequence_number = 1;
+    let mut packet = NetlinkMessage::new(
+        header,
+        NetlinkPayload::from(RouteNetlinkMessage::GetRoute(route)),
+    );
+    packet.finalize();
+    let mut buf = vec![0; packet.buffer_len()];
+    packet.serialize(&mut buf);
+    buf
 }
 
 /// The hop of an `RTM_NEWROUTE` answer; `None` for an error, a route that does not
 /// forward, or a malformed message.
 fn parse(msg: &[u8]) -> Option<Hop> {
-    let u16_at = |i: usize| Some(u16::from_ne_bytes(msg.get(i..i + 2)?.try_into().ok()?));
-    let len = usize::try_from(u32::from_ne_bytes(msg.get(0..4)?.try_into().ok()?)).ok()?;
-    let kind = u16_at(4)?;
-    if kind == NLMSG_ERROR || kind != RTM_NEWROUTE || len > msg.len() {
+    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(msg).ok()?;
+    let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(route)) = reply.payload else {
         return None;
-    }
-    let family = *msg.get(NLMSG_HDR)?;
-    if *msg.get(NLMSG_HDR + 7)? != RTN_UNICAST {
+    };
+    if route.header.kind != RouteType::Unicast {
         return None;
     }
     let (mut ifindex, mut gateway) = (None, None);
-    let mut at = NLMSG_HDR + RTMSG;
-    while at + 4 <= len {
-        let (alen, ty) = (usize::from(u16_at(at)?), u16_at(at + 2)?);
-        if alen < 4 || at + alen > len {
-            return None;
-        }
-        let val = &msg[at + 4..at + alen];
-        match ty {
-            RTA_OIF => ifindex = Some(u32::from_ne_bytes(val.get(..4)?.try_into().ok()?)),
-            RTA_GATEWAY => gateway = addr(family, val),
+    for attr in route.attributes {
+        match attr {
+            RouteAttribute::Oif(i) => ifindex = Some(i),
+            RouteAttribute::Gateway(RouteAddress::Inet(a)) => gateway = Some(IpAddr::V4(a)),
+            RouteAttribute::Gateway(RouteAddress::Inet6(a)) => gateway = Some(IpAddr::V6(a)),
             _ => {}
         }
-        at += (alen + 3) & !3;
     }
     Some(Hop {
         ifindex: ifindex?,
@@ -112,17 +101,21 @@ fn parse(msg: &[u8]) -> Option<Hop> {
     })
 }
 
-fn addr(family: u8, val: &[u8]) -> Option<IpAddr> {
-    match family {
-        2 => Some(IpAddr::from(<[u8; 4]>::try_from(val.get(..4)?).ok()?)),
-        10 => Some(IpAddr::from(<[u8; 16]>::try_from(val.get(..16)?).ok()?)),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::netlink::NLMSG_HDR;
+
+    /// `RTM_NEWROUTE`, `NLMSG_ERROR`, `RTM_GETROUTE`.
+    const RTM_NEWROUTE: u16 = 24;
+    const NLMSG_ERROR: u16 = 2;
+    const RTM_GETROUTE: u16 = 26;
+    /// `RTA_DST`, `RTA_OIF`, `RTA_GATEWAY`.
+    const RTA_DST: u16 = 1;
+    const RTA_OIF: u16 = 4;
+    const RTA_GATEWAY: u16 = 5;
+    /// `RTN_UNICAST`: a route that forwards.
+    const RTN_UNICAST: u8 = 1;
 
     /// An answer as the kernel writes it: header, `rtmsg` of `family` and `rtm_type`, attrs.
     fn answer(kind: u16, family: u8, rtm_type: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
@@ -202,5 +195,36 @@ mod tests {
         assert_eq!(ifname(1).as_deref(), Some("lo"));
         // 127.0.0.1 is local: not a way out.
         assert_eq!(towards("127.0.0.1".parse().unwrap()), None);
+    }
+
+    #[test]
+    #[ignore = "root tier: a veth pair and routes in a throwaway network namespace"]
+    fn the_kernels_answers_name_the_way_out_and_the_gateway() {
+        crate::test_support::require_root();
+        crate::test_support::in_new_netns(|| {
+            for args in [
+                "link add d0 type veth peer name d1",
+                "link set d1 up",
+                "link set d0 up",
+                "addr add 10.9.0.2/24 dev d0",
+                "route add default via 10.9.0.1",
+                "-6 addr add 2001:db8::2/64 dev d0 nodad",
+                "-6 route add default via 2001:db8::1",
+            ] {
+                let ok = std::process::Command::new("ip")
+                    .args(args.split_whitespace())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "ip {args}");
+            }
+            let via = towards("192.0.2.7".parse().unwrap()).unwrap();
+            assert_eq!(ifname(via.ifindex).as_deref(), Some("d0"));
+            assert_eq!(via.gateway, Some("10.9.0.1".parse().unwrap()));
+            let on_link = towards("10.9.0.7".parse().unwrap()).unwrap();
+            assert_eq!((on_link.ifindex, on_link.gateway), (via.ifindex, None));
+            let v6 = towards("2001:db8:1::7".parse().unwrap()).unwrap();
+            assert_eq!(v6.gateway, Some("2001:db8::1".parse().unwrap()));
+            assert_eq!(towards("10.9.0.2".parse().unwrap()), None);
+        });
     }
 }
