@@ -11,7 +11,7 @@ use std::{
 };
 
 use crate::{
-    attach::{links::LinkEvent, tc::Iface},
+    interfaces::{links::LinkEvent, tc::Iface},
     traced::TracedAddrs,
     util::{iface_matches, safe},
 };

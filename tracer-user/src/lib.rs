@@ -1,10 +1,11 @@
 //! pktrace: trace a Kubernetes pod's packets hop by hop through the node's NAT.
 //!
-//! The pipeline, one folder per stage: `attach` (the kernel object loaded, its programs on
-//! tc), `collect` (ring buffer → observations), `journey` (observations → one packet's
-//! journey: the join), [`explain`] (the NAT steps' rules, a drop's why, per journey),
-//! `summary` (totals and latency percentiles on exit), [`output`] (text, one line or JSON
-//! lines, and the pcapng of `-w`). [`run`] ties them together.
+//! The pipeline, one folder per stage: `attach` (the kernel object loaded) and `interfaces`
+//! (where a packet enters: the interfaces and the tc programs on them), `collect` (ring buffer
+//! → observations), `journey` (observations → one packet's journey: the join), [`explain`]
+//! (the NAT steps' rules, a drop's why, per journey), `summary` (totals and latency
+//! percentiles on exit), [`output`] (text, one line or JSON lines, and the pcapng of `-w`).
+//! [`run`] ties them together.
 //!
 //! One folder per feature, each with its reading, joining and explaining: `nat` (the NAT
 //! hooks: fentry, kprobe, netfilter, conntrack), [`drops`] (the drop programs attached, drops
@@ -34,6 +35,7 @@ pub mod explain;
 pub mod expr;
 mod follow;
 pub mod generate;
+mod interfaces;
 mod journey;
 mod kernel;
 pub mod kubernetes;

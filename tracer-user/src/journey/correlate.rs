@@ -19,7 +19,7 @@ use tracer_common::{FAMILY_IPV4, Fingerprint, NatSeen, Observation, TcHook, TcSe
 
 use self::conntrack::complete_nat;
 use super::model::{Ending, Journey, NatChange, NatPoint, PacketKind, Step, StepKind};
-pub use crate::attach::roles::HostIf;
+pub use crate::interfaces::roles::HostIf;
 use crate::{drops::DropNames, nat::conntrack::NatTable};
 
 /// Limits of the join table. Past either, the oldest open journeys are closed early (as

@@ -12,15 +12,15 @@ use super::{
     start::{LINKS_LOST, Subject},
 };
 use crate::{
-    attach::{
-        self,
+    attach,
+    config::{Config, Target},
+    diag,
+    follow::{self, Action, PodWatch},
+    interfaces::{
         clsact::CreatedQdiscs,
         links::{Batch, LinkEvent, LinkMonitor},
         tc::{self, Iface, TcAttachments},
     },
-    config::{Config, Target},
-    diag,
-    follow::{self, Action, PodWatch},
     journey::correlate::Correlator,
     resolve,
     rules::Ruleset,

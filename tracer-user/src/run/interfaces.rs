@@ -3,7 +3,7 @@
 
 use super::RunError;
 use crate::{
-    attach::tc::{self, Iface},
+    interfaces::tc::{self, Iface},
     util::{self, glob_match},
 };
 

@@ -15,9 +15,10 @@ mod start;
 use std::io;
 
 use crate::{
-    attach::{self, clsact::CreatedQdiscs, tc},
+    attach,
     collect::{self, Collector},
     config::Config,
+    interfaces::{clsact::CreatedQdiscs, tc},
     kernel::caps,
     nat, resolve, services,
 };

@@ -8,19 +8,19 @@ use tracer_common::{ExprFilter, batch::BATCH_BYTES_DEFAULT};
 
 use super::{RunError, interfaces::Chosen, session::Session};
 use crate::{
-    attach::{
-        self, Globals,
-        clsact::CreatedQdiscs,
-        links::LinkMonitor,
-        policy::{self, Policy},
-        tc::{self, TcAttachments, TcMode},
-    },
+    attach::{self, Globals},
     collect::{flush::Flusher, frames},
     config::{Config, Knobs, Target},
     diag,
     drops::{DropAttachment, DropNames, Reasons},
     explain::{DropExplainer, Explainer},
     expr::Filter,
+    interfaces::{
+        clsact::CreatedQdiscs,
+        links::LinkMonitor,
+        policy::{self, Policy},
+        tc::{self, TcAttachments, TcMode},
+    },
     journey::correlate::{Correlator, Limits},
     kernel::{self, btf::KernelBtf, caps},
     nat::{

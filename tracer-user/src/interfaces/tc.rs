@@ -242,7 +242,7 @@ fn classifier<'a>(
         .ok_or(TcAttachError::MissingProgram(program))
 }
 
-/// Loads both classifiers, side by side ([`super::side_by_side`]).
+/// Loads both classifiers, side by side ([`crate::attach::side_by_side`]).
 fn load_classifiers(ebpf: &mut Ebpf) -> Result<(), TcAttachError> {
     let mut found: Vec<(&'static str, &mut SchedClassifier)> = Vec::new();
     for (name, program) in ebpf.programs_mut() {
@@ -258,7 +258,7 @@ fn load_classifiers(ebpf: &mut Ebpf) -> Result<(), TcAttachError> {
     {
         return Err(TcAttachError::MissingProgram(missing));
     }
-    super::side_by_side(found, |(program, c)| {
+    crate::attach::side_by_side(found, |(program, c)| {
         c.load()
             .map_err(|source| TcAttachError::Load { program, source })
     })

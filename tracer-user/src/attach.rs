@@ -1,15 +1,12 @@
-//! Loading pktrace's kernel programs and attaching them: tc on interfaces ([`tc`]); the NAT
-//! hooks are attached by `crate::nat`. What is attached lives as long as the loaded object (`aya::Ebpf`, which owns
-//! the tc links and filters), the NAT attachment (`crate::nat::NatAttachment`) and the record of
-//! the clsact qdiscs pktrace created ([`clsact::CreatedQdiscs`]): dropping them detaches it (tcx
-//! and netfilter links also die with the process, even by SIGKILL).
-
-pub mod clsact;
-pub mod iface;
-pub mod links;
-pub mod policy;
-pub mod roles;
-pub mod tc;
+//! Loading pktrace's kernel object: its maps and load-time globals ([`Globals`], [`load`]),
+//! the in-kernel filter's tracked addresses ([`track_addrs`], [`untrack_addrs`]), and what
+//! every attaching module shares ([`object`](fn@object), [`side_by_side`],
+//! [`verifier_reason`]). The programs are attached by `crate::interfaces` (tc), `crate::nat`
+//! (the NAT hooks) and `crate::drops` (`skb:kfree_skb`). What is attached lives as long as the loaded object
+//! (`aya::Ebpf`, which owns the tc links and filters), the NAT attachment
+//! (`crate::nat::NatAttachment`) and the record of the clsact qdiscs pktrace created
+//! (`interfaces::clsact::CreatedQdiscs`): dropping them detaches it (tcx and netfilter links
+//! also die with the process, even by SIGKILL).
 
 use aya::{
     Ebpf, EbpfLoader,
