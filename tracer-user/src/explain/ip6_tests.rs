@@ -12,7 +12,7 @@ use crate::{
 };
 
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
-/// The dual-stack lab's ip6tables nat table (`xtask/src/lab/nat-rules6.txt`).
+/// The dual-stack lab's ip6tables nat table (`tests/lab/src/nat-rules6.txt`).
 const DUAL6: &str = include_str!("../../tests-data/ip6tables-save-dual-stack.txt");
 
 fn dual_stack() -> Ruleset {

@@ -14,10 +14,10 @@ use crate::{
     rules::{NatRules, Ruleset, ruleset::Raw},
 };
 
-const LAB_AZURE: &str = include_str!("../../../xtask/src/lab/nat-rules.txt");
-const LAB_KUBENET: &str = include_str!("../../../xtask/src/lab/nat-rules-kubenet.txt");
-const LAB_CALICO: &str = include_str!("../../../xtask/src/lab/nat-rules-calico.txt");
-const LAB_CALICO_SETS: &str = include_str!("../../../xtask/src/lab/ipsets-calico.txt");
+const LAB_AZURE: &str = include_str!("../../../tests/lab/src/nat-rules.txt");
+const LAB_KUBENET: &str = include_str!("../../../tests/lab/src/nat-rules-kubenet.txt");
+const LAB_CALICO: &str = include_str!("../../../tests/lab/src/nat-rules-calico.txt");
+const LAB_CALICO_SETS: &str = include_str!("../../../tests/lab/src/ipsets-calico.txt");
 const AZURE: &str = include_str!("../../tests-data/iptables-save-azure-cni.txt");
 
 /// One node's rules and addresses.

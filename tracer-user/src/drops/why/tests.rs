@@ -15,9 +15,9 @@ const CALICO: &str = include_str!("testdata/calico-filter.txt");
 const CALICO_SETS: &str = include_str!("testdata/calico-ipsets.txt");
 /// The lab's Calico policy scenario (`cargo xtask lab up --variant calico`, then
 /// `xtask::lab::drops::Scenario::CalicoPolicy`): the very rules the root test drops through.
-const LAB_CALICO: &str = include_str!("../../../../xtask/src/lab/drops/calico-policy-filter.txt");
+const LAB_CALICO: &str = include_str!("../../../../tests/lab/src/drops/calico-policy-filter.txt");
 const LAB_CALICO_SETS: &str =
-    include_str!("../../../../xtask/src/lab/drops/calico-policy-ipsets.txt");
+    include_str!("../../../../tests/lab/src/drops/calico-policy-ipsets.txt");
 const NPM: &str = include_str!("testdata/azure-npm-filter.txt");
 const NPM_SETS: &str = include_str!("testdata/azure-npm-ipsets.txt");
 const ADMIN: &str = include_str!("testdata/admin-drop.txt");
