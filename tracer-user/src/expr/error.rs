@@ -27,6 +27,9 @@ pub enum ErrorKind {
         what: &'static str,
         after: Option<String>,
     },
+    /// A word that starts no primitive and has no qualifier to reuse (`ubuntu`, a bare
+    /// `10.0.0.1` or `80`).
+    NotAFilter(String),
     /// A tcpdump primitive pktrace does not filter on (`ether`, `vlan`, `less`, …).
     Unsupported(String),
     /// A qualifier that does not go with the primitive (`tcp host`, `ip6 host 10.0.0.1`).
@@ -80,7 +83,26 @@ impl fmt::Display for ErrorKind {
                  \"and\"/\"or\")",
                 super::MAX_DEPTH
             ),
-            Self::BadChar(c) => write!(f, "unexpected character \"{}\"", safe(&c.to_string())),
+            Self::BadChar(c @ ('[' | ']' | '=' | '<' | '>')) => write!(
+                f,
+                "\"{c}\" is not supported: pktrace filters on addresses, ports and protocols, \
+                 not on packet bytes or comparisons (tcp[13] = 2)"
+            ),
+            Self::BadChar(c) => write!(
+                f,
+                "\"{}\" cannot be in an expression: use words such as host, port, udp",
+                safe(&c.to_string())
+            ),
+            Self::NotAFilter(w) => {
+                let hint = if w.parse::<std::net::IpAddr>().is_ok() {
+                    format!("write host {w}")
+                } else if w.parse::<u16>().is_ok() {
+                    format!("write port {w}")
+                } else {
+                    "write e.g. host 10.0.0.1, port 53 or udp (tcpdump syntax)".to_owned()
+                };
+                write!(f, "\"{}\" is not a filter: {hint}", safe(w))
+            }
             Self::Expected { what, after: None } => write!(f, "expected {what}"),
             Self::Expected {
                 what,

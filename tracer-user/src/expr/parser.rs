@@ -150,7 +150,7 @@ impl<'a> Parser<'a> {
     /// parentheses and `not`s around it in the text (the recursion's bound).
     fn unary(&mut self, depth: usize) -> Result<(Expr, usize), ExprError> {
         let Some(t) = self.peek() else {
-            return Err(self.expected_here("a primitive (host, net, port, tcp, ip, …)"));
+            return Err(self.expected_here("a filter (host, net, port, tcp, udp, icmp, …)"));
         };
         if depth > MAX_DEPTH {
             return Err(ExprError::new(t.pos, ErrorKind::TooDeep));
@@ -180,7 +180,7 @@ impl<'a> Parser<'a> {
             }
             Tok::Word(w) => Ok((Expr::Test(self.primitive(w, t.pos)?), 0)),
             Tok::RParen | Tok::And | Tok::Or => {
-                Err(self.expected_here("a primitive (host, net, port, tcp, ip, …)"))
+                Err(self.expected_here("a filter (host, net, port, tcp, udp, icmp, …)"))
             }
         }
     }
@@ -198,7 +198,7 @@ impl<'a> Parser<'a> {
                 ));
             }
             let Some(quals) = self.last else {
-                return Err(self.expected_here("a primitive (host, net, port, tcp, ip, …)"));
+                return Err(ExprError::new(pos, ErrorKind::NotAFilter(first.to_owned())));
             };
             return self.value(quals);
         }

@@ -4,7 +4,11 @@ use super::super::*;
 
 /// (expression, byte offset of the fault, the message after "bad expression at N: ").
 const CASES: &[(&str, usize, &str)] = &[
-    ("", 0, "expected a primitive (host, net, port, tcp, ip, …)"),
+    (
+        "",
+        0,
+        "expected a filter (host, net, port, tcp, udp, icmp, …)",
+    ),
     ("port", 4, "expected a port number after \"port\""),
     ("port 53 or http", 11, "expected a port number after \"or\""),
     ("port http", 5, "expected a port number after \"port\""),
@@ -23,17 +27,14 @@ const CASES: &[(&str, usize, &str)] = &[
     (
         "10.0.0.1",
         0,
-        "expected a primitive (host, net, port, tcp, ip, …)",
+        "\"10.0.0.1\" is not a filter: write host 10.0.0.1",
     ),
+    ("not 80", 4, "\"80\" is not a filter: write port 80"),
+    ("tcp or 80", 7, "\"80\" is not a filter: write port 80"),
     (
-        "not 80",
-        4,
-        "expected a primitive (host, net, port, tcp, ip, …) after \"not\"",
-    ),
-    (
-        "tcp or 80",
-        7,
-        "expected a primitive (host, net, port, tcp, ip, …) after \"or\"",
+        "ubuntu",
+        0,
+        "\"ubuntu\" is not a filter: write e.g. host 10.0.0.1, port 53 or udp (tcpdump syntax)",
     ),
     ("tcp host 10.0.0.1", 9, "\"tcp\" cannot qualify host"),
     (
@@ -99,7 +100,7 @@ const CASES: &[(&str, usize, &str)] = &[
     (
         "()",
         1,
-        "expected a primitive (host, net, port, tcp, ip, …) after \"(\"",
+        "expected a filter (host, net, port, tcp, udp, icmp, …) after \"(\"",
     ),
     ("(tcp", 4, "expected \"and\", \"or\" or \")\" after \"tcp\""),
     (
@@ -115,11 +116,15 @@ const CASES: &[(&str, usize, &str)] = &[
     (
         "tcp and",
         7,
-        "expected a primitive (host, net, port, tcp, ip, …) after \"and\"",
+        "expected a filter (host, net, port, tcp, udp, icmp, …) after \"and\"",
     ),
     ("tcp & udp", 4, "expected \"&&\""),
     ("tcp | udp", 4, "expected \"||\""),
-    ("tcp[13] = 2", 3, "unexpected character \"[\""),
+    (
+        "tcp[13] = 2",
+        3,
+        "\"[\" is not supported: pktrace filters on addresses, ports and protocols, not on packet bytes or comparisons (tcp[13] = 2)",
+    ),
     (
         "ether host 00:11:22:33:44:55",
         0,
@@ -130,7 +135,11 @@ const CASES: &[(&str, usize, &str)] = &[
         8,
         "\"vlan\" is not supported: pktrace filters on host, net, port, portrange, src, dst, tcp, udp, icmp, icmp6, ip, ip6 and proto",
     ),
-    ("port 53 or é", 11, "unexpected character \"é\""),
+    (
+        "port 53 or é",
+        11,
+        "\"é\" cannot be in an expression: use words such as host, port, udp",
+    ),
 ];
 
 #[test]
@@ -160,7 +169,7 @@ fn render_points_at_the_fault() {
     let err = parse(text).unwrap_err();
     assert_eq!(
         err.render(text),
-        "pktrace: bad expression at 6: unexpected character \"\\u{1b}\"\n  host \\u{1b}[2J\n       ^"
+        "pktrace: bad expression at 6: \"\\u{1b}\" cannot be in an expression: use words such as host, port, udp\n  host \\u{1b}[2J\n       ^"
     );
     let text = "port é";
     let shown = parse(text).unwrap_err().render(text);
