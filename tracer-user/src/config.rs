@@ -99,17 +99,26 @@ pub enum ConfigError {
     #[error("the {what} is empty: give --pod NAME or --svc NAME [-n NAMESPACE]")]
     EmptyName { what: &'static str },
     /// `--interfaces ""`.
-    #[error("--interfaces lists no interface: give names or globs, e.g. eth0,azure0,azv*")]
+    #[error("-i/--interfaces lists no interface: give names or globs, e.g. -i eth0,azure0,azv*")]
     NoInterfaces,
     /// An interface pattern Linux could never match.
-    #[error("--interfaces: '{pattern}' {reason}")]
+    #[error("-i/--interfaces: '{pattern}' {reason}")]
     BadInterface {
         pattern: String,
         reason: &'static str,
     },
-    /// `--pod-ip` followed by a word that is not an address.
-    #[error("--pod-ip: '{0}' is not an IP address")]
+    /// `--pod-ip` followed by a word that is not an address (or a comma-separated list with
+    /// one).
+    #[error(
+        "--pod-ip: '{}' is not an IP address: give IPv4 or IPv6 addresses (kubectl get pod -o \
+         wide shows a pod's)",
+        crate::util::safe(.0)
+    )]
     BadPodIp(String),
+    /// Nothing to trace: no `--pod`, `--pod-ip`, `--svc` or `--trace-all`; `word` is a lone
+    /// word that was taken as the expression (maybe a pod's name).
+    #[error("{}", no_target_message(.word.as_deref()))]
+    NoTarget { word: Option<String> },
     /// The filter expression does not parse or matches nothing.
     #[error(transparent)]
     Expression(#[from] FilterError),
@@ -128,6 +137,9 @@ impl Config {
     }
 
     fn build(args: Args, is_tty: bool, no_color: bool, knobs: Knobs) -> Result<Self, ConfigError> {
+        if args.pod.is_none() && args.pod_ip.is_empty() && args.svc.is_none() && !args.trace_all {
+            return Err(no_target(&args.expression));
+        }
         let interfaces = args.interfaces.map(check_interfaces).transpose()?;
         let (ips, expression) = split_pod_ip(args.pod_ip, args.expression)?;
         let filter = Filter::parse(&expression)?;
@@ -202,6 +214,16 @@ fn split_pod_ip(
     let mut rest = words.into_iter();
     let mut leading = Vec::new();
     for word in rest.by_ref() {
+        // A comma-separated list is meant as addresses, every one of them.
+        if word.contains(',') {
+            for part in word.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                ips.push(
+                    part.parse::<IpAddr>()
+                        .map_err(|_| ConfigError::BadPodIp(part.to_owned()))?,
+                );
+            }
+            continue;
+        }
         if let Ok(ip) = word.trim().parse::<IpAddr>() {
             ips.push(ip);
             continue;
@@ -215,6 +237,40 @@ fn split_pod_ip(
     leading.extend(rest);
     leading.extend(expression);
     Ok((ips, leading))
+}
+
+/// What to say when nothing names what to trace: every way to name it, and for a lone word
+/// taken as the expression (`pktrace ubuntu`) the option it was probably meant for.
+fn no_target(expression: &[String]) -> ConfigError {
+    let word = match expression {
+        [word] => Some(word.trim().to_owned()),
+        _ => None,
+    };
+    ConfigError::NoTarget { word }
+}
+
+fn no_target_message(word: Option<&str>) -> String {
+    let ways = "say what to trace: --pod NAME [-n NAMESPACE], --pod-ip IP, --svc NAME [-n \
+                NAMESPACE], or --trace-all for every packet";
+    let Some(word) = word else {
+        return format!("nothing to trace: {ways}");
+    };
+    let shown = crate::util::safe(word);
+    if word.parse::<IpAddr>().is_ok() {
+        return format!("nothing to trace: for address {shown}, write --pod-ip {shown}; {ways}");
+    }
+    let pod_name = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+    if pod_name {
+        format!(
+            "nothing to trace: '{shown}' was read as a filter expression; if it is a pod, \
+             write --pod {shown}; {ways}"
+        )
+    } else {
+        format!("nothing to trace: {ways}")
+    }
 }
 
 fn service_target(name: &str, namespace: &str) -> Result<Target, ConfigError> {
@@ -245,7 +301,12 @@ fn check_interfaces(list: Vec<String>) -> Result<Vec<String>, ConfigError> {
         .map(|p| p.trim().to_owned())
         .filter(|p| !p.is_empty())
     {
-        let reason = if pattern.chars().count() > IFNAME_MAX && !pattern.contains('*') {
+        let reason = if pattern == "any" {
+            Some(
+                "is tcpdump's every interface; pktrace attaches to the pod interfaces, the \
+                 bridge and the uplink by itself: leave -i out, or give names and globs",
+            )
+        } else if pattern.chars().count() > IFNAME_MAX && !pattern.contains('*') {
             Some("is longer than 15 characters, the longest interface name Linux allows")
         } else if pattern.contains(['/', ' ', ':']) {
             Some("cannot be an interface name ('/', ':' and spaces are not allowed)")
@@ -359,6 +420,49 @@ mod tests {
             config(&["--pod-ip", "10.0.0.1", "10.0.0.300"], false, false).unwrap_err(),
             ConfigError::Expression(_)
         ));
+    }
+
+    #[test]
+    fn no_target_names_every_way_to_give_one_and_a_bare_word_gets_its_option() {
+        let ways = ["--pod NAME", "--pod-ip IP", "--svc NAME", "--trace-all"];
+        for (args, hint) in [
+            (&[][..], None),
+            (&["-n", "kube-system"], None),
+            (&["--failures", "-f"], None),
+            (&["ubuntu"], Some("if it is a pod, write --pod ubuntu")),
+            (&["10.0.0.1"], Some("write --pod-ip 10.0.0.1")),
+            (&["udp", "port", "53"], None),
+        ] {
+            let err = config(args, false, false).expect_err(&format!("{args:?}"));
+            assert!(
+                matches!(err, ConfigError::NoTarget { .. }),
+                "{args:?}: {err}"
+            );
+            let text = err.to_string();
+            assert!(text.starts_with("nothing to trace: "), "{text}");
+            for way in ways {
+                assert!(text.contains(way), "{args:?}: {way} missing: {text}");
+            }
+            match hint {
+                Some(hint) => assert!(text.contains(hint), "{args:?}: {text}"),
+                None => assert!(!text.contains("write --"), "{args:?}: {text}"),
+            }
+        }
+    }
+
+    #[test]
+    fn pod_ip_lists_and_tcpdump_words_are_refused_with_the_fix() {
+        assert_eq!(
+            config(&["--pod-ip", "10.0.0.1,foo"], false, false).unwrap_err(),
+            ConfigError::BadPodIp("foo".into())
+        );
+        let c = config(&["--pod-ip", "10.0.0.1,fd00::1", "udp"], false, false).unwrap();
+        assert!(matches!(&c.target, Target::Ips(ips) if ips.len() == 2));
+        assert!(c.filter.is_some());
+        let err = config(&["--pod", "p", "-i", "any"], false, false).unwrap_err();
+        assert!(err.to_string().contains("leave -i out"), "{err}");
+        let err = ConfigError::BadPodIp("foo".into()).to_string();
+        assert!(err.contains("give IPv4 or IPv6 addresses"), "{err}");
     }
 
     #[test]

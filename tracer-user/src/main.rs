@@ -1,18 +1,29 @@
-//! `pktrace`: trace a Kubernetes pod's packets hop by hop through the node's NAT.
+//! `pktrace`: trace a Kubernetes pod's packets step by step through the node's NAT.
 //!
 //! The binary parses the command line and maps results to exit codes; the work is in the
-//! `tracer_user` library ([`run::run`], [`merge::run`], [`generate::generate`]).
+//! `tracer_user` library ([`run::run`], [`merge::run`], [`generate::generate`]). Every error
+//! is one message on stderr, `pktrace: ` first ([`diag::error`]).
 
 use std::{io::IsTerminal as _, process::ExitCode};
 
-use clap::Parser as _;
-use tracer_user::{cli, config, generate, merge, run};
+use tracer_user::{
+    cli::{self, Parsed, Refusal},
+    config, diag, generate, merge, run,
+};
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
-    if let Some(what) = cli.generate {
-        return finish_output(generate::generate(what, &mut std::io::stdout().lock()));
-    }
+    let argv: Vec<_> = std::env::args_os().collect();
+    let cli = match cli::parse(&argv) {
+        Ok(Parsed::Run(cli)) => *cli,
+        Ok(Parsed::Generate(what)) => {
+            return finish_output(generate::generate(what, &mut std::io::stdout().lock()));
+        }
+        Err(Refusal::Show(help)) => return finish_output(help.print()),
+        Err(Refusal::Usage(message)) => {
+            diag::error(message);
+            return ExitCode::from(2);
+        }
+    };
     if let Some(cli::Command::Merge(args)) = cli.command {
         let options = merge::Options {
             inputs: args.inputs,
@@ -24,7 +35,7 @@ fn main() -> ExitCode {
             Err(merge::MergeError::Output(e)) => finish_output(Err(e)),
             Err(e) => {
                 let code = if e.is_usage() { 2 } else { 1 };
-                eprintln!("pktrace merge: {:#}", anyhow::Error::new(e));
+                diag::error(format_args!("merge: {:#}", anyhow::Error::new(e)));
                 ExitCode::from(code)
             }
         };
@@ -32,7 +43,7 @@ fn main() -> ExitCode {
     let cfg = match config::Config::from_args(cli.trace, std::io::stdout().is_terminal()) {
         Ok(cfg) => cfg,
         Err(e) => {
-            tracer_user::diag::line(e);
+            diag::error(e);
             return ExitCode::from(2);
         }
     };
@@ -40,7 +51,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let code = if e.is_usage() { 2 } else { 1 };
-            tracer_user::diag::line(format_args!("{:#}", anyhow::Error::new(e)));
+            diag::error(format_args!("{:#}", anyhow::Error::new(e)));
             ExitCode::from(code)
         }
     }
@@ -52,7 +63,7 @@ fn finish_output(result: std::io::Result<()>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            tracer_user::diag::line(format_args!("writing the output: {e}"));
+            diag::error(format_args!("writing the output: {e}"));
             ExitCode::from(1)
         }
     }

@@ -57,5 +57,5 @@ fn help_offers_the_expression_and_the_line_output() {
     assert_eq!(code, 0);
     assert!(out.contains("[EXPRESSION]..."), "{out}");
     assert!(out.contains("pktrace --pod ubuntu udp port 53"), "{out}");
-    assert!(out.contains("line for one line"), "{out}");
+    assert!(out.contains("line: One line per journey"), "{out}");
 }

@@ -1,0 +1,93 @@
+//! What a new user meets before tracing anything, through the binary and without root: help
+//! that fits the terminal, usage errors in one style with the fix, completions without the
+//! packaging flag.
+
+use std::process::Command;
+
+/// Runs pktrace with `args` and `env`; returns its exit code, stdout and stderr.
+fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pktrace"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("running pktrace");
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8(out.stdout).expect("UTF-8"),
+        String::from_utf8(out.stderr).expect("UTF-8"),
+    )
+}
+
+#[test]
+fn help_fits_80_columns_and_color_never_has_no_escapes() {
+    for flag in ["-h", "--help"] {
+        let (code, out, _) = run(&[flag, "--color", "never"], &[("COLUMNS", "80")]);
+        assert_eq!(code, 0);
+        assert!(
+            out.contains("What to trace:") && !out.contains('\x1b'),
+            "{out}"
+        );
+        for line in out.lines() {
+            assert!(line.chars().count() <= 80, "{flag}: {line:?}");
+        }
+    }
+}
+
+#[test]
+fn usage_errors_are_one_style_with_the_fix_and_exit_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[],
+            "pktrace: nothing to trace: say what to trace: --pod NAME",
+        ),
+        (&["ubuntu"], "if it is a pod, write --pod ubuntu"),
+        (
+            &["--pod", "x", "-nn"],
+            "pktrace: '-nn' would be namespace 'n'",
+        ),
+        (
+            &["-c", "0", "--pod-ip", "10.0.0.1"],
+            "pktrace: -c/--count: -c 0 would stop",
+        ),
+        (
+            &["--pod-ip", "10.0.0.1,foo"],
+            "pktrace: --pod-ip: 'foo' is not an IP address",
+        ),
+        (
+            &["--pod-ip", "10.0.0.1", "tcp[13] = 2"],
+            "\"[\" is not supported",
+        ),
+        (
+            &["--pod", "x", "--bogus"],
+            "pktrace: unknown option '--bogus'",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, out, err) = run(args, &[("COLUMNS", "80")]);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        let joined = err.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        assert!(joined.contains(want), "{args:?}: {err}");
+        assert!(err.starts_with("pktrace: "), "{args:?}: {err}");
+        for line in err.lines() {
+            assert!(line.chars().count() <= 80, "{args:?}: {line:?}");
+        }
+        for raw in ["error:", "\x1b[", "For more information"] {
+            assert!(!err.contains(raw), "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn completions_do_not_offer_the_packaging_flag() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = run(&["--generate", shell], &[]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("--pod-ip") || out.contains("pod-ip"),
+            "{shell}"
+        );
+        assert!(!out.contains("generate"), "{shell} offers --generate");
+    }
+}
