@@ -41,6 +41,17 @@ fn help_fits_80_columns_and_short_help_is_shorter() {
     );
     assert!(long.contains("Words:") && long.contains("journey    one packet's way"));
     assert!(!short.contains("Words:"));
+    // The glossary uses the words of the output.
+    for (dnat, reply) in [(true, false), (false, false), (true, true), (false, true)] {
+        let word = crate::output::nat_word(dnat, reply);
+        assert!(long.contains(word), "{word} missing from the glossary");
+    }
+    for word in ["step ", "hook ", "drop ", "no answer ", "failure "] {
+        assert!(
+            long.contains(&format!("\n  {word}")),
+            "{word:?} not defined"
+        );
+    }
 }
 
 #[test]

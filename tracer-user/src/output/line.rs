@@ -157,12 +157,7 @@ fn step_note(step: &Step, detail: Detail, out: &mut String) {
     match &step.kind {
         StepKind::Tc { .. } => {}
         StepKind::Nat(n) => {
-            let what = match (n.point, n.reply) {
-                (NatPoint::Dnat, false) => "DNAT",
-                (NatPoint::Snat, false) => "SNAT",
-                (NatPoint::Dnat, true) => "un-DNAT",
-                (NatPoint::Snat, true) => "un-SNAT",
-            };
+            let what = super::nat_word(n.point == NatPoint::Dnat, n.reply);
             let _ = write!(out, " {what}");
             if detail == Detail::Bare {
                 return;

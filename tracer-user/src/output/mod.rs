@@ -110,6 +110,28 @@ pub fn service_sink(
     }
 }
 
+/// The word for a NAT step in every output for people (text, `-o line`, pcapng comments):
+/// `DNAT`, `SNAT`, and `un-DNAT`, `un-SNAT` for a reply translated back.
+#[must_use]
+pub const fn nat_word(dnat: bool, reply: bool) -> &'static str {
+    match (dnat, reply) {
+        (true, false) => "DNAT",
+        (false, false) => "SNAT",
+        (true, true) => "un-DNAT",
+        (false, true) => "un-SNAT",
+    }
+}
+
+/// `n` and the noun, singular for one: `1 journey`, `3 journeys`.
+#[must_use]
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Nanoseconds for people, three significant digits: `850ns`, `3.12µs`, `31.2ms`, `2.50s`.
 #[must_use]
 pub fn human_ns(ns: u64) -> String {
@@ -143,6 +165,18 @@ fn sig3(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_word_per_nat_step_and_plurals_right() {
+        assert_eq!(
+            [(true, false), (false, false), (true, true), (false, true)]
+                .map(|(d, r)| nat_word(d, r)),
+            ["DNAT", "SNAT", "un-DNAT", "un-SNAT"]
+        );
+        assert_eq!(count(1, "journey"), "1 journey");
+        assert_eq!(count(0, "journey"), "0 journeys");
+        assert_eq!(count(2, "lost event"), "2 lost events");
+    }
 
     #[test]
     fn human_units() {

@@ -2,7 +2,7 @@
 //! as the JSON line's type ([`NoAnswerLine`]).
 //!
 //! ```text
-//! ? no answer  tcp 10.13.76.46:41234 → 203.0.113.80:81 (after SNAT 10.13.76.4:41234): left eth0 at 12:00:01.123, no answer in 3 s
+//! ? no answer  tcp 10.13.76.46:41234 > 203.0.113.80:81 (after SNAT 10.13.76.4:41234): left eth0 at 12:00:01.123, no answer in 3 s
 //! ```
 
 use std::fmt::Write as _;
@@ -22,7 +22,7 @@ use crate::{
 pub fn text_line(n: &NoAnswer) -> String {
     let (entered, left) = (&n.entered, &n.left);
     let mut line = format!(
-        "? no answer  {} {} → {}",
+        "? no answer  {} {} > {}",
         proto_name(entered.proto),
         endpoint(entered, true),
         endpoint(entered, false)

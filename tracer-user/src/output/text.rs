@@ -1,13 +1,15 @@
 //! `-o text`: a block per journey for people reading over ssh, within 80 columns for IPv4.
 //!
 //! ```text
-//! tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
+//! tcp 10.13.76.46:41234 > 10.0.159.58:80  9.41µs
 //!   +0ns     ingress azv47c3ee9d512
-//!   +3.12µs  dnat    dst 10.0.159.58:80 → 10.13.76.26:80 (2.71µs)
+//!   +3.12µs  DNAT    dst 10.0.159.58:80 → 10.13.76.26:80 (2.71µs)
 //!                    DNAT by KUBE-SEP-6HBOEI5FVFTJNRJ3 (service default/whereami
 //!                    via KUBE-SVC-7G2JV7LNOR6DDNIY, 1 of 2 endpoints)
 //!   +9.41µs  egress  azva4124965a9b
 //! ```
+//! `a > b` is source > destination, `x → y` what NAT changed `x` into; a reply translated
+//! back is `un-DNAT`/`un-SNAT`, as in `-o line` and the pcapng comments.
 //! Names from the kernel or files go through [`crate::util::safe`]; colours only when asked for.
 
 use std::{
@@ -15,7 +17,7 @@ use std::{
     io::{self, Write},
 };
 
-use super::{Sink, human_ns, no_answer};
+use super::{Sink, count, human_ns, nat_word, no_answer};
 use crate::{
     journey::{
         Ending, Journey, Point, Step, endpoint,
@@ -85,7 +87,10 @@ impl TextSink {
             "{bound}+{}",
             human_ns(step.ktime_ns.saturating_sub(start_ns))
         );
-        let point = step.point().as_str();
+        let point = match step.point() {
+            p if p.is_nat() => nat_word(p == Point::Dnat, step.reply()),
+            p => p.as_str(),
+        };
         let line = if let Some(d) = step.dropped() {
             format!(
                 "  {dt:<8} ✗ drop {} at {}",
@@ -112,7 +117,7 @@ impl TextSink {
     }
 }
 
-/// `dst 10.0.159.58:80 → 10.13.76.26:80 (reply, 2.71µs)`: only the side NAT changed.
+/// `dst 10.0.159.58:80 → 10.13.76.26:80 (2.71µs)`: only the side NAT changed.
 fn nat_detail(step: &Step) -> String {
     let after = &step.tuple;
     let before = step.orig().unwrap_or(after);
@@ -121,20 +126,12 @@ fn nat_detail(step: &Step) -> String {
     let change = match (s0 != s1, d0 != d1) {
         (false, true) => format!("dst {d0} → {d1}"),
         (true, false) => format!("src {s0} → {s1}"),
-        (true, true) => format!("{s0} → {d0} ⇒ {s1} → {d1}"),
-        (false, false) => format!("{s1} → {d1} unchanged"),
+        (true, true) => format!("{s0} > {d0} → {s1} > {d1}"),
+        (false, false) => format!("{s1} > {d1} unchanged"),
     };
-    let notes: Vec<String> = [
-        step.reply().then(|| "reply".to_owned()),
-        step.latency_ns().map(human_ns),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if notes.is_empty() {
-        change
-    } else {
-        format!("{change} ({})", notes.join(", "))
+    match step.latency_ns() {
+        Some(ns) => format!("{change} ({})", human_ns(ns)),
+        None => change,
     }
 }
 
@@ -181,7 +178,7 @@ fn wrap(text: &str, indent: usize, width: usize) -> Vec<String> {
     lines
 }
 
-/// `tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs`, plus how it ended unless it left.
+/// `tcp 10.13.76.46:41234 > 10.0.159.58:80  9.41µs`, plus how it ended unless it left.
 fn header(j: &Journey, first: &Step) -> String {
     let orig = if first.point().is_nat() {
         first.orig().unwrap_or(&first.tuple)
@@ -196,7 +193,7 @@ fn header(j: &Journey, first: &Step) -> String {
         Ending::Dropped => "  (dropped)",
     };
     format!(
-        "{} {} → {}  {}{ending}",
+        "{} {} > {}  {}{ending}",
         j.proto(),
         endpoint(orig, true),
         endpoint(orig, false),
@@ -209,8 +206,9 @@ fn summary_warnings(s: &Summary) -> Vec<String> {
     let mut warns = Vec::new();
     if s.lost_events() > 0 {
         warns.push(format!(
-            "!! {} events were lost (ring buffer full): some journeys are incomplete",
-            s.lost_events()
+            "!! {} {} lost (ring buffer full): some journeys are incomplete",
+            count(s.lost_events(), "event"),
+            were(s.lost_events())
         ));
     }
     if s.bad_records() > 0 {
@@ -222,8 +220,9 @@ fn summary_warnings(s: &Summary) -> Vec<String> {
     }
     if s.evicted_journeys() > 0 {
         warns.push(format!(
-            "!! {} journeys were closed early (join table full): they may be incomplete",
-            s.evicted_journeys()
+            "!! {} {} closed early (join table full): they may be incomplete",
+            count(s.evicted_journeys(), "journey"),
+            were(s.evicted_journeys())
         ));
     }
     if s.evicted_connections() > 0 {
@@ -241,6 +240,11 @@ fn summary_warnings(s: &Summary) -> Vec<String> {
         ));
     }
     warns
+}
+
+/// `was` for one, `were` for more.
+const fn were(n: u64) -> &'static str {
+    if n == 1 { "was" } else { "were" }
 }
 
 /// The summary's failures: drops by reason, connections without an answer, and refusals.
@@ -299,8 +303,9 @@ impl Sink for TextSink {
 
     fn loss(&mut self, lost_new: u64, lost_total: u64) -> io::Result<()> {
         let line = format!(
-            "!! lost {lost_new} events ({lost_total} total): the ring buffer was full; \
-             journeys may be incomplete"
+            "!! lost {} ({lost_total} total): the ring buffer was full; journeys may be \
+             incomplete",
+            count(lost_new, "event")
         );
         let line = self.paint(RED, &line);
         self.emit(&format!("{line}\n"))
@@ -308,8 +313,9 @@ impl Sink for TextSink {
 
     fn evicted(&mut self, new: u64, total: u64) -> io::Result<()> {
         let line = format!(
-            "!! closed {new} journeys early ({total} total): the join table was full; \
-             they may be incomplete"
+            "!! closed {} early ({total} total): the join table was full; they may be \
+             incomplete",
+            count(new, "journey")
         );
         let line = self.paint(RED, &line);
         self.emit(&format!("{line}\n"))
@@ -340,11 +346,11 @@ impl Sink for TextSink {
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         let title = format!(
-            "summary for {}: {} journeys, {} events, {} lost events",
+            "summary for {}: {}, {}, {}",
             self.pod,
-            s.journeys(),
-            s.events(),
-            s.lost_events()
+            count(s.journeys(), "journey"),
+            count(s.events(), "event"),
+            count(s.lost_events(), "lost event")
         );
         let mut block = self.paint(BOLD, &title);
         block.push('\n');
@@ -393,9 +399,9 @@ mod tests {
     #[test]
     fn journey_block() {
         let want = "\
-tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
+tcp 10.13.76.46:41234 > 10.0.159.58:80  9.41µs
   +0ns     ingress azv47c3ee9d512
-  +3.12µs  dnat    dst 10.0.159.58:80 → 10.13.76.26:80 (2.71µs)
+  +3.12µs  DNAT    dst 10.0.159.58:80 → 10.13.76.26:80 (2.71µs)
                    DNAT by KUBE-SEP-6HBOEI5FVFTJNRJ3 (service default/whereami
                    via KUBE-SVC-7G2JV7LNOR6DDNIY, 1 of 2 endpoints)
   +9.41µs  egress  azva4124965a9b
@@ -430,11 +436,11 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
         let cases: Vec<(Step, &str)> = vec![
             (
                 nat(Point::Snat, icmp, masq, 40, None),
-                "  +30ns    snat    src 10.13.76.46 → 10.13.76.4\n",
+                "  +30ns    SNAT    src 10.13.76.46 → 10.13.76.4\n",
             ),
             (
                 reply,
-                "  +40ns    snat    dst 10.13.76.4 → 10.13.76.46 (reply, 900ns)\n                   IP-MASQ-AGENT\n",
+                "  +40ns    un-SNAT dst 10.13.76.4 → 10.13.76.46 (900ns)\n                   IP-MASQ-AGENT\n",
             ),
             (
                 tc(Point::Ingress, "azv\u{1b}[2J", v6, 60),
@@ -443,15 +449,15 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
             (unknown_iface, "  +60ns    egress  ?\n"),
             (
                 both,
-                "  +70ns    dnat    10.13.76.46 → 203.0.113.80 ⇒ 203.0.113.80 → 10.13.76.4\n",
+                "  +70ns    DNAT    10.13.76.46 > 203.0.113.80 → 203.0.113.80 > 10.13.76.4\n",
             ),
             (
                 nat(Point::Dnat, icmp, icmp, 80, None),
-                "  +70ns    dnat    10.13.76.46 → 203.0.113.80 unchanged\n",
+                "  +70ns    DNAT    10.13.76.46 > 203.0.113.80 unchanged\n",
             ),
             (
                 no_rule_in_why,
-                "  +80ns    snat    src 10.13.76.46 → 10.13.76.4\n                   POSTROUTING, service ns/svc: assumed\n",
+                "  +80ns    SNAT    src 10.13.76.46 → 10.13.76.4\n                   POSTROUTING, service ns/svc: assumed\n",
             ),
         ];
         let first = tc(Point::Ingress, "azv47c3ee9d512", icmp, 10);
@@ -464,7 +470,7 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
             let (head, rest) = got
                 .split_once("  +0ns     ingress azv47c3ee9d512\n")
                 .unwrap();
-            assert!(head.starts_with("icmp 10.13.76.46 → 203.0.113.80"), "{got}");
+            assert!(head.starts_with("icmp 10.13.76.46 > 203.0.113.80"), "{got}");
             assert!(head.ends_with("(timed out)\n"), "{got}");
             assert_eq!(rest, format!("{want}\n"));
         }
@@ -519,7 +525,7 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
             s.journey(&whereami()).unwrap();
             s.loss(3, 10).unwrap();
         });
-        assert!(coloured.contains(&format!("{NAT}  +3.12µs  dnat")));
+        assert!(coloured.contains(&format!("{NAT}  +3.12µs  DNAT")));
         assert!(coloured.contains(&format!("{RED}!! lost 3 events")));
     }
 
@@ -530,7 +536,7 @@ tcp 10.13.76.46:41234 → 10.0.159.58:80  9.41µs
         s.add_events(3);
         let got = render(false, |sink| sink.summary(&s).unwrap());
         let want = "\
-summary for default/ubuntu: 1 journeys, 3 events, 0 lost events
+summary for default/ubuntu: 1 journey, 3 events, 0 lost events
               count       p50       p99       max
   dnat            1    2.71µs    2.71µs    2.71µs
   snat            0       0ns       0ns       0ns

@@ -322,19 +322,19 @@ fn verb(hit: &DropHit<'_>) -> &'static str {
     }
 }
 
-/// `tcp 10.13.76.46:41000 → 10.0.0.10:80`.
+/// `tcp 10.13.76.46:41000 > 10.0.0.10:80` (source > destination, as in tcpdump).
 pub fn packet(drop: &DropFacts) -> String {
     let t = &drop.tuple;
     let (src, dst) = (src_ip(t), dst_ip(t));
     let proto = proto_spelled(t.proto);
     if matches!(t.proto, PROTO_TCP | PROTO_UDP) {
         format!(
-            "{proto} {} → {}",
+            "{proto} {} > {}",
             endpoint(src, t.sport, t.family),
             endpoint(dst, t.dport, t.family)
         )
     } else {
-        format!("{proto} {src} → {dst}")
+        format!("{proto} {src} > {dst}")
     }
 }
 

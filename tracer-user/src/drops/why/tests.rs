@@ -57,7 +57,7 @@ fn kube_proxy_iptables_names_the_service_without_endpoints() {
         Some("KUBE-SERVICES: default/orders:http has no endpoints")
     );
     assert_eq!(got.service.as_deref(), Some("default/orders"));
-    assert!(got.why.starts_with("kube-proxy rejects tcp 10.13.76.46:41000 → 10.0.88.14:80: service default/orders:http has no endpoints"), "{}", got.why);
+    assert!(got.why.starts_with("kube-proxy rejects tcp 10.13.76.46:41000 > 10.0.88.14:80: service default/orders:http has no endpoints"), "{}", got.why);
     assert!(
         got.why.contains("kubernetes.io/service-name=orders"),
         "{}",
@@ -238,7 +238,7 @@ fn an_unknown_kube_proxy_rule_is_still_kube_proxys() {
     let got = explain(&rules, &drop);
     assert!(
         got.why
-            .starts_with("kube-proxy drops udp 192.0.2.1:53 → 10.224.0.4:9 in KUBE-NEW"),
+            .starts_with("kube-proxy drops udp 192.0.2.1:53 > 10.224.0.4:9 in KUBE-NEW"),
         "{}",
         got.why
     );
@@ -720,7 +720,7 @@ fn other_reasons_fill_in_the_packet() {
         ("IP_RPFILTER", "reverse-path filter on eth0"),
         (
             "TCP_INVALID_SEQUENCE",
-            "TCP refused tcp 10.13.76.46:41000 → 10.0.0.5:8080",
+            "TCP refused tcp 10.13.76.46:41000 > 10.0.0.5:8080",
         ),
         ("NF_CONNTRACK", "INVALID"),
         ("OTHERHOST", "another host's MAC on eth0"),

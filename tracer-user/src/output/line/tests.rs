@@ -130,7 +130,7 @@ fn the_summary_is_the_text_summary() {
     let mut text = TextSink::new(Box::new(buf.clone()), false, "default/ubuntu".into());
     text.summary(&summary).unwrap();
     assert_eq!(line, buf.text());
-    assert!(line.starts_with("summary for default/ubuntu: 1 journeys, 3 events"));
+    assert!(line.starts_with("summary for default/ubuntu: 1 journey, 3 events"));
 }
 
 #[test]

@@ -47,12 +47,12 @@ fn dnat() -> NoAnswer {
 fn text_lines_say_the_connection_its_nat_where_it_left_and_how_long_it_waited() {
     assert_eq!(
         text_line(&snat()),
-        "? no answer  tcp 10.13.76.46:41234 → 203.0.113.80:81 (after SNAT 10.13.76.4:41234): \
+        "? no answer  tcp 10.13.76.46:41234 > 203.0.113.80:81 (after SNAT 10.13.76.4:41234): \
          left eth0 at 12:00:01.123, no answer in 3 s"
     );
     assert_eq!(
         text_line(&dnat()),
-        "? no answer  udp 10.13.76.46:5353 → 10.0.159.58:80 (after DNAT 10.13.76.26:8080): \
+        "? no answer  udp 10.13.76.46:5353 > 10.0.159.58:80 (after DNAT 10.13.76.26:8080): \
          left azva4124965a9b at 12:00:01.123, no answer in 3 s; rule KUBE-SEP-6HBOEI5FVFTJNRJ3 \
          (default/whereami)"
     );
@@ -66,7 +66,7 @@ fn text_lines_say_the_connection_its_nat_where_it_left_and_how_long_it_waited() 
     };
     assert_eq!(
         text_line(&n),
-        "? no answer  icmp 10.13.76.46 → 203.0.113.80: left ? at 12:00:01.123, no answer in 7 s"
+        "? no answer  icmp 10.13.76.46 > 203.0.113.80: left ? at 12:00:01.123, no answer in 7 s"
     );
     let hostile = NoAnswer {
         iface: Some("eth\u{1b}[2J0".into()),

@@ -64,14 +64,7 @@ fn drop_line(step: &Step, d: &DropStep) -> String {
 /// `DNAT 10.0.159.58:80 -> 10.13.76.26:80 by KUBE-SEP-… (default/whereami)`: the side the step
 /// changed, before and after.
 fn nat_line(step: &Step, n: &NatChange) -> String {
-    let what = match n.point {
-        NatPoint::Dnat => "DNAT",
-        NatPoint::Snat => "SNAT",
-    };
-    let mut line = what.to_owned();
-    if n.reply {
-        line.push_str(" (reply)");
-    }
+    let mut line = crate::output::nat_word(n.point == NatPoint::Dnat, n.reply).to_owned();
     let (before, after) = (&n.orig, &step.tuple);
     let (s0, s1) = (endpoint(before, true), endpoint(after, true));
     let (d0, d1) = (endpoint(before, false), endpoint(after, false));
@@ -203,7 +196,7 @@ mod tests {
         assert_eq!(
             journey_lines(&j),
             [
-                "SNAT (reply) 10.0.0.4:41234 -> 10.13.76.46:41234",
+                "un-SNAT 10.0.0.4:41234 -> 10.13.76.46:41234",
                 "no SNAT: 10.13.76.46 is in a nonMasqueradeCIDR",
                 "ended: timed out (no later hook saw the packet within 1 s)",
             ]

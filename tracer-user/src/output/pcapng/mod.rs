@@ -239,9 +239,12 @@ impl Sink for PcapSink {
             .unwrap_or_else(PoisonError::into_inner)
             .dropped();
         diag::line(format_args!(
-            "pcapng: {} packets of {} journeys written ({} without their frame; {} frames of \
-             journeys not written let go)",
-            self.packets, self.journeys, self.empty, dropped
+            "pcapng: {} of {} written ({} without their frame; {} frames of journeys not \
+             written let go)",
+            super::count(self.packets, "packet"),
+            super::count(self.journeys, "journey"),
+            self.empty,
+            dropped
         ));
         self.inner.summary(s)
     }
