@@ -11,6 +11,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{ArgAction, CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 pub mod help;
+pub mod plugin;
 pub mod usage;
 
 pub use usage::{Parsed, Refusal, parse};

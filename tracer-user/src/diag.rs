@@ -51,7 +51,12 @@ pub fn line(text: impl Display) {
 /// Writes the error that ends a run: `pktrace: ` and `text`, wrapped to the width of the
 /// terminal on stderr (or `COLUMNS`); to a file or a pipe without `COLUMNS`, each line whole.
 pub fn error(text: impl Display) {
-    let text = format!("{PREFIX}{text}");
+    error_of("pktrace", text);
+}
+
+/// [`error`] for another program of the project (`kubectl-pktrace`): its name first.
+pub fn error_of(program: &str, text: impl Display) {
+    let text = format!("{program}: {text}");
     let text = match stderr_columns() {
         Some(width) => wrap(&text, width),
         None => text,

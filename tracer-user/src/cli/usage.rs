@@ -250,8 +250,8 @@ fn unknown(raw: &str, err: &clap::Error, program: Program) -> String {
     let shown = safe(raw);
     if program == Program::Plugin {
         return format!(
-            "kubectl pktrace has no option '{shown}': pktrace's own options go after --, e.g. \
-             kubectl pktrace POD -- {shown}"
+            "neither kubectl pktrace nor pktrace has an option '{shown}': kubectl pktrace -h \
+             lists the plugin's, pktrace -h pktrace's (given after the pod or after --)"
         );
     }
     let family = raw.get(..2).unwrap_or(raw);
