@@ -256,6 +256,9 @@ fn no_target_message(word: Option<&str>) -> String {
         return format!("nothing to trace: {ways}");
     };
     let shown = crate::util::safe(word);
+    if word == "help" {
+        return format!("nothing to trace: for help, write pktrace --help (or -h); {ways}");
+    }
     if word.parse::<IpAddr>().is_ok() {
         return format!("nothing to trace: for address {shown}, write --pod-ip {shown}; {ways}");
     }
@@ -431,6 +434,7 @@ mod tests {
             (&["--failures", "-f"], None),
             (&["ubuntu"], Some("if it is a pod, write --pod ubuntu")),
             (&["10.0.0.1"], Some("write --pod-ip 10.0.0.1")),
+            (&["help"], Some("for help, write pktrace --help")),
             (&["udp", "port", "53"], None),
         ] {
             let err = config(args, false, false).expect_err(&format!("{args:?}"));

@@ -140,6 +140,12 @@ fn usage_errors_say_what_to_write_in_one_style() {
             &["--pod", "a", "-w", "f", "-s", "300"],
             "300 bytes is more than pktrace keeps",
         ),
+        (&["--pod", "a", "-c"], "-c/--count needs a value: -c N"),
+        (
+            &["--pod", "a", "--pod", "b"],
+            "--pod is given twice: give it once",
+        ),
+        (&["merge"], "pktrace merge needs the files to merge"),
     ];
     for (args, want) in cases {
         let m = refused(args);

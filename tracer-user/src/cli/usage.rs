@@ -183,6 +183,9 @@ pub fn message(err: &clap::Error, cmd: &clap::Command, program: Program) -> Stri
         ErrorKind::ArgumentConflict => {
             let prior = context(err, ContextKind::PriorArg).unwrap_or_default();
             let prior = option_name(cmd, &prior);
+            if prior == arg {
+                return format!("{arg} is given twice: give it once");
+            }
             let bare = |a: &str| a.rsplit('/').next().unwrap_or_default().to_owned();
             if TARGETS.contains(&bare(&arg).as_str()) && TARGETS.contains(&bare(&prior).as_str()) {
                 format!(
@@ -198,6 +201,10 @@ pub fn message(err: &clap::Error, cmd: &clap::Command, program: Program) -> Stri
                 "-s/--snaplen says how much of each frame -w keeps: add -w FILE.pcapng, or \
                  leave -s out"
                     .to_owned()
+            } else if raw_arg.contains("FILE") {
+                "pktrace merge needs the files to merge: pktrace merge [NODE=]FILE... (each \
+                 node's pktrace -o json)"
+                    .to_owned()
             } else {
                 format!("{} is missing; {hint}", safe(&raw_arg))
             }
@@ -209,7 +216,9 @@ pub fn message(err: &clap::Error, cmd: &clap::Command, program: Program) -> Stri
 /// `-n` with nothing after it: kubectl's `-n` needs a namespace (tcpdump's takes none).
 fn missing_value(cmd: &clap::Command, raw_arg: &str, arg: &str) -> String {
     let name = raw_arg.split(' ').nth(1).unwrap_or("VALUE");
-    let mut text = format!("{arg} needs a value: {arg} {name}");
+    let name = name.trim_end_matches("...").trim_matches(['<', '>']);
+    let flag = arg.split('/').next().unwrap_or(arg);
+    let mut text = format!("{arg} needs a value: {flag} {name}");
     if cmd.get_name() != "kubectl-pktrace" && arg == "-n/--namespace" {
         text.push_str(
             " (as in kubectl, -n kube-system); tcpdump's -n is not needed: pktrace never \
