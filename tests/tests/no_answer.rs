@@ -317,7 +317,7 @@ fn a_connection_dropped_beyond_eth0_is_one_no_answer_and_answered_ones_none() {
         .collect();
     assert_eq!(text.len(), 2, "{line_out}");
     let want = format!(
-        "? no answer  tcp {} → {} (after SNAT {}): left eth0 at ",
+        "? no answer  tcp {} > {} (after SNAT {}): left eth0 at ",
         tcp.orig_src.as_deref().unwrap_or_default(),
         tcp.dst,
         tcp.src
