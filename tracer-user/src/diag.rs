@@ -49,7 +49,8 @@ pub fn line(text: impl Display) {
 }
 
 /// Writes the error that ends a run: `pktrace: ` and `text`, wrapped to the width of the
-/// terminal on stderr (or `COLUMNS`); to a file or a pipe without `COLUMNS`, each line whole.
+/// terminal on stderr (`COLUMNS` when set, as for `-o line`); to a file or a pipe each line
+/// whole, for logs and `grep`.
 pub fn error(text: impl Display) {
     error_of("pktrace", text);
 }
@@ -57,34 +58,37 @@ pub fn error(text: impl Display) {
 /// [`error`] for another program of the project (`kubectl-pktrace`): its name first.
 pub fn error_of(program: &str, text: impl Display) {
     let text = format!("{program}: {text}");
-    let text = match stderr_columns() {
+    let is_tty = std::io::stderr().is_terminal();
+    let columns = std::env::var("COLUMNS").ok();
+    let text = match wrap_width(is_tty, columns.as_deref(), stderr_columns) {
         Some(width) => wrap(&text, width),
         None => text,
     };
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
-/// The width to wrap errors to: `COLUMNS` when set to a number, else the terminal's on
-/// stderr; `None` when stderr is not a terminal and `COLUMNS` is unset.
-fn stderr_columns() -> Option<usize> {
-    if let Some(cols) = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.trim().parse::<usize>().ok())
-        .filter(|&c| c > 0)
-    {
-        return Some(cols);
-    }
-    if !std::io::stderr().is_terminal() {
+/// The width to wrap errors to: none off a terminal; on one, `COLUMNS` when it is a number,
+/// else what the terminal says, else 80.
+fn wrap_width(
+    is_tty: bool,
+    columns: Option<&str>,
+    terminal: impl FnOnce() -> Option<usize>,
+) -> Option<usize> {
+    if !is_tty {
         return None;
     }
+    let columns = columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0);
+    Some(columns.or_else(terminal).unwrap_or(80))
+}
+
+/// The columns of the terminal on stderr, as the kernel says.
+fn stderr_columns() -> Option<usize> {
     // SAFETY: TIOCGWINSZ writes one `winsize` into the struct it is given, which lives here.
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };
     let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &raw mut size) } == 0;
-    Some(if ok && size.ws_col > 0 {
-        usize::from(size.ws_col)
-    } else {
-        80
-    })
+    (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
 /// `text` with each line longer than `width` broken at spaces, the continuation lines
@@ -160,5 +164,17 @@ mod tests {
         let words = |t: &str| t.split_whitespace().filter(|w| *w == "word").count();
         assert_eq!(words(&wrapped), 40, "no word lost");
         assert_eq!(wrap("short", 40), "short");
+    }
+
+    #[test]
+    fn errors_wrap_on_a_terminal_only() {
+        assert_eq!(
+            wrap_width(false, Some("80"), || Some(100)),
+            None,
+            "a pipe or a file"
+        );
+        assert_eq!(wrap_width(true, Some("72"), || Some(100)), Some(72));
+        assert_eq!(wrap_width(true, Some("x"), || Some(100)), Some(100));
+        assert_eq!(wrap_width(true, None, || None), Some(80));
     }
 }

@@ -67,12 +67,13 @@ fn usage_errors_are_one_style_with_the_fix_and_exit_2() {
         let (code, out, err) = run(args, &[("COLUMNS", "80")]);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}: {out}");
-        let joined = err.lines().map(str::trim).collect::<Vec<_>>().join(" ");
-        assert!(joined.contains(want), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
         assert!(err.starts_with("pktrace: "), "{args:?}: {err}");
-        for line in err.lines() {
-            assert!(line.chars().count() <= 80, "{args:?}: {line:?}");
-        }
+        // Off a terminal a message stays whole (diag's tests wrap it on one).
+        assert!(
+            err.lines().next().is_some_and(|l| l.len() > 20),
+            "{args:?}: {err}"
+        );
         for raw in ["error:", "\x1b[", "For more information"] {
             assert!(!err.contains(raw), "{args:?}: {err}");
         }
