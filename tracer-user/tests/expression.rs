@@ -2,20 +2,9 @@
 //! (exit 2) that shows where it went wrong, before pktrace resolves the pod or touches the
 //! kernel.
 
-use std::process::Command;
+mod common;
 
-/// Runs pktrace with `args` and returns its exit code, stdout and stderr.
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pktrace"))
-        .args(args)
-        .output()
-        .expect("running pktrace");
-    (
-        out.status.code().expect("exited"),
-        String::from_utf8(out.stdout).expect("UTF-8"),
-        String::from_utf8(out.stderr).expect("UTF-8"),
-    )
-}
+use common::run;
 
 #[test]
 fn a_bad_expression_exits_2_with_its_position_and_a_caret() {

@@ -2,22 +2,9 @@
 //! that fits the terminal, usage errors in one style with the fix, completions without the
 //! packaging flag.
 
-use std::process::Command;
+mod common;
 
-/// Runs pktrace with `args` and `env`; returns its exit code, stdout and stderr.
-fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pktrace"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env_remove("NO_COLOR")
-        .output()
-        .expect("running pktrace");
-    (
-        out.status.code().expect("exited"),
-        String::from_utf8(out.stdout).expect("UTF-8"),
-        String::from_utf8(out.stderr).expect("UTF-8"),
-    )
-}
+use common::run_with as run;
 
 #[test]
 fn help_fits_80_columns_and_color_never_has_no_escapes() {
