@@ -2,8 +2,14 @@
 //! stamps the build for `--version`: `PKTRACE_GIT_COMMIT` (the workspace's commit) and
 //! `PKTRACE_EBPF_SHA256` (SHA-256 of the embedded object).
 //!
-//! Cross-compiling (e.g. `--target x86_64-unknown-linux-musl`) works as is: aya-build picks
-//! the BPF target's endianness and `bpf_target_arch` from the target's `CARGO_CFG_TARGET_*`.
+//! Cross-compiling (e.g. `--target aarch64-unknown-linux-musl`) works as is: the BPF
+//! target's endianness and `bpf_target_arch` come from the target's `CARGO_CFG_TARGET_*`.
+//!
+//! The object is built as aya-build builds it (nightly, `-Z build-std=core`, BTF), but in one
+//! cargo target folder per BPF target and architecture shared by every build of the workspace
+//! (`<target>/ebpf/`): aya-build keeps its folder in `OUT_DIR`, which differs per profile
+//! and target, so each of them (test, doc, release, the static and the arm64 builds) compiled
+//! `core` and the programs again from nothing, about 1.5 min each.
 use std::{
     env,
     fmt::Write as _,
@@ -13,7 +19,6 @@ use std::{
 };
 
 use anyhow::{Context as _, anyhow};
-use aya_build::{Package, Toolchain};
 use sha2::{Digest as _, Sha256};
 
 fn main() -> anyhow::Result<()> {
@@ -34,16 +39,7 @@ fn main() -> anyhow::Result<()> {
         println!("cargo:rustc-cfg=no_ebpf_object");
         fs::write(out_dir.join("tracer"), b"").context("writing the placeholder eBPF object")?;
     } else {
-        let root = workspace.join("tracer-ebpf");
-        let root = root
-            .to_str()
-            .ok_or_else(|| anyhow!("non-UTF-8 path {}", root.display()))?;
-        let ebpf = Package {
-            name: "tracer-ebpf",
-            root_dir: root,
-            ..Package::default()
-        };
-        aya_build::build_ebpf([ebpf], Toolchain::default())?;
+        build_ebpf(workspace, &out_dir)?;
     }
     let object = fs::read(out_dir.join("tracer")).context("reading the built eBPF object")?;
     let digest = Sha256::digest(&object);
@@ -52,6 +48,55 @@ fn main() -> anyhow::Result<()> {
         hex
     });
     println!("cargo:rustc-env=PKTRACE_EBPF_SHA256={hex}");
+    Ok(())
+}
+
+/// Builds tracer-ebpf's `tracer` binary for the BPF target of the target being built and copies
+/// it to `out_dir/tracer`: `rustup run nightly cargo build --release -Z build-std=core` with
+/// BTF, in `<target dir>/ebpf/<bpf target>-<arch>` (kept between builds; see the crate doc).
+fn build_ebpf(workspace: &Path, out_dir: &Path) -> anyhow::Result<()> {
+    let root = workspace.join("tracer-ebpf");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let endian = env::var("CARGO_CFG_TARGET_ENDIAN")?;
+    let bpf = if endian == "big" { "bpfeb" } else { "bpfel" };
+    // aya-ebpf reads `pt_regs` the way of this architecture (`bpf_target_arch`).
+    let arch = env::var("CARGO_CFG_TARGET_ARCH")?;
+    let target = format!("{bpf}-unknown-none");
+    let targets =
+        env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), PathBuf::from);
+    let target_dir = targets.join("ebpf").join(format!("{target}-{arch}"));
+    let rustflags = [
+        format!("--cfg=bpf_target_arch=\"{arch}\""),
+        "-Cdebuginfo=2".to_owned(),
+        "-Clink-arg=--btf".to_owned(),
+    ]
+    .join("\x1f");
+    let status = Command::new("rustup")
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "build",
+            "--package",
+            "tracer-ebpf",
+            "--bins",
+        ])
+        .args(["--release", "--target", &target, "-Z", "build-std=core"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .current_dir(workspace)
+        .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
+        // The outer build's compiler and wrappers are not nightly's.
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .status()
+        .context("starting `rustup run nightly cargo build` for tracer-ebpf")?;
+    anyhow::ensure!(status.success(), "building tracer-ebpf failed ({status})");
+    let built = target_dir.join(&target).join("release").join("tracer");
+    fs::copy(&built, out_dir.join("tracer"))
+        .with_context(|| format!("copying {}", built.display()))?;
     Ok(())
 }
 

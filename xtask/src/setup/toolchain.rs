@@ -1,5 +1,5 @@
-//! The eBPF build's toolchain: a nightly rustc on LLVM 22 with `rust-src` (aya-build runs
-//! `rustup run nightly`), and bpf-linker 0.13.0 built against that same libLLVM, found
+//! The eBPF build's toolchain: a nightly rustc on LLVM 22 with `rust-src` (tracer-user's build
+//! script runs `rustup run nightly`), and bpf-linker 0.13.0 built against that same libLLVM, found
 //! through symlinks in `~/.local/share/pktrace/llvm-22/lib` (its run path).
 
 use std::{
@@ -74,8 +74,8 @@ fn nightly_version() -> Result<String> {
     ]))
 }
 
-/// Installs `PINNED_NIGHTLY` and makes it answer to `nightly` (aya-build's toolchain name)
-/// with a symlink, as `rustup toolchain link` refuses channel names.
+/// Installs `PINNED_NIGHTLY` and makes it answer to `nightly` (the toolchain the eBPF build
+/// runs) with a symlink, as `rustup toolchain link` refuses channel names.
 fn install_pinned_nightly() -> Result<()> {
     eprintln!("setup: no usable nightly toolchain; installing {PINNED_NIGHTLY}");
     run(&mut rustup(&[
