@@ -153,6 +153,13 @@ fn assert_drops(drops: &[(&JourneyLine, &StepLine)], reason: &'static str, locat
     }
 }
 
+/// Checks that every dropped journey carries the failure `class`.
+fn assert_class(drops: &[(&JourneyLine, &StepLine)], class: &str) {
+    for (j, _) in drops {
+        assert_eq!(j.class.as_deref(), Some(class), "{j:?}");
+    }
+}
+
 /// The working connection's journeys (to or from the ClusterIP or a whereami backend on
 /// port 80) are there, and none has a drop or ended `dropped`.
 fn assert_working_connection_clean(trace: &Trace) {
@@ -194,6 +201,7 @@ fn closed_ports_are_no_socket_drops_counted_by_the_kernel() {
     let trace = pk.stop();
     let udp = drops_to(&trace, node_port);
     assert_drops(&udp, "NO_SOCKET", &["__udp4_lib_rcv"]);
+    assert_class(&udp, "no_socket");
     assert_eq!(
         udp.len() as u64,
         counted,
@@ -204,6 +212,7 @@ fn closed_ports_are_no_socket_drops_counted_by_the_kernel() {
     let tcp = drops_to(&trace, &pod_port);
     assert!(!tcp.is_empty(), "no drop for {pod_port}:\n{}", trace.dump());
     assert_drops(&tcp, "NO_SOCKET", &["tcp_v4_rcv"]);
+    assert_class(&tcp, "no_socket");
     for (j, _) in &tcp {
         assert!(
             j.steps.iter().any(|s| s.point == Point::Ingress
@@ -213,6 +222,10 @@ fn closed_ports_are_no_socket_drops_counted_by_the_kernel() {
     }
     assert_eq!(
         trace.summary().drops.get(expected("NO_SOCKET")).copied(),
+        Some((udp.len() + tcp.len()) as u64)
+    );
+    assert_eq!(
+        trace.summary().classes.get("no_socket").copied(),
         Some((udp.len() + tcp.len()) as u64)
     );
     assert_working_connection_clean(&trace);
@@ -239,6 +252,7 @@ fn a_service_without_endpoints_is_a_drop_by_kube_proxys_reject() {
     );
     let drops = drops_to(&trace, &dst);
     assert_netfilter_drops_counted(&drops, counted, &trace);
+    assert_class(&drops, "no_endpoints");
     // The explain stage names kube-proxy's rule and the service it belongs to.
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
@@ -282,6 +296,7 @@ fn an_admin_drop_rule_with_failures_shows_only_the_drops() {
     let drops = drops_to(&trace, &dst);
     assert_eq!(counted, DATAGRAMS as u64);
     assert_netfilter_drops_counted(&drops, counted, &trace);
+    assert_class(&drops, "firewall");
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert!(
@@ -317,6 +332,7 @@ fn no_route_is_an_ip_innoroutes_drop_counted_by_the_kernel() {
     let trace = pk.stop();
     let drops = drops_to(&trace, dst);
     assert_drops(&drops, "IP_INNOROUTES", &["ip_error"]);
+    assert_class(&drops, "no_route");
     assert_eq!(counted, DATAGRAMS as u64);
     assert_eq!(
         drops.len() as u64,
@@ -347,6 +363,7 @@ fn a_calico_policy_drop_names_the_rule_and_the_network_policy() {
     let counted = rule_packets(CALICO_DENIED_CHAIN, &["DROP", CALICO_DENY_COMMENT]);
     let drops = drops_to(&trace, &denied);
     assert_netfilter_drops_counted(&drops, counted, &trace);
+    assert_class(&drops, "policy");
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert_eq!(
@@ -422,6 +439,7 @@ fn a_neighbour_that_never_answers_is_a_neigh_failed_drop() {
         "NEIGH_FAILED",
         &["arp_error_report", "neigh_invalidate", "__neigh_event_send"],
     );
+    assert_class(&drops, "neighbor");
     assert_eq!(
         drops.len(),
         DATAGRAMS,
@@ -464,6 +482,7 @@ fn a_reject_added_while_tracing_is_named() {
     let counted = rule_packets("FORWARD", &["REJECT", ADMIN_DROP_HOST, &port]);
     let drops = drops_to(&trace, &dst);
     assert_netfilter_drops_counted(&drops, counted, &trace);
+    assert_class(&drops, "firewall");
     for (j, d) in &drops {
         let rule = d.rule.as_deref().unwrap_or_default();
         assert!(

@@ -307,6 +307,16 @@ fn check_dnat_seen(trace: &Trace, timed: bool) {
             );
         }
     }
+    // The summary counts every DNAT step shown; its times are null when none was timed.
+    let shown = trace
+        .journeys()
+        .into_iter()
+        .flat_map(nat_steps)
+        .filter(|s| s.point == Point::Dnat)
+        .count() as u64;
+    let dnat = trace.summary().nat.dnat;
+    assert_eq!(dnat.count, shown, "{dnat:?}\n{}", trace.dump());
+    assert_eq!(dnat.p50_ns.is_some(), timed, "{dnat:?}");
 }
 
 #[test]

@@ -183,6 +183,12 @@ fn silent<'a>(
     );
     assert_eq!(n.service, None, "a masquerade names no service: {n:?}");
     assert!((3_000..10_000).contains(&n.waited_ms), "{n:?}");
+    assert_eq!(n.class.as_deref(), Some("no_answer"), "{n:?}");
+    let why = n.why.as_deref().unwrap_or_default();
+    assert!(
+        why.contains(&n.src) && why.contains(&n.dst),
+        "the why names the packet as it left: {n:?}"
+    );
     let left = wall_ms(&n.left_at);
     assert!(
         (window.0..=window.1).contains(&left),
@@ -291,6 +297,7 @@ fn a_connection_dropped_beyond_eth0_is_one_no_answer_and_answered_ones_none() {
 
     let summary = trace.summary();
     assert_eq!(summary.no_answer, 2, "{summary:?}");
+    assert_eq!(summary.classes.get("no_answer"), Some(&2), "{summary:?}");
     assert_eq!(summary.refused.get("reset"), Some(&1), "{summary:?}");
     assert_eq!(summary.refused.get("icmp_error"), Some(&1), "{summary:?}");
 

@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::journey::{Journey, Point, unanswered::Refusals};
+use crate::{
+    drops::FailureClass,
+    journey::{Journey, Point, unanswered::Refusals},
+};
 
 /// Sub-buckets per power of two: bucket width is at most 1/64 of its values (≤ 0.8 % error
 /// when reporting the middle of a bucket).
@@ -22,10 +25,13 @@ pub struct Histogram {
     max: u64,
 }
 
-/// Count and percentiles of one histogram, as printed; all zero when empty.
+/// Count and percentiles of one histogram, as printed; all zero when empty. The percentiles
+/// are of the `measured` values: a NAT step whose hook cannot time it (conntrack's events)
+/// is counted, not measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub count: u64,
+    pub measured: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
     pub max_ns: u64,
@@ -76,6 +82,7 @@ impl Histogram {
     pub fn stats(&self) -> Stats {
         Stats {
             count: self.count,
+            measured: self.count,
             p50_ns: self.quantile(0.5),
             p99_ns: self.quantile(0.99),
             max_ns: self.max,
@@ -128,9 +135,14 @@ pub struct Summary {
     evicted_flows: u64,
     dnat: Histogram,
     snat: Histogram,
+    /// NAT steps seen, timed or not.
+    dnat_steps: u64,
+    snat_steps: u64,
     transit: Histogram,
     /// Journeys that ended in a drop, by reason.
     drops: BTreeMap<String, u64>,
+    /// Journeys that ended in a drop, by failure class.
+    drop_classes: BTreeMap<FailureClass, u64>,
     /// Connections reported as unanswered.
     no_answer: u64,
     /// Connections still waiting for their answer at exit (for less than the wait).
@@ -153,11 +165,18 @@ impl Summary {
         self.journeys += 1;
         for step in &j.steps {
             let hist = match step.point() {
-                Point::Dnat => &mut self.dnat,
-                Point::Snat => &mut self.snat,
+                Point::Dnat => {
+                    self.dnat_steps += 1;
+                    &mut self.dnat
+                }
+                Point::Snat => {
+                    self.snat_steps += 1;
+                    &mut self.snat
+                }
                 Point::Drop => {
                     if let Some(d) = step.dropped() {
                         *self.drops.entry(d.reason.to_string()).or_default() += 1;
+                        *self.drop_classes.entry(d.class).or_default() += 1;
                     }
                     continue;
                 }
@@ -176,6 +195,21 @@ impl Summary {
     #[must_use]
     pub const fn drops(&self) -> &BTreeMap<String, u64> {
         &self.drops
+    }
+
+    /// Failures by class: the dropped journeys' classes and the connections reported as
+    /// unanswered (`no_answer`), the classes seen only.
+    #[must_use]
+    pub fn classes(&self) -> BTreeMap<&'static str, u64> {
+        let mut classes: BTreeMap<&'static str, u64> = self
+            .drop_classes
+            .iter()
+            .map(|(c, n)| (c.as_str(), *n))
+            .collect();
+        if self.no_answer > 0 {
+            *classes.entry(FailureClass::NoAnswer.as_str()).or_default() += self.no_answer;
+        }
+        classes
     }
 
     /// Counts a connection reported as unanswered.
@@ -287,13 +321,19 @@ impl Summary {
     /// Time spent in DNAT steps.
     #[must_use]
     pub fn dnat(&self) -> Stats {
-        self.dnat.stats()
+        Stats {
+            count: self.dnat_steps,
+            ..self.dnat.stats()
+        }
     }
 
     /// Time spent in SNAT steps.
     #[must_use]
     pub fn snat(&self) -> Stats {
-        self.snat.stats()
+        Stats {
+            count: self.snat_steps,
+            ..self.snat.stats()
+        }
     }
 
     /// Time from a journey's first step to its last.
@@ -418,16 +458,25 @@ mod tests {
             s.dnat(),
             Stats {
                 count: 1,
+                measured: 1,
                 p50_ns: 300,
                 p99_ns: 300,
                 max_ns: 300
             }
         );
-        assert_eq!(s.snat(), Stats::default());
+        // Seen, not timed (conntrack's events): counted, not measured.
+        assert_eq!(
+            s.snat(),
+            Stats {
+                count: 1,
+                ..Stats::default()
+            }
+        );
         assert_eq!(
             s.transit(),
             Stats {
                 count: 1,
+                measured: 1,
                 p50_ns: 8_000,
                 p99_ns: 8_000,
                 max_ns: 8_000

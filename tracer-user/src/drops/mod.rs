@@ -7,10 +7,12 @@
 //! what the reason means), for `explain::DropExplainer`.
 
 pub(crate) mod attach;
+mod class;
 mod decode;
 pub(crate) mod names;
 pub mod why;
 
 pub(crate) use attach::DropAttachment;
+pub use class::FailureClass;
 pub(crate) use decode::Decoded;
 pub(crate) use names::{DropNames, Reasons};

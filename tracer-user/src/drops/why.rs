@@ -26,6 +26,8 @@ pub use route::{Lookup, Route, Routes, lookup};
 pub use rules::{DropRules, DropTable};
 use tracer_common::Tuple;
 
+use super::FailureClass;
+
 /// Where the dropped packet was going through the node, when the drop hook knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Traversal {
@@ -70,9 +72,12 @@ pub struct DropFacts {
 pub const UNKNOWN_ORDER: [Traversal; 3] =
     [Traversal::Forward, Traversal::LocalIn, Traversal::LocalOut];
 
-/// The explanation of one drop (the `rule`, `why` and `service` of a `drop` step).
+/// The explanation of one drop (the `rule`, `why` and `service` of a `drop` step, and its
+/// failure class).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DropWhy {
+    /// What kind of failure: by the rule that dropped it, else by the reason.
+    pub class: FailureClass,
     /// The chain and the rule that dropped it: `KUBE-SERVICES: default/web:http has no
     /// endpoints`, `FORWARD: -A FORWARD -s 192.0.2.0/24 -j DROP`, `FORWARD policy DROP`.
     /// `None` unless a rule is known to have dropped the packet: never a guess.
@@ -96,6 +101,7 @@ pub fn why(rules: &DropRules, drop: &DropFacts) -> Option<DropWhy> {
         return Some(replay::netfilter(rules, drop));
     }
     reasons::explain(drop).map(|why| DropWhy {
+        class: FailureClass::of_drop(&drop.reason, drop.location.as_deref().unwrap_or("")),
         rule: None,
         why,
         service: None,

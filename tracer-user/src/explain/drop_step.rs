@@ -17,7 +17,7 @@ use std::{
 
 use crate::{
     drops::why::{DropFacts, DropRules, Lookup, Routes, lookup, why},
-    journey::{Attribution, Ending, Journey, Point},
+    journey::{Attribution, Ending, Journey, Point, StepKind},
     rules::genid,
     util::tuple::dst_ip,
 };
@@ -119,6 +119,9 @@ impl DropExplainer {
             return;
         };
         if let Some(step) = j.steps.last_mut().filter(|s| s.point() == Point::Drop) {
+            if let StepKind::Drop(dropped) = &mut step.kind {
+                dropped.class = answer.class;
+            }
             step.attribution = Some(Arc::new(Attribution {
                 rule: answer.rule.unwrap_or_default(),
                 service: answer.service,

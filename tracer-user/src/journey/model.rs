@@ -5,7 +5,10 @@ use std::{net::SocketAddr, rc::Rc, sync::Arc};
 use tracer_common::{PROTO_TCP, PROTO_UDP, TcHook, Tuple};
 
 pub use super::packet::PacketKind;
-use crate::util::tuple::{dst_ip, proto_name, src_ip};
+use crate::{
+    drops::FailureClass,
+    util::tuple::{dst_ip, proto_name, src_ip},
+};
 
 /// Where in the node a step was observed (serde names: the JSON lines contract's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -129,6 +132,9 @@ pub struct DropStep {
     /// egress) and was dropped beyond it, in a namespace of the same kernel: a pod's stack, or
     /// in a lab the host behind the uplink.
     pub after_leaving: bool,
+    /// What kind of failure it was: by the reason and the function when joined, refined by
+    /// the rule that dropped it when the drop stage names one.
+    pub class: FailureClass,
 }
 
 /// One observation of the packet.
@@ -283,6 +289,16 @@ impl Journey {
             .flat_map(|s| std::iter::once(&s.tuple).chain(s.orig()))
     }
 
+    /// The failure class of a journey that ended in a drop (its drop step's); `None` for
+    /// any other ending.
+    #[must_use]
+    pub fn failure(&self) -> Option<FailureClass> {
+        if self.ending != Ending::Dropped {
+            return None;
+        }
+        self.steps.last().and_then(Step::dropped).map(|d| d.class)
+    }
+
     /// Nanoseconds between the first and the last step.
     #[must_use]
     pub fn transit_ns(&self) -> u64 {
@@ -388,6 +404,7 @@ impl Step {
                 reason: reason.into(),
                 location: location.into(),
                 after_leaving: false,
+                class: FailureClass::of_drop(reason, location),
             }),
             tuple,
             ktime_ns,

@@ -98,6 +98,7 @@ pub fn line(
         nodes: Some(nodes),
         steps,
         ending: last.line.ending,
+        class: last.line.class.clone(),
         transit_ns: Some(last_t.unsigned_abs()),
         start_ktime_ns: None,
     }

@@ -51,6 +51,7 @@ fn journey(start: i64, hash: Option<u32>, steps: &[(Point, &str, &str, &str, i64
         nodes: None,
         steps,
         ending: Some(Ending::Left),
+        class: None,
         transit_ns: Some(0),
         start_ktime_ns: Some(u64::try_from(start).unwrap()),
     }))

@@ -44,6 +44,7 @@ fn journey(start: i64, ip_id: u32, steps: &[(Point, &str, &str, &str, i64)]) -> 
         nodes: None,
         steps,
         ending: Some(Ending::Left),
+        class: None,
         transit_ns: Some(0),
         start_ktime_ns: Some(u64::try_from(start).unwrap()),
     });

@@ -201,6 +201,11 @@ impl Sink for JsonSink {
                 },
                 transit: s.transit().into(),
                 drops: s.drops().clone(),
+                classes: s
+                    .classes()
+                    .into_iter()
+                    .map(|(c, n)| (c.to_owned(), n))
+                    .collect(),
                 no_answer: s.no_answer(),
                 no_answer_waiting: s.no_answer_waiting(),
                 refused: refused(s.refusals()),

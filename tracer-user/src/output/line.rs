@@ -178,7 +178,7 @@ fn step_note(step: &Step, detail: Detail, out: &mut String) {
             }
         }
         StepKind::Drop(d) => {
-            let _ = write!(out, " ✗ drop {}", safe(&d.reason));
+            let _ = write!(out, " ✗ drop {}: {}", d.class, safe(&d.reason));
             if detail < Detail::Brief {
                 let _ = write!(out, " at {}", safe(&d.location));
             }

@@ -12,6 +12,7 @@ use super::{
     wall::{rfc3339, time_of_day_ms},
 };
 use crate::{
+    drops::FailureClass,
     journey::{endpoint, unanswered::NoAnswer},
     util::{safe, tuple::proto_name},
 };
@@ -76,7 +77,35 @@ pub fn json_line(n: &NoAnswer, pod: &str, svc: Option<&str>) -> NoAnswerLine {
         waited_ms: n.waited_ns / 1_000_000,
         rule: a.map(|a| a.rule.clone()),
         service: a.and_then(|a| a.service.clone()),
+        class: Some(FailureClass::NoAnswer.as_str().to_owned()),
+        why: Some(why(n)),
     }
+}
+
+/// One sentence: where the connection's first packet went, as what, and what to look at.
+fn why(n: &NoAnswer) -> String {
+    let left = &n.left;
+    let dst = endpoint(left, false);
+    let mut why = format!(
+        "{} {} > {dst} left the node by {} and nothing came back in {} s",
+        proto_name(left.proto),
+        endpoint(left, true),
+        n.iface.as_deref().unwrap_or("an unknown interface"),
+        n.waited_ns / 1_000_000_000
+    );
+    if endpoint(&n.entered, true) != endpoint(left, true) {
+        let _ = write!(
+            why,
+            " (its source translated to {} on the way out)",
+            endpoint(left, true)
+        );
+    }
+    let _ = write!(
+        why,
+        "; look at the route and firewalls towards {dst} beyond this node, and whether \
+         {dst} serves this port"
+    );
+    why
 }
 
 #[cfg(test)]

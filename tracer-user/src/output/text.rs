@@ -93,7 +93,8 @@ impl TextSink {
         };
         let line = if let Some(d) = step.dropped() {
             format!(
-                "  {dt:<8} ✗ drop {} at {}",
+                "  {dt:<8} ✗ drop {}: {} at {}",
+                d.class,
                 safe(&d.reason),
                 safe(&d.location)
             )
@@ -247,8 +248,14 @@ const fn were(n: u64) -> &'static str {
     if n == 1 { "was" } else { "were" }
 }
 
-/// The summary's failures: drops by reason, connections without an answer, and refusals.
+/// The summary's failures: by class, drops by reason, connections without an answer, and
+/// refusals.
 fn failure_lines(s: &Summary, block: &mut String) {
+    let classes = s.classes();
+    if !classes.is_empty() {
+        let classes: Vec<String> = classes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let _ = writeln!(block, "  failures: {}", classes.join(", "));
+    }
     if !s.drops().is_empty() {
         let drops: Vec<String> = s.drops().iter().map(|(r, n)| format!("{r} {n}")).collect();
         let _ = writeln!(block, "  drops: {}", safe(&drops.join(", ")));
@@ -274,12 +281,20 @@ fn failure_lines(s: &Summary, block: &mut String) {
 }
 
 fn stats_line(name: &str, s: Stats) -> String {
+    // Steps seen but not timed (conntrack's events): no times to show.
+    let time = |ns| {
+        if s.measured == 0 && s.count > 0 {
+            "-".to_owned()
+        } else {
+            human_ns(ns)
+        }
+    };
     format!(
         "  {name:<8}{:>9}{:>10}{:>10}{:>10}\n",
         s.count,
-        human_ns(s.p50_ns),
-        human_ns(s.p99_ns),
-        human_ns(s.max_ns)
+        time(s.p50_ns),
+        time(s.p99_ns),
+        time(s.max_ns)
     )
 }
 
@@ -506,7 +521,7 @@ tcp 10.13.76.46:41234 > 10.0.159.58:80  9.41µs
         let lines: Vec<&str> = got.lines().collect();
         assert!(lines[0].ends_with("(dropped)"), "{got}");
         assert_eq!(
-            lines[2], "  +67.6µs  ✗ drop NO_SOCKET at __udp4_lib_rcv",
+            lines[2], "  +67.6µs  ✗ drop no_socket: NO_SOCKET at __udp4_lib_rcv",
             "{got}"
         );
     }

@@ -8,6 +8,7 @@ use tracer_common::{FAMILY_IPV6, PROTO_TCP, PROTO_UDP};
 
 use super::{DropFacts, DropTable, DropWhy};
 use crate::{
+    drops::FailureClass,
     rules::{
         eval::{DropHit, assumed, render_facts},
         nft::service_of_chain,
@@ -32,10 +33,49 @@ pub fn named(table: &DropTable, hit: &DropHit<'_>, drop: &DropFacts) -> DropWhy 
         format!(" ({facts})")
     };
     DropWhy {
+        class: class_of(table, hit, service.as_deref()),
         rule,
         why: format!("{owner}{facts}{}", assumed(&hit.notes)),
         service,
     }
+}
+
+/// The failure class of a rule's drop, by whose rule it is and what it tests: kube-proxy's
+/// for a service without endpoints, a policy engine's (or a LoadBalancer's source ranges),
+/// a rule on conntrack's `INVALID` state, else any other rule's.
+fn class_of(table: &DropTable, hit: &DropHit<'_>, service: Option<&str>) -> FailureClass {
+    if service.is_some() && no_endpoints(hit) {
+        FailureClass::NoEndpoints
+    } else if (service.is_some() && outside_source_ranges(hit))
+        || hit
+            .path
+            .iter()
+            .any(|c| c.starts_with("cali-") || c.starts_with("AZURE-NPM"))
+    {
+        FailureClass::Policy
+    } else if rule_text(table, hit).contains("INVALID") {
+        FailureClass::ConntrackInvalid
+    } else {
+        FailureClass::Firewall
+    }
+}
+
+/// kube-proxy's rule for a service without (local) endpoints, by its comment or its
+/// nftables chain.
+fn no_endpoints(hit: &DropHit<'_>) -> bool {
+    let comment = hit.rule.and_then(|r| r.comment.as_deref()).unwrap_or("");
+    comment.contains("has no endpoints")
+        || comment.contains("has no local endpoints")
+        || hit.path.contains(&"service-endpoints-check")
+        || hit.path.contains(&"nodeport-endpoints-check")
+}
+
+/// kube-proxy's rule for a source outside a LoadBalancer's `loadBalancerSourceRanges`.
+fn outside_source_ranges(hit: &DropHit<'_>) -> bool {
+    let comment = hit.rule.and_then(|r| r.comment.as_deref()).unwrap_or("");
+    comment.contains("not accepted by")
+        || hit.path.contains(&"firewall-check")
+        || hit.path.contains(&"KUBE-PROXY-FIREWALL")
 }
 
 /// `KUBE-SERVICES: default/web:http has no endpoints`, `FORWARD: -A FORWARD … -j DROP`,
@@ -112,10 +152,8 @@ fn kube_proxy(hit: &DropHit<'_>, service: Option<&str>, drop: &DropFacts) -> Opt
     let comment = hit.rule.and_then(|r| r.comment.as_deref()).unwrap_or("");
     let on_path = |name: &str| hit.path.contains(&name);
     let pkt = packet(drop);
-    let no_endpoints = comment.contains("has no endpoints")
-        || on_path("service-endpoints-check")
-        || on_path("nodeport-endpoints-check");
-    if let Some(svc) = service.filter(|_| no_endpoints) {
+    let no_local = comment.contains("has no local endpoints");
+    if let Some(svc) = service.filter(|_| no_endpoints(hit) && !no_local) {
         let (ns, name) = svc.split_once('/').unwrap_or(("default", svc));
         return Some(format!(
             "kube-proxy {} {pkt}: service {} has no endpoints (no ready pod backs it); look \
@@ -125,7 +163,7 @@ fn kube_proxy(hit: &DropHit<'_>, service: Option<&str>, drop: &DropFacts) -> Opt
             service_port(hit, svc)
         ));
     }
-    if let Some(svc) = service.filter(|_| comment.contains("has no local endpoints")) {
+    if let Some(svc) = service.filter(|_| no_local) {
         return Some(format!(
             "kube-proxy drops {pkt}: service {} has externalTrafficPolicy Local and no ready \
              pod on this node; the load balancer should not send it here (look at its health \
@@ -133,11 +171,7 @@ fn kube_proxy(hit: &DropHit<'_>, service: Option<&str>, drop: &DropFacts) -> Opt
             service_port(hit, svc)
         ));
     }
-    if let Some(svc) = service.filter(|_| {
-        comment.contains("not accepted by")
-            || on_path("firewall-check")
-            || on_path("KUBE-PROXY-FIREWALL")
-    }) {
+    if let Some(svc) = service.filter(|_| outside_source_ranges(hit)) {
         return Some(format!(
             "kube-proxy drops {pkt}: source {} is not in the loadBalancerSourceRanges of \
              service {}; look at `kubectl get service` `spec.loadBalancerSourceRanges`",

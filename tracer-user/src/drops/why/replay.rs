@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::{DropFacts, DropRules, DropTable, DropWhy, Traversal, UNKNOWN_ORDER, name};
 use crate::{
+    drops::FailureClass,
     rules::{
         Hook, PacketCtx,
         eval::{DropHit, DropWalk, Seen, Verdict, Walk},
@@ -78,7 +79,10 @@ pub fn netfilter(rules: &DropRules, drop: &DropFacts) -> DropWhy {
             name::rule_text(table, &hit)
         );
     }
+    // No rule of those read drops it: conntrack's own drops (a full table, a clash at
+    // confirm) and rules pktrace does not model end here.
     DropWhy {
+        class: FailureClass::Other,
         rule: None,
         why,
         service: None,

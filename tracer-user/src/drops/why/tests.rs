@@ -7,7 +7,7 @@
 use tracer_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
 use super::{DropFacts, DropRules, DropWhy, Traversal, why};
-use crate::journey::tuple;
+use crate::{drops::FailureClass, journey::tuple};
 
 const KUBE_FILTER: &str = include_str!("testdata/kube-proxy-filter.txt");
 const KUBE_NFT: &str = include_str!("testdata/kube-proxy-nftables.json");
@@ -52,6 +52,7 @@ fn kube_proxy_iptables_names_the_service_without_endpoints() {
         Some(Traversal::Forward),
     );
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::NoEndpoints, "{got:?}");
     assert_eq!(
         got.rule.as_deref(),
         Some("KUBE-SERVICES: default/orders:http has no endpoints")
@@ -103,6 +104,7 @@ fn kube_proxy_load_balancer_source_ranges() {
         Some(Traversal::Forward),
     );
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::Policy, "{got:?}");
     assert_eq!(got.service.as_deref(), Some("default/whereami"));
     assert!(
         got.rule
@@ -128,6 +130,7 @@ fn kube_firewall_localnet() {
         Some(Traversal::LocalIn),
     );
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::Firewall, "{got:?}");
     assert_eq!(
         got.rule.as_deref(),
         Some("KUBE-FIREWALL: block incoming localnet connections")
@@ -153,6 +156,7 @@ fn no_drop_rule_matching_names_no_rule() {
         Some(Traversal::Forward),
     );
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::Other, "{got:?}");
     assert_eq!(got.rule, None);
     assert_eq!(got.service, None);
     assert!(
@@ -291,6 +295,7 @@ fn kube_proxy_nftables_no_endpoint_services_map() {
         Some(Traversal::Forward),
     );
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::NoEndpoints, "{got:?}");
     assert_eq!(
         got.rule.as_deref(),
         Some("nft table ip kube-proxy reject-chain: rule 1 (REJECT)")
@@ -395,6 +400,7 @@ fn calico_names_the_endpoint_and_its_policies() {
     );
     drop.out_iface = Some("cali12d4a061371".into());
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::Policy, "{got:?}");
     assert_eq!(
         got.rule.as_deref(),
         Some("cali-tw-cali12d4a061371: Drop if no policies passed packet")
@@ -563,6 +569,7 @@ fn azure_npm_drop() {
         Some(Traversal::Forward),
     );
     let got = explain(&rules, &drop);
+    assert_eq!(got.class, FailureClass::Policy, "{got:?}");
     assert_eq!(
         got.rule.as_deref(),
         Some("AZURE-NPM-INGRESS-DROPS: DROP-ALL-TO-app:backend-IN-ns-default")
@@ -623,6 +630,7 @@ fn admin_rules_are_shown_as_written() {
         Some(Traversal::Forward),
     );
     let got = explain(&rules, &ssh);
+    assert_eq!(got.class, FailureClass::Firewall, "{got:?}");
     assert_eq!(
         got.rule.as_deref(),
         Some("DOCKER-USER: -A DOCKER-USER -s 198.51.100.0/24 -p tcp -m tcp --dport 22 -j DROP")

@@ -11,7 +11,7 @@ use tracer_common::{DropSeen, SiteSeen};
 
 use super::{Correlator, JoinKey, finish, wire_id};
 use crate::{
-    drops::Decoded,
+    drops::{Decoded, FailureClass},
     journey::model::{DropStep, Ending, Step, StepKind},
 };
 
@@ -40,6 +40,7 @@ impl Correlator {
         };
         let step = Step {
             kind: StepKind::Drop(DropStep {
+                class: FailureClass::of_drop(&reason, &location),
                 reason,
                 location,
                 after_leaving: false,

@@ -65,6 +65,9 @@ pub struct JourneyLine {
     /// Why the journey was closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ending: Option<Ending>,
+    /// A dropped journey's failure class (`no_socket`, `no_endpoints`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// Time from the first step to the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transit_ns: Option<u64>,
@@ -253,6 +256,12 @@ pub struct NoAnswerLine {
     pub rule: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// The failure class: `no_answer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// What happened and what to look at, in one sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,6 +279,10 @@ pub struct SummaryLine {
     /// Journeys that ended in a drop, by reason (left out when none did).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drops: BTreeMap<String, u64>,
+    /// Failures by class: dropped journeys' `class` and `no_answer` for the connections
+    /// reported unanswered (left out when there were none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, u64>,
     /// Connections reported unanswered (`no_answer` lines).
     #[serde(default)]
     pub no_answer: u64,
@@ -300,13 +313,14 @@ pub struct NatStats {
     pub snat: Stats,
 }
 
-/// Count and percentiles of durations.
+/// Count and percentiles of durations: `null` percentiles when steps were counted but none
+/// was timed (the conntrack NAT hook cannot time a step).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     pub count: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
 }
 
 /// `merge`'s last line: counts, and how each node's clock was aligned.

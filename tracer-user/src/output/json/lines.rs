@@ -51,11 +51,13 @@ impl serde_json::ser::Formatter for TerminalSafe {
 
 impl From<crate::summary::Stats> for Stats {
     fn from(s: crate::summary::Stats) -> Self {
+        // Nothing seen: zeros, as ever; seen but not timed: unknown.
+        let timed = s.measured > 0 || s.count == 0;
         Self {
             count: s.count,
-            p50_ns: s.p50_ns,
-            p99_ns: s.p99_ns,
-            max_ns: s.max_ns,
+            p50_ns: timed.then_some(s.p50_ns),
+            p99_ns: timed.then_some(s.p99_ns),
+            max_ns: timed.then_some(s.max_ns),
         }
     }
 }

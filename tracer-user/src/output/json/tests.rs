@@ -152,6 +152,36 @@ fn a_journey_closed_for_its_interface_says_so() {
     assert_eq!(out[0]["steps"][0]["iface"], "azv47c3ee9d512");
 }
 
+/// NAT steps the hook could not time (conntrack's events) are counted, their times `null`;
+/// dropped journeys and unanswered connections are counted by class.
+#[test]
+fn untimed_nat_is_counted_and_failures_by_class() {
+    let a = t(PROTO_TCP, "10.13.76.46:41234", "10.0.159.58:80");
+    let b = t(PROTO_TCP, "10.13.76.46:41234", "10.13.76.26:80");
+    let mut summary = Summary::new();
+    for _ in 0..3 {
+        summary.record(&Journey {
+            steps: vec![
+                tc(Point::Ingress, "azvx", a, 0),
+                nat(Point::Dnat, a, b, 5, None),
+            ],
+            ending: Ending::Left,
+        });
+    }
+    summary.record(&Journey {
+        steps: vec![Step::drop_at("NO_SOCKET", "tcp_v4_rcv", b, 9)],
+        ending: Ending::Dropped,
+    });
+    summary.add_no_answer();
+    let out = lines(|s| s.summary(&summary).unwrap());
+    assert_eq!(
+        out[0]["nat"]["dnat"],
+        json!({"count":3,"p50_ns":null,"p99_ns":null,"max_ns":null})
+    );
+    assert_eq!(out[0]["classes"], json!({"no_answer":1,"no_socket":1}));
+    assert_eq!(out[0]["drops"], json!({"NO_SOCKET":1}));
+}
+
 #[test]
 fn loss_summary_and_empty_journey() {
     let mut summary = Summary::new();
@@ -324,6 +354,10 @@ fn check_parsed(line: &contract::JourneyLine, j: &Journey, pod: &str) {
     assert_eq!(line.transit_ns, Some(j.transit_ns()));
     assert_eq!(line.start_ktime_ns, Some(start));
     assert_eq!(
+        line.class.as_deref(),
+        j.failure().map(crate::drops::FailureClass::as_str)
+    );
+    assert_eq!(
         line.ending.map(|e| serde_json::to_vec(&e).unwrap()),
         Some(ending_json(j.ending).to_vec())
     );
@@ -443,9 +477,9 @@ fn rare_lines_round_trip() {
         .collect();
     let stats = |n| contract::Stats {
         count: 1,
-        p50_ns: n,
-        p99_ns: n,
-        max_ns: n,
+        p50_ns: Some(n),
+        p99_ns: Some(n),
+        max_ns: Some(n),
     };
     let want = [
         Line::Loss(LossLine {
@@ -473,10 +507,15 @@ fn rare_lines_round_trip() {
             evicted_flows: 0,
             nat: NatStats {
                 dnat: stats(2710),
-                snat: contract::Stats::default(),
+                // Nothing seen: zeros (`null` is for steps seen but not timed).
+                snat: contract::Stats {
+                    count: 0,
+                    ..stats(0)
+                },
             },
             transit: stats(9410),
             drops: std::collections::BTreeMap::new(),
+            classes: [("no_answer".to_owned(), 1)].into(),
             no_answer: 1,
             no_answer_waiting: 2,
             refused: [("reset".to_owned(), 3)].into(),

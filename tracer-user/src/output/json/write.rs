@@ -333,6 +333,10 @@ pub(super) fn write_journey(
     }
     buf.extend_from_slice(b"],\"ending\":");
     buf.extend_from_slice(ending_json(j.ending));
+    if let Some(class) = j.failure() {
+        key!(buf, "class");
+        json_str(buf, class.as_str());
+    }
     key!(buf, "transit_ns");
     num(buf, j.transit_ns());
     key!(buf, "start_ktime_ns");

@@ -184,6 +184,7 @@ fn a_rule_without_a_service_stays_and_a_drop_gives_up_its_function() {
         reason: "NETFILTER_DROP".into(),
         location: "nft_do_chain".into(),
         after_leaving: false,
+        class: crate::drops::FailureClass::Firewall,
     });
     drop.attribution = Some(rule("KUBE-SERVICES", Some("default/web-gone")));
     let mut masq = nat(Point::Snat, a, a, 1_001_500, None);
@@ -192,17 +193,17 @@ fn a_rule_without_a_service_stays_and_a_drop_gives_up_its_function() {
         steps: vec![tc(Point::Ingress, "azvx", a, 1_001_000), masq, drop],
         ending: Ending::Dropped,
     };
-    let brief = render_in(Some(130), |s| s.journey(&j).unwrap());
+    let brief = render_in(Some(140), |s| s.journey(&j).unwrap());
     assert_eq!(
         brief,
         "20:41:07.000 udp 10.13.76.46:5353 > 10.0.0.10:53 1.00µs SNAT IP-MASQ-AGENT \
-         ✗ drop NETFILTER_DROP by default/web-gone (dropped)\n"
+         ✗ drop firewall: NETFILTER_DROP by default/web-gone (dropped)\n"
     );
-    let bare = render_in(Some(95), |s| s.journey(&j).unwrap());
+    let bare = render_in(Some(105), |s| s.journey(&j).unwrap());
     assert_eq!(
         bare,
         "20:41:07.000 udp 10.13.76.46:5353 > 10.0.0.10:53 1.00µs SNAT ✗ drop \
-         NETFILTER_DROP (dropped)\n"
+         firewall: NETFILTER_DROP (dropped)\n"
     );
 }
 

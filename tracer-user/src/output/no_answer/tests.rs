@@ -103,6 +103,14 @@ fn json_lines_round_trip_through_the_contract() {
         waited_ms: 3012,
         rule: None,
         service: None,
+        class: Some("no_answer".into()),
+        why: Some(
+            "tcp 10.13.76.4:41234 > 203.0.113.80:81 left the node by eth0 and nothing came back \
+             in 3 s (its source translated to 10.13.76.4:41234 on the way out); look at the \
+             route and firewalls towards 203.0.113.80:81 beyond this node, and whether \
+             203.0.113.80:81 serves this port"
+                .into(),
+        ),
     };
     assert_eq!(Line::parse(lines[0]).unwrap(), Line::NoAnswer(want));
     assert!(lines[0].starts_with(r#"{"type":"no_answer","proto":"tcp","pod":"default/ubuntu","#));

@@ -45,10 +45,11 @@ fn step_line(step: &Step) -> Option<String> {
     }
 }
 
-/// `dropped: NETFILTER_DROP at nft_do_chain by KUBE-SERVICES … (default/web-gone): …`: the
-/// kernel's reason and location, then the rule, service and why where the replay named them.
+/// `dropped no_endpoints: NETFILTER_DROP at nft_do_chain by KUBE-SERVICES … (default/web-gone):
+/// …`: the failure class, the kernel's reason and location, then the rule, service and why
+/// where the replay named them.
 fn drop_line(step: &Step, d: &DropStep) -> String {
-    let mut line = format!("dropped: {} at {}", d.reason, d.location);
+    let mut line = format!("dropped {}: {} at {}", d.class, d.reason, d.location);
     if let Some(a) = &step.attribution {
         let _ = write!(line, " by {}", a.rule);
         if let Some(service) = &a.service {

@@ -219,6 +219,9 @@ fn to_stdout_the_journeys_go_to_the_pcapng_only_and_the_summary_still_comes() {
 fn a_dropped_journeys_comment_says_the_reason_location_and_rule() {
     let tuple = t(PROTO_TCP, "10.13.76.46:42940", "10.0.77.77:80");
     let mut drop = Step::drop_at("NETFILTER_DROP", "nft_do_chain", tuple, 1_000);
+    if let StepKind::Drop(d) = &mut drop.kind {
+        d.class = crate::drops::FailureClass::NoEndpoints;
+    }
     drop.attribution = Some(Arc::new(crate::journey::Attribution {
         rule: "KUBE-SERVICES rule 3".into(),
         service: Some("default/web-gone".into()),
@@ -231,7 +234,7 @@ fn a_dropped_journeys_comment_says_the_reason_location_and_rule() {
     assert_eq!(
         comment::journey_lines(&j),
         [
-            "dropped: NETFILTER_DROP at nft_do_chain by KUBE-SERVICES rule 3 (default/web-gone): has no endpoints"
+            "dropped no_endpoints: NETFILTER_DROP at nft_do_chain by KUBE-SERVICES rule 3 (default/web-gone): has no endpoints"
         ]
     );
 }
