@@ -261,7 +261,20 @@ impl Capture {
     /// # Panics
     /// If tcpdump does not stop, its file cannot be read, or frames were dropped or left unread.
     #[must_use]
-    pub fn stop(mut self) -> Vec<Record> {
+    pub fn stop(self) -> Vec<Record> {
+        self.stop_complete().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Stops tcpdump (SIGINT) and returns every IPv4 frame it captured.
+    ///
+    /// # Errors
+    /// When the capture is no complete record of the node's traffic: tcpdump lost frames, or
+    /// left frames its filter passed unread (seen once in a CI run: its counts stood still at
+    /// 97 read of 109 passed for the whole catch-up).
+    ///
+    /// # Panics
+    /// If tcpdump does not stop or its file cannot be read.
+    pub fn stop_complete(mut self) -> Result<Vec<Record>, String> {
         self.catch_up();
         let mut child = self.child.take().expect("running");
         // SAFETY: plain kill(2) on our own child (`ip netns exec` execs tcpdump).
@@ -276,10 +289,15 @@ impl Capture {
         }
         let stderr = self.stderr();
         let (read, passed, dropped) = counts(&stderr);
-        assert_eq!(dropped, Some(0), "tcpdump lost frames:\n{stderr}");
-        assert_eq!(read, passed, "tcpdump left frames unread:\n{stderr}");
+        if dropped != Some(0) {
+            return Err(format!("tcpdump lost frames:\n{stderr}"));
+        }
+        if read != passed {
+            let last = stderr.lines().last().unwrap_or_default();
+            return Err(format!("tcpdump left frames unread: {last}"));
+        }
         let buf = fs::read(self.dir.join("all.pcap")).expect("reading the capture");
-        parse_pcap(&buf).unwrap_or_else(|e| panic!("the capture: {e}\n{stderr}"))
+        Ok(parse_pcap(&buf).unwrap_or_else(|e| panic!("the capture: {e}\n{stderr}")))
     }
 }
 
