@@ -6,27 +6,22 @@
 //! prefix (`TC_*`, `QDISC_*`, `TCP_*`, `NEIGH_*`, `FRAG_*`).
 
 use super::{DropFacts, name::packet};
-use crate::util::tuple::{dst_ip, proto_spelled, src_ip};
-
-/// Kernel functions that free a packet for a netfilter verdict (`nf_hook_slow` for any
-/// table, `nft_do_chain` for nftables and iptables-nft rules, `ipt_do_table` for legacy).
-const NETFILTER_LOCATIONS: [&str; 5] = [
-    "nf_hook_slow",
-    "nf_hook_slow_list",
-    "nft_do_chain",
-    "ipt_do_table",
-    "ip6t_do_table",
-];
+use crate::{
+    drops::FailureClass,
+    util::tuple::{dst_ip, proto_spelled, src_ip},
+};
 
 /// Whether the drop is a netfilter verdict: the reason says so, or (kernels before 5.17,
-/// or a reason the kernel left unspecified) the place it was freed does.
+/// or a reason the kernel left unspecified) the place it was freed does: a netfilter function
+/// (`nf_hook_slow` for any table, `nft_do_chain` for nftables and iptables-nft rules,
+/// `ipt_do_table` for legacy), the ones [`FailureClass::of_drop`] classes as a firewall's.
 pub fn is_netfilter(drop: &DropFacts) -> bool {
     match drop.reason.as_str() {
         "NETFILTER_DROP" => true,
         "" | "NOT_SPECIFIED" => drop
             .location
             .as_deref()
-            .is_some_and(|l| NETFILTER_LOCATIONS.contains(&l)),
+            .is_some_and(|l| FailureClass::of_drop("", l) == FailureClass::Firewall),
         _ => false,
     }
 }
@@ -67,11 +62,7 @@ pub fn explain(drop: &DropFacts) -> Option<String> {
 /// the packet: the neighbour code frees the packets queued for a neighbour that never
 /// answered.
 fn implied_by(location: &str) -> Option<&'static str> {
-    matches!(
-        location,
-        "neigh_invalidate" | "arp_error_report" | "__neigh_event_send"
-    )
-    .then_some("NEIGH_FAILED")
+    (FailureClass::of_drop("", location) == FailureClass::Neighbor).then_some("NEIGH_FAILED")
 }
 
 fn at(drop: &DropFacts) -> String {
